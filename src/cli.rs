@@ -1,0 +1,204 @@
+//! Command-line definitions (clap derive) and nothing else: what each subcommand accepts, its
+//! defaults and help text. Turning these into validated run configurations happens in `run`.
+
+use std::{net::SocketAddr, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::{
+    config::units::{self, Rate},
+    sender::SendOp,
+};
+
+/// The metrics endpoint `pair` uses by default, and the documented port for every role.
+pub const DEFAULT_METRICS: &str = "127.0.0.1:9977";
+
+/// io_uring UDP traffic generator and sink with per-NUMA-node rings.
+#[derive(Debug, Parser)]
+#[command(name = "ringblast", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send UDP traffic to a sink.
+    Send(SendArgs),
+    /// Receive, check and count ringblast traffic.
+    Sink(SinkArgs),
+    /// Run a sink and a sender in one process over loopback.
+    Pair(PairArgs),
+    /// Print NUMA nodes, CPUs, the NIC's node and the queue placement that would be used.
+    Topo(TopoArgs),
+}
+
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    s.parse::<Rate>().map_err(|e| e.to_string())
+}
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_count(s: &str) -> Result<u64, String> {
+    units::parse_count(s).map_err(|e| e.to_string())
+}
+fn parse_size(s: &str) -> Result<usize, String> {
+    units::parse_byte_size(s).map_err(|e| e.to_string())
+}
+
+/// Where workers run and how the run reports, shared by every role.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Worker threads (queues), one io_uring each.
+    #[arg(long, default_value_t = 1, env = "RINGBLAST_QUEUES")]
+    pub queues: usize,
+    /// CPUs for the queues (e.g. `0-3,8`); always wins over NIC locality.
+    #[arg(long, env = "RINGBLAST_CPUS")]
+    pub cpus: Option<String>,
+    /// NUMA node for the queues; always wins over NIC locality.
+    #[arg(long, env = "RINGBLAST_NODE")]
+    pub node: Option<u32>,
+    /// Print JSON Lines on stdout (interval lines and a final summary).
+    #[arg(long, env = "RINGBLAST_JSON")]
+    pub json: bool,
+    /// Serve Prometheus metrics on ADDR:PORT (documented default port 9977).
+    #[arg(long, env = "RINGBLAST_METRICS")]
+    pub metrics: Option<SocketAddr>,
+    /// Back packet memory with 2 MiB pages when available.
+    #[arg(long, env = "RINGBLAST_HUGEPAGES")]
+    pub hugepages: bool,
+    /// Seconds between report lines (0 = only the summary).
+    #[arg(long, default_value = "1s", value_parser = parse_duration_or_zero, env = "RINGBLAST_INTERVAL")]
+    pub interval: Duration,
+}
+
+fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
+}
+
+/// Traffic shape options shared by `send` and `pair`.
+#[derive(Debug, Clone, Args)]
+pub struct TrafficArgs {
+    /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate of UDP payload (`800Mbit`).
+    #[arg(long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
+    pub rate: Rate,
+    /// UDP payload bytes per packet, ringblast's 32-byte header included.
+    #[arg(long, default_value = "64", value_parser = parse_size, env = "RINGBLAST_SIZE")]
+    pub size: usize,
+    /// Stop after this long (`10s`, `2m`).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
+    pub duration: Option<Duration>,
+    /// Stop after this many packets in total (`1M`).
+    #[arg(long, value_parser = parse_count, env = "RINGBLAST_COUNT")]
+    pub count: Option<u64>,
+    /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
+    #[arg(long, env = "RINGBLAST_FLOWS")]
+    pub flows: Option<u32>,
+    /// SQEs submitted per io_uring_enter.
+    #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
+    pub batch: u32,
+    /// Sends in flight per queue (default: twice --batch).
+    #[arg(long, env = "RINGBLAST_WINDOW")]
+    pub window: Option<u32>,
+    /// UDP GSO: packets per send (each with its own header); 1 = off.
+    #[arg(long, default_value_t = 1, env = "RINGBLAST_GSO")]
+    pub gso: u16,
+    /// The io_uring send operation.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "write-fixed",
+        env = "RINGBLAST_SEND_OP"
+    )]
+    pub send_op: SendOp,
+}
+
+/// `ringblast send`.
+#[derive(Debug, Clone, Args)]
+pub struct SendArgs {
+    /// Destination ADDR:PORT.
+    #[arg(long, env = "RINGBLAST_TO")]
+    pub to: SocketAddr,
+    /// Traffic shape.
+    #[command(flatten)]
+    pub traffic: TrafficArgs,
+    /// Placement and reporting.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Receive-side options shared by `sink` and `pair`.
+#[derive(Debug, Clone, Args)]
+pub struct SinkTuning {
+    /// Do not ask for UDP GRO (count datagrams one by one).
+    #[arg(long, env = "RINGBLAST_NO_GRO")]
+    pub no_gro: bool,
+    /// Sleep between completions instead of spinning while traffic flows.
+    #[arg(long, env = "RINGBLAST_NO_SPIN")]
+    pub no_spin: bool,
+    /// Provided receive buffers per queue (a power of two; each holds 64 KiB).
+    #[arg(long, default_value_t = 512, env = "RINGBLAST_RX_BUFFERS")]
+    pub rx_buffers: u16,
+    /// Flow ids 0..N are tracked per queue; others count as invalid.
+    #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
+    pub max_flows: usize,
+}
+
+/// `ringblast sink`.
+#[derive(Debug, Clone, Args)]
+pub struct SinkArgs {
+    /// Listen ADDR:PORT.
+    #[arg(long, env = "RINGBLAST_LISTEN")]
+    pub listen: SocketAddr,
+    /// Stop after this long (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
+    pub duration: Option<Duration>,
+    /// Receive tuning.
+    #[command(flatten)]
+    pub tuning: SinkTuning,
+    /// Placement and reporting.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// `ringblast pair`: the embedded default is `--rate max --size 64 --duration 10s`.
+#[derive(Debug, Clone, Args)]
+pub struct PairArgs {
+    /// Traffic shape.
+    #[command(flatten)]
+    pub traffic: TrafficArgs,
+    /// Receive tuning.
+    #[command(flatten)]
+    pub tuning: SinkTuning,
+    /// Placement and reporting (the sink gets the same number of queues on other CPUs).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Loopback address to use (`127.0.0.1` or `::1`).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: std::net::IpAddr,
+    /// Do not start the metrics endpoint (pair serves 127.0.0.1:9977 by default).
+    #[arg(long)]
+    pub no_metrics: bool,
+}
+
+/// `ringblast topo`.
+#[derive(Debug, Clone, Args)]
+pub struct TopoArgs {
+    /// Show the placement for traffic to this ADDR:PORT (finds the egress NIC).
+    #[arg(long)]
+    pub to: Option<SocketAddr>,
+    /// Queues to place.
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
+    /// Explicit CPUs.
+    #[arg(long)]
+    pub cpus: Option<String>,
+    /// Explicit node.
+    #[arg(long)]
+    pub node: Option<u32>,
+}

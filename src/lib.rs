@@ -1,0 +1,29 @@
+//! ringblast: an io_uring UDP traffic generator and sink with one ring per queue, workers
+//! pinned and grouped by NUMA node, node-local registered packet memory, exact sequence
+//! accounting at the sink and a Prometheus exporter.
+//!
+//! The binary is a thin shell over [`run::execute`]; everything is reachable from tests.
+
+pub mod cli;
+pub mod clock;
+pub mod config {
+    //! Units and (later) configuration files.
+    pub mod units;
+}
+pub mod error;
+pub mod mem;
+pub mod net;
+pub mod pacing;
+pub mod proto {
+    //! The wire format and the sink's sequence accounting.
+    pub mod header;
+    pub mod seq;
+}
+pub mod report;
+pub mod ring;
+pub mod run;
+pub mod sender;
+pub mod sink;
+pub mod stats;
+pub mod topology;
+pub mod worker;

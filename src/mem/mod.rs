@@ -1,0 +1,243 @@
+//! Node-local packet memory: one anonymous mapping per worker, bound to the worker's NUMA node
+//! with `mbind(MPOL_BIND)` and faulted in before it is registered with io_uring.
+//!
+//! The order matters: bind first, then populate, then register, because registration pins the
+//! pages wherever they are. Hugepages are tried when asked for and fall back to normal pages.
+//! This module and `ring` are the only places with `unsafe`.
+
+pub mod limits;
+pub mod numa;
+
+use std::{io, ptr::NonNull};
+
+/// Page size assumed for population and placement checks.
+pub const PAGE_SIZE: usize = 4096;
+const HUGE_PAGE_SIZE: usize = 2 << 20;
+/// `MADV_POPULATE_WRITE` (Linux 5.14); not in every libc.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Why an arena could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ArenaError {
+    /// `mmap` failed.
+    #[error("cannot map {len} bytes of packet memory: {source}")]
+    Map {
+        /// Requested length.
+        len: usize,
+        /// OS error.
+        source: io::Error,
+    },
+    /// `mbind` refused the node.
+    #[error(
+        "cannot bind packet memory to NUMA node {node}: {source}; check `ringblast topo` for the nodes that exist"
+    )]
+    Bind {
+        /// Requested node.
+        node: u32,
+        /// OS error.
+        source: io::Error,
+    },
+}
+
+/// A page-aligned, node-bound, populated region owned by one worker.
+#[derive(Debug)]
+pub struct Arena {
+    base: NonNull<u8>,
+    len: usize,
+    node: u32,
+    hugepages: bool,
+}
+
+impl Arena {
+    /// Maps `len` bytes (rounded up to whole pages), binds them to `node` and faults them in.
+    ///
+    /// With `hugepages`, 2 MiB pages are tried first; if none are available the arena silently
+    /// uses normal pages, which `is_hugepages` reports.
+    pub fn allocate_on_node(len: usize, node: u32, hugepages: bool) -> Result<Arena, ArenaError> {
+        let (base, len, hugepages) = match hugepages.then(|| map(len, true)).and_then(Result::ok) {
+            Some((base, mapped)) => (base, mapped, true),
+            None => {
+                let (base, mapped) =
+                    map(len, false).map_err(|source| ArenaError::Map { len, source })?;
+                (base, mapped, false)
+            }
+        };
+        let arena = Arena {
+            base,
+            len,
+            node,
+            hugepages,
+        };
+        // SAFETY: `base..base+len` is the page-aligned mapping created just above and owned by
+        // `arena`; on error `arena` is dropped, which unmaps it.
+        unsafe { numa::bind_to_node(arena.base.as_ptr(), arena.len, node) }
+            .map_err(|source| ArenaError::Bind { node, source })?;
+        arena.populate();
+        Ok(arena)
+    }
+
+    fn populate(&self) {
+        // SAFETY: the range is our own private writable mapping.
+        let rc = unsafe { libc::madvise(self.base.as_ptr().cast(), self.len, MADV_POPULATE_WRITE) };
+        if rc != 0 {
+            // Kernels before 5.14: touch one byte per page so each is faulted in under the policy.
+            for offset in (0..self.len).step_by(PAGE_SIZE) {
+                // SAFETY: `offset < len`, so the write stays inside the mapping.
+                unsafe { self.base.as_ptr().add(offset).write_volatile(0) };
+            }
+        }
+    }
+
+    /// Start of the region.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never true for an allocated arena).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The node the region is bound to.
+    pub fn node(&self) -> u32 {
+        self.node
+    }
+
+    /// Whether 2 MiB pages back the region.
+    pub fn is_hugepages(&self) -> bool {
+        self.hugepages
+    }
+
+    /// Bytes `offset..offset+len` of the region, or `None` when out of range.
+    pub fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: the range is inside the mapping, which lives as long as `self`.
+        Some(unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), len) })
+    }
+
+    /// Mutable bytes `offset..offset+len` of the region, or `None` when out of range.
+    pub fn bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        // SAFETY: the range is inside the mapping and `&mut self` makes this the only borrow.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(offset), len) })
+    }
+
+    /// Nodes of up to `samples` pages spread over the region, read with `get_mempolicy`.
+    pub fn sample_page_nodes(&self, samples: usize) -> io::Result<Vec<u32>> {
+        let pages = self.len / PAGE_SIZE;
+        let step = (pages / samples.max(1)).max(1);
+        (0..pages)
+            .step_by(step)
+            .map(|page| {
+                // SAFETY: the page is inside the populated mapping.
+                unsafe { numa::node_of_page(self.base.as_ptr().add(page * PAGE_SIZE)) }
+            })
+            .collect()
+    }
+
+    /// How many pages of the region sit on each node, counted with `move_pages` (query mode).
+    pub fn page_histogram(&self) -> io::Result<Vec<(i32, usize)>> {
+        let pages: Vec<*const u8> = (0..self.len / PAGE_SIZE)
+            // SAFETY: each address is inside the mapping.
+            .map(|p| unsafe { self.base.as_ptr().add(p * PAGE_SIZE) as *const u8 })
+            .collect();
+        let mut status = vec![0; pages.len()];
+        // SAFETY: every pointer is inside our mapping; the slices have equal lengths.
+        unsafe { numa::nodes_of_pages(&pages, &mut status)? };
+        let mut hist: Vec<(i32, usize)> = Vec::new();
+        for s in status {
+            match hist.iter_mut().find(|(n, _)| *n == s) {
+                Some((_, c)) => *c += 1,
+                None => hist.push((s, 1)),
+            }
+        }
+        hist.sort_unstable();
+        Ok(hist)
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: `base..base+len` is the mapping this arena created and nothing else unmaps it.
+        // Rings that point into it are dropped first (see `ring::Engine`'s field order).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+fn map(len: usize, huge: bool) -> io::Result<(NonNull<u8>, usize)> {
+    let unit = if huge { HUGE_PAGE_SIZE } else { PAGE_SIZE };
+    let len = len.max(1).div_ceil(unit) * unit;
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    if huge {
+        flags |= libc::MAP_HUGETLB;
+    }
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast())
+        .map(|p| (p, len))
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_pages_are_on_node_zero() {
+        let arena = Arena::allocate_on_node(8 << 20, 0, false).unwrap();
+        assert_eq!(arena.len(), 8 << 20);
+        let nodes = arena.sample_page_nodes(16).unwrap();
+        assert!(nodes.len() >= 16);
+        assert!(nodes.iter().all(|&n| n == 0), "{nodes:?}");
+        let hist = arena.page_histogram().unwrap();
+        assert_eq!(hist, vec![(0, (8 << 20) / PAGE_SIZE)]);
+    }
+
+    #[test]
+    fn missing_node_is_a_clear_error() {
+        let err = Arena::allocate_on_node(1 << 20, 63, false).unwrap_err();
+        assert!(err.to_string().contains("NUMA node 63"), "{err}");
+    }
+
+    #[test]
+    fn hugepages_fall_back() {
+        let arena = Arena::allocate_on_node(3 << 20, 0, true).unwrap();
+        assert!(arena.len() >= 3 << 20);
+        assert_eq!(arena.sample_page_nodes(4).unwrap()[0], 0);
+    }
+
+    #[test]
+    fn bytes_are_bounds_checked() {
+        let mut arena = Arena::allocate_on_node(PAGE_SIZE, 0, false).unwrap();
+        assert!(arena.bytes(PAGE_SIZE - 1, 2).is_none());
+        arena
+            .bytes_mut(10, 4)
+            .unwrap()
+            .copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(arena.bytes(10, 4).unwrap(), &[1, 2, 3, 4]);
+        assert!(arena.bytes(usize::MAX, 2).is_none());
+    }
+}

@@ -1,0 +1,292 @@
+//! What a run prints: pktgen-style lines per queue and a total on stderr every interval, and,
+//! with `--json`, JSON Lines on stdout (`"type":"interval"` lines and one final
+//! `"type":"summary"` per role). Everything here is a pure function of counter snapshots.
+
+use serde_json::{Value, json};
+
+use crate::stats::{ERRNO_LABELS, INVALID_LABELS, RxFlow, TxFlow, WorkerCounters};
+
+/// Where a queue runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueView {
+    /// Queue index.
+    pub queue: usize,
+    /// NUMA node.
+    pub node: u32,
+    /// CPU.
+    pub cpu: u32,
+}
+
+/// One sender queue's counters at an instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxSample {
+    /// Summed over the queue's flows.
+    pub traffic: TxFlow,
+    /// Engine counters.
+    pub worker: WorkerCounters,
+}
+
+/// One sink queue's counters at an instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxSample {
+    /// Summed over the queue's flows.
+    pub traffic: RxFlow,
+    /// Engine and sink counters.
+    pub worker: WorkerCounters,
+}
+
+impl TxSample {
+    /// Failed packets of every errno class.
+    pub fn errors(&self) -> u64 {
+        self.traffic.errors.iter().sum()
+    }
+}
+
+impl RxSample {
+    /// Invalid datagrams of every reason.
+    pub fn invalid(&self) -> u64 {
+        self.worker.invalid.iter().sum()
+    }
+    /// Failed receive completions.
+    pub fn errors(&self) -> u64 {
+        self.worker.rx_errors.iter().sum()
+    }
+}
+
+fn rate(delta: u64, seconds: f64) -> u64 {
+    if seconds > 0.0 {
+        (delta as f64 / seconds).round() as u64
+    } else {
+        0
+    }
+}
+
+/// `1190240pps 571Mb/sec (571315200bps)`: payload bits, as pktgen prints them.
+fn rate_text(packets: u64, bytes: u64, seconds: f64) -> String {
+    let bps = rate(bytes * 8, seconds);
+    format!(
+        "{}pps {}Mb/sec ({}bps)",
+        rate(packets, seconds),
+        bps / 1_000_000,
+        bps
+    )
+}
+
+/// One sender line: `q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0`.
+pub fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> String {
+    format!(
+        "{label}  {} errors: {}",
+        rate_text(
+            now.traffic.packets - before.traffic.packets,
+            now.traffic.bytes - before.traffic.bytes,
+            seconds
+        ),
+        now.errors() - before.errors()
+    )
+}
+
+/// One sink line: the sender's fields plus lost, reordered, dup, invalid and kernel drops.
+pub fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f64) -> String {
+    let (n, b) = (&now.traffic, &before.traffic);
+    format!(
+        "{label}  {} errors: {} lost: {} reordered: {} dup: {} invalid: {} kdrops: {}",
+        rate_text(n.packets - b.packets, n.bytes - b.bytes, seconds),
+        now.errors() - before.errors(),
+        n.lost - b.lost,
+        n.reordered - b.reordered,
+        n.duplicates - b.duplicates,
+        now.invalid() - before.invalid(),
+        now.worker.kernel_drops - before.worker.kernel_drops,
+    )
+}
+
+/// The label of a queue line: `q0 n0`.
+pub fn queue_label(q: &QueueView) -> String {
+    format!("q{} n{}", q.queue, q.node)
+}
+
+/// Sums samples.
+pub fn total_tx(samples: &[TxSample]) -> TxSample {
+    samples.iter().fold(TxSample::default(), |mut acc, s| {
+        acc.traffic.add(&s.traffic);
+        acc.worker.add(&s.worker);
+        acc
+    })
+}
+
+/// Sums samples.
+pub fn total_rx(samples: &[RxSample]) -> RxSample {
+    samples.iter().fold(RxSample::default(), |mut acc, s| {
+        acc.traffic.add(&s.traffic);
+        acc.worker.add(&s.worker);
+        acc
+    })
+}
+
+/// A JSON interval line for the sender.
+pub fn tx_interval_json(
+    elapsed_s: f64,
+    queues: &[QueueView],
+    now: &[TxSample],
+    before: &[TxSample],
+    seconds: f64,
+) -> Value {
+    let per_queue: Vec<Value> = queues
+        .iter()
+        .zip(now.iter().zip(before))
+        .map(|(q, (n, b))| {
+            json!({"queue": q.queue, "node": q.node, "cpu": q.cpu,
+                "tx_packets": n.traffic.packets - b.traffic.packets,
+                "tx_bytes": n.traffic.bytes - b.traffic.bytes,
+                "tx_errors": n.errors() - b.errors(),
+                "pps": rate(n.traffic.packets - b.traffic.packets, seconds),
+                "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, seconds)})
+        })
+        .collect();
+    let (n, b) = (total_tx(now), total_tx(before));
+    json!({"type": "interval", "role": "send", "elapsed_s": round3(elapsed_s), "interval_s": round3(seconds),
+        "tx_packets": n.traffic.packets - b.traffic.packets, "tx_bytes": n.traffic.bytes - b.traffic.bytes,
+        "tx_errors": n.errors() - b.errors(),
+        "pps": rate(n.traffic.packets - b.traffic.packets, seconds),
+        "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, seconds), "queues": per_queue})
+}
+
+/// A JSON interval line for the sink.
+pub fn rx_interval_json(
+    elapsed_s: f64,
+    queues: &[QueueView],
+    now: &[RxSample],
+    before: &[RxSample],
+    seconds: f64,
+) -> Value {
+    let fields = |n: &RxSample, b: &RxSample| {
+        json!({"rx_packets": n.traffic.packets - b.traffic.packets, "rx_bytes": n.traffic.bytes - b.traffic.bytes,
+            "rx_lost": n.traffic.lost - b.traffic.lost, "rx_reordered": n.traffic.reordered - b.traffic.reordered,
+            "rx_duplicates": n.traffic.duplicates - b.traffic.duplicates, "rx_invalid": n.invalid() - b.invalid(),
+            "rx_kernel_drops": n.worker.kernel_drops - b.worker.kernel_drops,
+            "pps": rate(n.traffic.packets - b.traffic.packets, seconds),
+            "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, seconds)})
+    };
+    let per_queue: Vec<Value> = queues
+        .iter()
+        .zip(now.iter().zip(before))
+        .map(|(q, (n, b))| {
+            let mut v = fields(n, b);
+            v["queue"] = json!(q.queue);
+            v["node"] = json!(q.node);
+            v["cpu"] = json!(q.cpu);
+            v
+        })
+        .collect();
+    let mut v = fields(&total_rx(now), &total_rx(before));
+    v["type"] = json!("interval");
+    v["role"] = json!("sink");
+    v["elapsed_s"] = json!(round3(elapsed_s));
+    v["interval_s"] = json!(round3(seconds));
+    v["queues"] = Value::Array(per_queue);
+    v
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The sender's final summary.
+pub fn tx_summary_json(total: &TxSample, duration_s: f64, extra: Value) -> Value {
+    let errors: serde_json::Map<String, Value> = ERRNO_LABELS
+        .iter()
+        .zip(total.traffic.errors)
+        .filter(|(_, n)| *n > 0)
+        .map(|(l, n)| (l.to_string(), json!(n)))
+        .collect();
+    let mut v = json!({"type": "summary", "role": "send",
+        "tx_packets": total.traffic.packets, "tx_bytes": total.traffic.bytes, "tx_errors": total.errors(),
+        "duration_s": round3(duration_s), "pps": rate(total.traffic.packets, duration_s),
+        "bps": rate(total.traffic.bytes * 8, duration_s), "tx_errors_by_errno": errors,
+        "ring_enter_calls": total.worker.enter_calls, "ring_sqes_submitted": total.worker.sqes_submitted});
+    merge(&mut v, extra);
+    v
+}
+
+/// The sink's final summary.
+pub fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -> Value {
+    let invalid: serde_json::Map<String, Value> = INVALID_LABELS
+        .iter()
+        .zip(total.worker.invalid)
+        .map(|(l, n)| (l.to_string(), json!(n)))
+        .collect();
+    let t = &total.traffic;
+    let mut v = json!({"type": "summary", "role": "sink",
+        "rx_packets": t.packets, "rx_bytes": t.bytes, "rx_lost": t.lost, "rx_reordered": t.reordered,
+        "rx_duplicates": t.duplicates, "rx_invalid": total.invalid(), "rx_kernel_drops": total.worker.kernel_drops,
+        "duration_s": round3(duration_s), "pps": rate(t.packets, duration_s), "bps": rate(t.bytes * 8, duration_s),
+        "rx_late": t.late, "rx_errors": total.errors(), "rx_invalid_by_reason": invalid,
+        "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty});
+    merge(&mut v, extra);
+    v
+}
+
+fn merge(into: &mut Value, extra: Value) {
+    if let (Value::Object(a), Value::Object(b)) = (into, extra) {
+        for (k, v) in b {
+            a.entry(k).or_insert(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sender_line_matches_pktgen_shape() {
+        let mut now = TxSample::default();
+        now.traffic.packets = 1_190_240;
+        now.traffic.bytes = 1_190_240 * 60;
+        let line = tx_line("q0 n0", &now, &TxSample::default(), 1.0);
+        assert_eq!(line, "q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0");
+    }
+
+    #[test]
+    fn sink_line_adds_loss_fields() {
+        let mut now = RxSample::default();
+        now.traffic.packets = 10;
+        now.traffic.bytes = 640;
+        now.traffic.lost = 2;
+        now.worker.invalid[1] = 3;
+        now.worker.kernel_drops = 4;
+        let line = rx_line("total", &now, &RxSample::default(), 2.0);
+        assert_eq!(
+            line,
+            "total  5pps 0Mb/sec (2560bps) errors: 0 lost: 2 reordered: 0 dup: 0 invalid: 3 kdrops: 4"
+        );
+    }
+
+    #[test]
+    fn summaries_carry_the_interface_fields() {
+        let mut t = TxSample::default();
+        t.traffic.packets = 100;
+        t.traffic.bytes = 6400;
+        let v = tx_summary_json(&t, 2.0, json!({"tx_packets": 1, "epoch": 7}));
+        assert_eq!(v["tx_packets"], 100, "extra never overrides");
+        assert_eq!(v["pps"], 50);
+        assert_eq!(v["bps"], 25600);
+        assert_eq!(v["epoch"], 7);
+        let r = rx_summary_json(&RxSample::default(), 0.0, json!({}));
+        for key in [
+            "rx_packets",
+            "rx_bytes",
+            "rx_lost",
+            "rx_reordered",
+            "rx_duplicates",
+            "rx_invalid",
+            "rx_kernel_drops",
+            "duration_s",
+            "pps",
+            "bps",
+        ] {
+            assert!(r.get(key).is_some(), "{key}");
+        }
+        assert_eq!(r["pps"], 0);
+    }
+}

@@ -1,0 +1,150 @@
+//! A provided-buffer ring (`IORING_REGISTER_PBUF_RING`, Linux 5.19) laid out inside a worker's
+//! arena: the ring of `io_uring_buf` entries at the arena's start, the buffers after it.
+//!
+//! The kernel picks a buffer per received datagram; the worker hands buffers back with `recycle`
+//! and makes them visible with one release store of the tail per batch (`publish`).
+
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use io_uring::types::BufRingEntry;
+
+use crate::mem::{Arena, PAGE_SIZE};
+
+/// Byte offset of the shared tail inside the first ring entry (`io_uring_buf_ring.tail`).
+const TAIL_OFFSET: usize = 14;
+const ENTRY_SIZE: usize = std::mem::size_of::<BufRingEntry>();
+
+/// Shape of a buffer ring: how many buffers and how large each is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufRingLayout {
+    /// Number of buffers (a power of two, at most 32768).
+    pub entries: u16,
+    /// Size of each buffer in bytes.
+    pub buf_size: u32,
+}
+
+impl BufRingLayout {
+    /// Bytes of the entry array, rounded to whole pages.
+    pub fn ring_bytes(&self) -> usize {
+        (usize::from(self.entries) * ENTRY_SIZE).div_ceil(PAGE_SIZE) * PAGE_SIZE
+    }
+
+    /// Bytes the whole layout needs in an arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.ring_bytes() + usize::from(self.entries) * self.buf_size as usize
+    }
+}
+
+/// The worker-side view of a registered buffer ring inside an arena.
+#[derive(Debug)]
+pub(super) struct BufRing {
+    entries: *mut BufRingEntry,
+    mask: u16,
+    tail: u16,
+    layout: BufRingLayout,
+    buffers_offset: usize,
+    base: *mut u8,
+}
+
+impl BufRing {
+    /// Lays the ring out at the start of `arena` and fills it with every buffer.
+    ///
+    /// The caller registers `ring_addr()` with the kernel afterwards and keeps `arena` alive
+    /// for as long as this value and the ring exist.
+    pub(super) fn new(arena: &mut Arena, layout: BufRingLayout) -> Option<BufRing> {
+        if !layout.entries.is_power_of_two()
+            || layout.entries > 32768
+            || arena.len() < layout.arena_bytes()
+        {
+            return None;
+        }
+        let mut ring = BufRing {
+            entries: arena.as_ptr().cast(),
+            mask: layout.entries - 1,
+            tail: 0,
+            layout,
+            buffers_offset: layout.ring_bytes(),
+            base: arena.as_ptr(),
+        };
+        for bid in 0..layout.entries {
+            ring.recycle(bid);
+        }
+        ring.publish();
+        Some(ring)
+    }
+
+    /// Address of the entry array, for registration.
+    pub(super) fn ring_addr(&self) -> u64 {
+        self.entries as u64
+    }
+
+    /// The layout this ring was built with.
+    pub(super) fn layout(&self) -> BufRingLayout {
+        self.layout
+    }
+
+    /// Offset in the arena of buffer `bid`.
+    pub(super) fn buffer_offset(&self, bid: u16) -> usize {
+        self.buffers_offset + usize::from(bid) * self.layout.buf_size as usize
+    }
+
+    /// Queues buffer `bid` for the kernel; visible after `publish`.
+    pub(super) fn recycle(&mut self, bid: u16) {
+        let bid = bid & self.mask;
+        let slot = usize::from(self.tail & self.mask);
+        let addr = self.base as u64 + self.buffer_offset(bid) as u64;
+        // SAFETY: `slot <= mask < entries`, and the entry array lies inside the arena, which
+        // outlives this ring (the engine drops the ring first). The kernel only reads entries
+        // between its head and our published tail, and this slot is beyond the published tail.
+        let entry = unsafe { &mut *self.entries.add(slot) };
+        entry.set_addr(addr);
+        entry.set_len(self.layout.buf_size);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Makes every recycled buffer visible to the kernel with one release store.
+    pub(super) fn publish(&mut self) {
+        // SAFETY: the tail field sits at byte 14 of the first entry (it overlays that entry's
+        // `resv`), is 2-byte aligned because the array is page aligned, and the kernel reads it
+        // with an acquire load, which this release store pairs with.
+        let tail = unsafe {
+            &*(self
+                .entries
+                .cast::<u8>()
+                .add(TAIL_OFFSET)
+                .cast::<AtomicU16>())
+        };
+        tail.store(self.tail, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_sizes() {
+        let l = BufRingLayout {
+            entries: 1024,
+            buf_size: 2048,
+        };
+        assert_eq!(l.ring_bytes(), 16384);
+        assert_eq!(l.arena_bytes(), 16384 + 1024 * 2048);
+    }
+
+    #[test]
+    fn rejects_bad_layouts() {
+        let mut arena = Arena::allocate_on_node(1 << 20, 0, false).unwrap();
+        let odd = BufRingLayout {
+            entries: 100,
+            buf_size: 1024,
+        };
+        assert!(BufRing::new(&mut arena, odd).is_none());
+        let too_big = BufRingLayout {
+            entries: 1024,
+            buf_size: 4096,
+        };
+        assert!(BufRing::new(&mut arena, too_big).is_none());
+    }
+}

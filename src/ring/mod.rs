@@ -1,0 +1,427 @@
+//! The per-worker io_uring engine: one ring, the worker's arena and (for sinks) a provided-buffer
+//! ring inside that arena, behind small safe methods that push one kind of SQE each, submit, and
+//! copy completions out.
+//!
+//! `Engine` declares `ring` before `arena`: Rust drops fields in declaration order, so the ring
+//! (and with it every in-flight operation and registration) is gone before the memory it points
+//! into is unmapped. Every pushed buffer address is checked to lie inside the arena, which is
+//! what makes the pushes safe to call. This module and `mem` are the only places with `unsafe`.
+
+pub mod bufring;
+pub mod probe;
+
+use std::{io, os::fd::RawFd};
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+
+use self::bufring::BufRing;
+pub use self::bufring::BufRingLayout;
+use crate::{error::Error, mem::Arena};
+
+/// `IORING_ENTER_GETEVENTS`: run deferred task work and reap completions (io-uring keeps `sys` private).
+const ENTER_GETEVENTS: u32 = 1;
+/// `IORING_SEND_ZC_REPORT_USAGE`: the notification says whether the kernel copied anyway.
+const SEND_ZC_REPORT_USAGE: u16 = 8;
+/// Buffer group id of the sink's provided-buffer ring.
+const BUFFER_GROUP: u16 = 7;
+/// Control bytes reserved per received datagram (UDP_GRO + SO_RXQ_OVFL, with room to spare).
+pub const RECV_CONTROL_LEN: usize = 64;
+/// Bytes of `io_uring_recvmsg_out` at the start of every multishot `RECVMSG` buffer.
+pub const RECVMSG_OUT_LEN: usize = 16;
+
+/// How a ring was set up, after probing the kernel's accepted flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetupMode {
+    /// `SINGLE_ISSUER | DEFER_TASKRUN` (Linux 6.1): completion work runs only when we enter.
+    DeferTaskrun,
+    /// `SINGLE_ISSUER | COOP_TASKRUN` (Linux 6.0).
+    CoopTaskrun,
+    /// No optional flags.
+    Plain,
+}
+
+impl std::fmt::Display for SetupMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SetupMode::DeferTaskrun => "SINGLE_ISSUER|DEFER_TASKRUN",
+            SetupMode::CoopTaskrun => "SINGLE_ISSUER|COOP_TASKRUN",
+            SetupMode::Plain => "default",
+        })
+    }
+}
+
+/// Sizes of a ring.
+#[derive(Clone, Copy, Debug)]
+pub struct RingSize {
+    /// Submission queue entries.
+    pub sq_entries: u32,
+    /// Completion queue entries.
+    pub cq_entries: u32,
+}
+
+impl RingSize {
+    /// Approximate bytes of ring memory the kernel charges to locked memory.
+    pub fn locked_bytes(&self) -> u64 {
+        u64::from(self.sq_entries) * 68 + u64::from(self.cq_entries) * 16 + 4096
+    }
+}
+
+/// One completion, copied out of the CQ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// The `user_data` the SQE carried.
+    pub user_data: u64,
+    /// Result: bytes or `-errno`.
+    pub result: i32,
+    /// CQE flags.
+    pub flags: u32,
+}
+
+impl Completion {
+    /// More completions will follow for this request (multishot, or a zero-copy send).
+    pub fn more(&self) -> bool {
+        cqueue::more(self.flags)
+    }
+
+    /// This is a zero-copy send's notification.
+    pub fn is_notification(&self) -> bool {
+        cqueue::notif(self.flags)
+    }
+
+    /// The provided buffer this completion used.
+    pub fn buffer_id(&self) -> Option<u16> {
+        cqueue::buffer_select(self.flags)
+    }
+}
+
+/// Plain counters of ring activity, owned by the worker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingCounters {
+    /// `io_uring_enter` calls.
+    pub enter_calls: u64,
+    /// SQEs the kernel consumed.
+    pub sqes_submitted: u64,
+    /// CQEs reaped.
+    pub cqes_reaped: u64,
+    /// Pushes that found the SQ full.
+    pub sq_full: u64,
+}
+
+/// What `submit` waits for.
+#[derive(Clone, Copy, Debug)]
+pub enum Wait {
+    /// Submit only.
+    Nothing,
+    /// Submit and run completion work without sleeping (a spinning worker).
+    Poll,
+    /// Submit and sleep until one completion arrives or the timeout (ns) passes.
+    One {
+        /// Upper bound on the sleep in nanoseconds.
+        timeout_ns: u64,
+    },
+}
+
+/// A worker's ring together with the memory it points into.
+pub struct Engine {
+    // Field order is the drop order: the ring goes first, then what it points into.
+    ring: IoUring,
+    setup: SetupMode,
+    recv_msg: Box<libc::msghdr>,
+    buf_ring: Option<BufRing>,
+    arena: Arena,
+    counters: RingCounters,
+}
+
+impl Engine {
+    /// Builds a ring on the calling thread, checks `ops`, and registers `arena`: as one fixed
+    /// buffer (`register_fixed`), and/or as a provided-buffer ring of `buf_ring` layout.
+    pub fn new(
+        size: RingSize,
+        arena: Arena,
+        ops: &[probe::RequiredOp],
+        register_fixed: bool,
+        buf_ring: Option<BufRingLayout>,
+    ) -> Result<Engine, Error> {
+        let (ring, setup) = build_ring(size)?;
+        probe::require_ops(&ring, ops)?;
+        let mut arena = arena;
+        if register_fixed {
+            let iov = libc::iovec {
+                iov_base: arena.as_ptr().cast(),
+                iov_len: arena.len(),
+            };
+            // SAFETY: the iovec covers the arena, which `Engine` owns and drops after the ring.
+            unsafe { ring.submitter().register_buffers(&[iov]) }.map_err(register_error)?;
+        }
+        let buf_ring = match buf_ring {
+            None => None,
+            Some(layout) => {
+                let br = BufRing::new(&mut arena, layout).ok_or_else(|| {
+                    Error::Usage(format!("invalid receive buffer layout {layout:?}: entries must be a power of two ≤ 32768"))
+                })?;
+                // SAFETY: the entry array lies in the arena, which outlives the ring (field order).
+                unsafe {
+                    ring.submitter()
+                        .register_buf_ring_with_flags(br.ring_addr(), layout.entries, BUFFER_GROUP, 0)
+                }
+                .map_err(|e| match e.raw_os_error() {
+                    Some(libc::EINVAL) | Some(libc::ENOSYS) => Error::Unsupported(
+                        "this kernel lacks provided-buffer rings (IORING_REGISTER_PBUF_RING, Linux 5.19)".into(),
+                    ),
+                    _ => register_error(e),
+                })?;
+                Some(br)
+            }
+        };
+        // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
+        let mut recv_msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        recv_msg.msg_controllen = RECV_CONTROL_LEN as _;
+        Ok(Engine {
+            ring,
+            setup,
+            recv_msg,
+            buf_ring,
+            arena,
+            counters: RingCounters::default(),
+        })
+    }
+
+    /// The setup flags the kernel accepted.
+    pub fn setup_mode(&self) -> SetupMode {
+        self.setup
+    }
+
+    /// The arena this engine owns.
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// Mutable bytes of the arena, for stamping headers into send slots.
+    pub fn arena_bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        self.arena.bytes_mut(offset, len)
+    }
+
+    /// Counters of ring activity so far.
+    pub fn counters(&self) -> RingCounters {
+        self.counters
+    }
+
+    /// Completions the kernel had to drop because the CQ was full (0 with `IORING_FEAT_NODROP`).
+    pub fn cq_overflow(&mut self) -> u32 {
+        self.ring.completion().overflow()
+    }
+
+    /// Whether the kernel holds completions back because the CQ overflowed.
+    pub fn cq_overflow_pending(&mut self) -> bool {
+        self.ring.submission().cq_overflow()
+    }
+
+    fn push(&mut self, entry: &squeue::Entry) -> bool {
+        // SAFETY: every entry built by this module points only into `self.arena` or at
+        // `self.recv_msg`, both of which live until the ring is dropped.
+        let pushed = unsafe { self.ring.submission().push(entry) }.is_ok();
+        if !pushed {
+            self.counters.sq_full += 1;
+        }
+        pushed
+    }
+
+    /// Queues a `WRITE_FIXED` of arena bytes `offset..offset+len` on `fd`. Returns false when
+    /// the SQ is full or the range is outside the registered arena.
+    pub fn push_write_fixed(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
+        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
+            return false;
+        };
+        let entry = opcode::WriteFixed::new(types::Fd(fd), bytes.as_ptr(), len, 0)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// Queues a zero-copy `SEND_ZC` of arena bytes from the registered buffer.
+    pub fn push_send_zc_fixed(
+        &mut self,
+        fd: RawFd,
+        offset: usize,
+        len: u32,
+        user_data: u64,
+    ) -> bool {
+        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
+            return false;
+        };
+        let entry = opcode::SendZc::new(types::Fd(fd), bytes.as_ptr(), len)
+            .buf_index(Some(0))
+            .zc_flags(SEND_ZC_REPORT_USAGE)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// Queues a multishot `RECVMSG` on `fd` that takes buffers from the provided-buffer ring.
+    pub fn push_recv_msg_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
+        if self.buf_ring.is_none() {
+            return false;
+        }
+        let entry = opcode::RecvMsgMulti::new(types::Fd(fd), &*self.recv_msg, BUFFER_GROUP)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// Submits queued SQEs and waits as asked. Timeouts and signals are not errors.
+    pub fn submit(&mut self, wait: Wait) -> io::Result<()> {
+        let pending = self.ring.submission().len() as u32;
+        let submitter = self.ring.submitter();
+        let result = match wait {
+            Wait::Nothing => submitter.submit(),
+            Wait::Poll => {
+                // SAFETY: a plain enter with no argument pointer; GETEVENTS with min_complete 0
+                // only runs deferred completion work and never blocks.
+                unsafe { submitter.enter::<libc::sigset_t>(pending, 0, ENTER_GETEVENTS, None) }
+            }
+            Wait::One { timeout_ns } => {
+                let ts = types::Timespec::new()
+                    .sec(timeout_ns / 1_000_000_000)
+                    .nsec((timeout_ns % 1_000_000_000) as u32);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                submitter.submit_with_args(1, &args)
+            }
+        };
+        self.counters.enter_calls += 1;
+        match result {
+            Ok(n) => {
+                self.counters.sqes_submitted += n as u64;
+                Ok(())
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Copies up to `out.len()` completions out of the CQ; returns how many.
+    pub fn reap(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        let mut cq = self.ring.completion();
+        cq.sync();
+        for slot in out.iter_mut() {
+            let Some(cqe) = cq.next() else { break };
+            *slot = Completion {
+                user_data: cqe.user_data(),
+                result: cqe.result(),
+                flags: cqe.flags(),
+            };
+            n += 1;
+        }
+        self.counters.cqes_reaped += n as u64;
+        n
+    }
+
+    /// The bytes the kernel wrote into provided buffer `bid` (the whole buffer).
+    pub fn received_buffer(&self, bid: u16) -> &[u8] {
+        match &self.buf_ring {
+            Some(br) => self
+                .arena
+                .bytes(br.buffer_offset(bid), br.layout().buf_size as usize)
+                .unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    /// The template `msghdr` used by multishot receives (for parsing their output).
+    pub fn recv_msghdr(&self) -> &libc::msghdr {
+        &self.recv_msg
+    }
+
+    /// Hands provided buffer `bid` back to the kernel (visible after `publish_buffers`).
+    pub fn recycle_buffer(&mut self, bid: u16) {
+        if let Some(br) = self.buf_ring.as_mut() {
+            br.recycle(bid);
+        }
+    }
+
+    /// Publishes every recycled buffer with one store.
+    pub fn publish_buffers(&mut self) {
+        if let Some(br) = self.buf_ring.as_mut() {
+            br.publish();
+        }
+    }
+}
+
+fn register_error(e: io::Error) -> Error {
+    if e.raw_os_error() == Some(libc::ENOMEM) {
+        Error::Unsupported(format!(
+            "registering packet memory with io_uring failed with ENOMEM: RLIMIT_MEMLOCK is {} bytes; raise `ulimit -l`, set LimitMEMLOCK= or grant CAP_IPC_LOCK",
+            crate::mem::limits::memlock_limit()
+        ))
+    } else {
+        Error::io("io_uring_register", e)
+    }
+}
+
+fn build_ring(size: RingSize) -> Result<(IoUring, SetupMode), Error> {
+    let attempts = [
+        SetupMode::DeferTaskrun,
+        SetupMode::CoopTaskrun,
+        SetupMode::Plain,
+    ];
+    let mut last = None;
+    for mode in attempts {
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(size.cq_entries).setup_clamp();
+        match mode {
+            SetupMode::DeferTaskrun => {
+                builder.setup_single_issuer().setup_defer_taskrun();
+            }
+            SetupMode::CoopTaskrun => {
+                builder.setup_single_issuer().setup_coop_taskrun();
+            }
+            SetupMode::Plain => {}
+        }
+        match builder.build(size.sq_entries) {
+            Ok(ring) => return Ok((ring, mode)),
+            // EINVAL means this kernel does not know a flag: try the next, simpler set.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = Some(e),
+            Err(e) => return Err(probe::setup_error(e)),
+        }
+    }
+    Err(probe::setup_error(last.unwrap_or_else(|| {
+        io::Error::from_raw_os_error(libc::EINVAL)
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_with_defer_taskrun_here() {
+        let (_ring, mode) = build_ring(RingSize {
+            sq_entries: 64,
+            cq_entries: 256,
+        })
+        .unwrap();
+        assert_eq!(mode, SetupMode::DeferTaskrun);
+    }
+
+    #[test]
+    fn write_fixed_outside_arena_is_refused() {
+        let arena = Arena::allocate_on_node(8192, 0, false).unwrap();
+        let size = RingSize {
+            sq_entries: 8,
+            cq_entries: 16,
+        };
+        let mut engine = Engine::new(size, arena, probe::SEND_OPS, true, None).unwrap();
+        assert!(!engine.push_write_fixed(0, 8000, 1000, 1));
+        assert!(
+            !engine.push_recv_msg_multi(0, 1),
+            "no buffer ring registered"
+        );
+    }
+}

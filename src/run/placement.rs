@@ -1,0 +1,79 @@
+//! Resolves where a role's queues run: reads the topology, finds the NIC for the target or
+//! listen address, applies the placement rules and prints the result (placement is never
+//! applied silently).
+
+use std::{net::SocketAddr, path::Path};
+
+use crate::{
+    error::Error,
+    report::QueueView,
+    topology::{self, NicLocality, Topology, placement},
+};
+
+/// Placement inputs from the command line.
+#[derive(Clone, Debug, Default)]
+pub struct PlacementArgs<'a> {
+    /// Queues to place.
+    pub queues: usize,
+    /// `--cpus` text.
+    pub cpus: Option<&'a str>,
+    /// `--node`.
+    pub node: Option<u32>,
+    /// Address whose interface decides NIC locality.
+    pub address: Option<SocketAddr>,
+    /// CPUs to stay off while others are left.
+    pub avoid_cpus: &'a [u32],
+}
+
+/// The topology and the NIC the address goes through, for `topo` and for planning.
+pub fn discover(
+    address: Option<SocketAddr>,
+) -> Result<(Topology, Option<(String, NicLocality)>), Error> {
+    let topo = Topology::detect().map_err(|e| Error::Unsupported(e.to_string()))?;
+    let nic = address
+        .filter(|a| !a.ip().is_unspecified())
+        .map(|a| topology::egress_interface(a).map_err(|e| Error::Usage(e.to_string())))
+        .transpose()?
+        .map(|ifname| {
+            let locality = topology::nic_numa_node(Path::new(topology::sysfs::SYSFS_ROOT), &ifname);
+            (ifname, locality)
+        });
+    Ok((topo, nic))
+}
+
+/// Plans `args.queues` queues for `role`; returns them with the plan and its warnings as text.
+pub fn plan_queues(
+    role: &str,
+    args: &PlacementArgs<'_>,
+) -> Result<(Vec<QueueView>, String), Error> {
+    let (topo, nic) = discover(args.address)?;
+    let cpus = args
+        .cpus
+        .map(|text| {
+            topology::parse_cpu_list(text)
+                .map_err(|e| Error::Usage(format!("invalid --cpus {text:?}: {e}")))
+        })
+        .transpose()?;
+    let request = placement::PlacementRequest {
+        queues: args.queues,
+        cpus: cpus.as_deref(),
+        node: args.node,
+        nic: nic.as_ref().map(|(name, loc)| (name.as_str(), *loc)),
+        avoid_cpus: args.avoid_cpus,
+    };
+    let plan = placement::plan(&topo, &request).map_err(|e| Error::Usage(e.to_string()))?;
+    let mut text = topology::render_plan(role, &plan);
+    for warning in &plan.warnings {
+        text += &format!("warning: {warning}\n");
+    }
+    let queues = plan
+        .queues
+        .iter()
+        .map(|q| QueueView {
+            queue: q.queue,
+            node: q.node,
+            cpu: q.cpu,
+        })
+        .collect();
+    Ok((queues, text))
+}

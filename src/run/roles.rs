@@ -1,0 +1,261 @@
+//! Builds and starts the worker groups of each role from validated arguments: splits rate,
+//! count and flows over the queues, creates each worker on its pinned thread, and keeps the
+//! handles the reporter reads.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use crate::{
+    cli::{SinkTuning, TrafficArgs},
+    error::Error,
+    proto::header::HEADER_LEN,
+    report::{QueueView, RxSample, TxSample},
+    sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
+    sink::{SinkConfig, SinkOutcome, SinkShared, SinkWorker},
+    worker::{self, Control, Group},
+};
+
+/// Largest UDP payload of one send (IPv4: 65535 − 20 − 8).
+pub const MAX_SEND_BYTES: usize = 65_507;
+/// Largest GSO segment count the kernel accepts per send (`UDP_MAX_SEGMENTS`).
+pub const MAX_GSO_SEGMENTS: u16 = 128;
+
+/// Running senders.
+pub struct SenderSet {
+    /// Placement of each queue.
+    pub queues: Vec<QueueView>,
+    /// Shared counters per queue.
+    pub shared: Vec<Arc<SenderShared>>,
+    /// The threads.
+    pub group: Group<SenderOutcome>,
+    /// The session epoch in every header.
+    pub epoch: u32,
+    /// Flow ids per queue.
+    pub flows: Vec<Vec<u32>>,
+    /// Target packets per second over all queues (None = max).
+    pub target_pps: Option<f64>,
+}
+
+/// Running sinks.
+pub struct SinkSet {
+    /// Placement of each queue.
+    pub queues: Vec<QueueView>,
+    /// Shared counters per queue.
+    pub shared: Vec<Arc<SinkShared>>,
+    /// The threads.
+    pub group: Group<SinkOutcome>,
+}
+
+/// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
+pub fn sender_configs(
+    to: SocketAddr,
+    t: &TrafficArgs,
+    queues: usize,
+    default_duration: Option<Duration>,
+    epoch: u32,
+    hugepages: bool,
+) -> Result<Vec<(SenderConfig, Vec<u32>)>, Error> {
+    let usage = |m: String| Err(Error::Usage(m));
+    if queues == 0 {
+        return usage("--queues must be at least 1".into());
+    }
+    if t.size < HEADER_LEN {
+        return usage(format!(
+            "--size {} is below the {HEADER_LEN}-byte ringblast header; use --size {HEADER_LEN} or more",
+            t.size
+        ));
+    }
+    if t.gso == 0 || t.gso > MAX_GSO_SEGMENTS {
+        return usage(format!(
+            "--gso {} is out of range; use 1 (off) to {MAX_GSO_SEGMENTS}",
+            t.gso
+        ));
+    }
+    let per_send = t.size * usize::from(t.gso);
+    if per_send > MAX_SEND_BYTES {
+        let fit = (MAX_SEND_BYTES / t.size).max(1);
+        return usage(if t.gso > 1 {
+            format!(
+                "--gso {} × --size {} = {per_send} bytes per send exceeds {MAX_SEND_BYTES}; use --gso {fit} or less",
+                t.gso, t.size
+            )
+        } else {
+            format!(
+                "--size {} exceeds the largest UDP payload {MAX_SEND_BYTES}",
+                t.size
+            )
+        });
+    }
+    if t.batch == 0 || t.batch > 4096 {
+        return usage(format!(
+            "--batch {} is out of range; use 1 to 4096",
+            t.batch
+        ));
+    }
+    let window = t.window.unwrap_or(t.batch * 2);
+    if window == 0 || window > 32768 {
+        return usage(format!("--window {window} is out of range; use 1 to 32768"));
+    }
+    let flows = t.flows.unwrap_or(queues as u32);
+    if (flows as usize) < queues {
+        return usage(format!(
+            "--flows {flows} is below --queues {queues}; every queue needs at least one flow"
+        ));
+    }
+    if flows > 65_536 {
+        return usage(format!("--flows {flows} is too many; use at most 65536"));
+    }
+    let total_pps = t.rate.packets_per_second(t.size);
+    let duration = t.duration.or(if t.count.is_none() {
+        default_duration
+    } else {
+        None
+    });
+    Ok((0..queues)
+        .map(|q| {
+            let my_flows: Vec<u32> = (0..flows).filter(|f| *f as usize % queues == q).collect();
+            let count = t
+                .count
+                .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64));
+            let config = SenderConfig {
+                to,
+                size: t.size,
+                gso: t.gso,
+                batch: t.batch,
+                window,
+                rate_pps: total_pps.map(|r| r / queues as f64),
+                count,
+                duration,
+                op: t.send_op,
+                epoch,
+                hugepages,
+            };
+            (config, my_flows)
+        })
+        .collect())
+}
+
+/// Starts one sender per planned queue.
+pub fn start_senders(
+    control: &Arc<Control>,
+    queues: Vec<QueueView>,
+    configs: Vec<(SenderConfig, Vec<u32>)>,
+    target_pps: Option<f64>,
+) -> Result<SenderSet, Error> {
+    let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
+    let mut shared = Vec::new();
+    let mut workers = Vec::new();
+    let mut flows = Vec::new();
+    for (q, (config, my_flows)) in queues.iter().zip(configs) {
+        let s = Arc::new(SenderShared {
+            flows: my_flows.iter().map(|_| Default::default()).collect(),
+            worker: Default::default(),
+        });
+        shared.push(Arc::clone(&s));
+        flows.push(my_flows.clone());
+        let place = SenderPlacement {
+            queue: q.queue,
+            node: q.node,
+            flows: my_flows,
+        };
+        workers.push((q.cpu, move || SenderWorker::new(config, &place, s)));
+    }
+    let group = worker::start("send", control, workers)?;
+    Ok(SenderSet {
+        queues,
+        shared,
+        group,
+        epoch,
+        flows,
+        target_pps,
+    })
+}
+
+/// Checks the sink options and returns the per-queue config.
+pub fn sink_config(
+    listen: SocketAddr,
+    t: &SinkTuning,
+    duration: Option<Duration>,
+    hugepages: bool,
+) -> Result<SinkConfig, Error> {
+    if !t.rx_buffers.is_power_of_two() || t.rx_buffers < 8 || t.rx_buffers > 32768 {
+        return Err(Error::Usage(format!(
+            "--rx-buffers {} must be a power of two from 8 to 32768",
+            t.rx_buffers
+        )));
+    }
+    if t.max_flows == 0 || t.max_flows > 65_536 {
+        return Err(Error::Usage(format!(
+            "--max-flows {} is out of range; use 1 to 65536",
+            t.max_flows
+        )));
+    }
+    Ok(SinkConfig {
+        listen,
+        gro: !t.no_gro,
+        spin: !t.no_spin,
+        buffers: t.rx_buffers,
+        max_flows: t.max_flows,
+        duration,
+        hugepages,
+    })
+}
+
+/// Starts one sink per planned queue, all on the same `SO_REUSEPORT` address.
+pub fn start_sinks(
+    control: &Arc<Control>,
+    queues: Vec<QueueView>,
+    config: SinkConfig,
+) -> Result<SinkSet, Error> {
+    let mut shared = Vec::new();
+    let mut workers = Vec::new();
+    for q in &queues {
+        let s = Arc::new(SinkShared::new(config.max_flows));
+        shared.push(Arc::clone(&s));
+        let (config, node) = (config.clone(), q.node);
+        workers.push((q.cpu, move || SinkWorker::new(config, node, s)));
+    }
+    let group = worker::start("sink", control, workers)?;
+    Ok(SinkSet {
+        queues,
+        shared,
+        group,
+    })
+}
+
+impl SenderSet {
+    /// Current counters per queue.
+    pub fn samples(&self) -> Vec<TxSample> {
+        self.shared
+            .iter()
+            .map(|s| {
+                let mut sample = TxSample {
+                    worker: s.worker.load(),
+                    ..Default::default()
+                };
+                for f in &s.flows {
+                    sample.traffic.add(&f.load());
+                }
+                sample
+            })
+            .collect()
+    }
+}
+
+impl SinkSet {
+    /// Current counters per queue.
+    pub fn samples(&self) -> Vec<RxSample> {
+        self.shared
+            .iter()
+            .map(|s| {
+                let mut sample = RxSample {
+                    worker: s.worker.load(),
+                    ..Default::default()
+                };
+                for f in &s.flows {
+                    sample.traffic.add(&f.load());
+                }
+                sample
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,277 @@
+//! The reporting loop of a run: watches the worker groups, prints interval lines, turns
+//! SIGINT/SIGTERM into a clean stop, and prints the final summaries after every worker has
+//! ended and published its last counters (so nothing counted is lost).
+
+use std::{
+    io::Write,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use serde_json::json;
+
+use super::roles::{SenderSet, SinkSet};
+use crate::{
+    clock,
+    error::Error,
+    report::{self, RxSample, TxSample},
+    worker::Control,
+};
+
+const TICK: Duration = Duration::from_millis(20);
+
+/// A started run: senders, sinks or both.
+pub struct Session {
+    /// Stop and drain flags shared with the workers.
+    pub control: Arc<Control>,
+    /// Senders, if this run sends.
+    pub senders: Option<SenderSet>,
+    /// Sinks, if this run receives.
+    pub sinks: Option<SinkSet>,
+    /// JSON Lines on stdout.
+    pub json: bool,
+    /// Time between interval reports (zero = none).
+    pub interval: Duration,
+    /// Role names get a prefix in human lines (pair mode).
+    pub prefix_roles: bool,
+}
+
+/// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
+pub fn install_signals() -> Result<Arc<AtomicBool>, Error> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&flag)))
+            .map_err(|e| Error::io("install signal handler", e))?;
+    }
+    Ok(flag)
+}
+
+fn emit_json(value: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{value}");
+    let _ = out.flush();
+}
+
+impl Session {
+    fn print_interval(
+        &self,
+        elapsed: f64,
+        seconds: f64,
+        tx: &[TxSample],
+        tx0: &[TxSample],
+        rx: &[RxSample],
+        rx0: &[RxSample],
+    ) {
+        let mut lines = String::new();
+        let prefix = |role: &str| {
+            if self.prefix_roles {
+                format!("{role} ")
+            } else {
+                String::new()
+            }
+        };
+        if let Some(s) = &self.senders {
+            for (q, (n, b)) in s.queues.iter().zip(tx.iter().zip(tx0)) {
+                let label = format!("{}{}", prefix("send"), report::queue_label(q));
+                lines += &report::tx_line(&label, n, b, seconds);
+                lines.push('\n');
+            }
+            if s.queues.len() > 1 {
+                lines += &report::tx_line(
+                    &format!("{}total", prefix("send")),
+                    &report::total_tx(tx),
+                    &report::total_tx(tx0),
+                    seconds,
+                );
+                lines.push('\n');
+            }
+            if self.json {
+                emit_json(&report::tx_interval_json(
+                    elapsed, &s.queues, tx, tx0, seconds,
+                ));
+            }
+        }
+        if let Some(s) = &self.sinks {
+            for (q, (n, b)) in s.queues.iter().zip(rx.iter().zip(rx0)) {
+                let label = format!("{}{}", prefix("sink"), report::queue_label(q));
+                lines += &report::rx_line(&label, n, b, seconds);
+                lines.push('\n');
+            }
+            if s.queues.len() > 1 {
+                lines += &report::rx_line(
+                    &format!("{}total", prefix("sink")),
+                    &report::total_rx(rx),
+                    &report::total_rx(rx0),
+                    seconds,
+                );
+                lines.push('\n');
+            }
+            if self.json {
+                emit_json(&report::rx_interval_json(
+                    elapsed, &s.queues, rx, rx0, seconds,
+                ));
+            }
+        }
+        eprint!("{lines}");
+    }
+
+    fn samples(&self) -> (Vec<TxSample>, Vec<RxSample>) {
+        (
+            self.senders
+                .as_ref()
+                .map(|s| s.samples())
+                .unwrap_or_default(),
+            self.sinks.as_ref().map(|s| s.samples()).unwrap_or_default(),
+        )
+    }
+
+    /// Releases the workers (sinks first) and reports until every worker has ended.
+    pub fn run(
+        self,
+        signal: &AtomicBool,
+        on_tick: &mut dyn FnMut(&[TxSample], &[RxSample]),
+    ) -> Result<(), Error> {
+        if let Some(s) = &self.sinks {
+            s.group.release();
+        }
+        if let Some(s) = &self.senders {
+            s.group.release();
+        }
+        let start = clock::monotonic_ns();
+        let mut last_report = start;
+        let (mut tx0, mut rx0) = self.samples();
+        loop {
+            std::thread::sleep(TICK);
+            if signal.load(Ordering::Relaxed) {
+                self.control.request_stop();
+            }
+            let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
+            let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
+            if senders_done {
+                self.control.request_drain();
+            }
+            let (tx, rx) = self.samples();
+            on_tick(&tx, &rx);
+            let now = clock::monotonic_ns();
+            let since = now - last_report;
+            if !self.interval.is_zero() && since >= self.interval.as_nanos() as u64 {
+                let seconds = since as f64 / 1e9;
+                self.print_interval((now - start) as f64 / 1e9, seconds, &tx, &tx0, &rx, &rx0);
+                (tx0, rx0, last_report) = (tx, rx, now);
+            }
+            if senders_done && sinks_done {
+                break;
+            }
+        }
+        self.finish(on_tick)
+    }
+
+    fn finish(self, on_tick: &mut dyn FnMut(&[TxSample], &[RxSample])) -> Result<(), Error> {
+        let mut failed = false;
+        let (tx, rx) = self.samples();
+        on_tick(&tx, &rx);
+        if let Some(s) = self.senders {
+            let outcomes = s.group.join();
+            let total = report::total_tx(&tx);
+            let started = outcomes
+                .iter()
+                .flatten()
+                .map(|o| o.started_ns)
+                .min()
+                .unwrap_or(0);
+            let ended = outcomes
+                .iter()
+                .flatten()
+                .map(|o| o.ended_ns)
+                .max()
+                .unwrap_or(0);
+            failed |= outcomes
+                .iter()
+                .any(|o| o.as_ref().is_none_or(|o| o.ring_failed));
+            let duration = ended.saturating_sub(started) as f64 / 1e9;
+            let extra = json!({"epoch": s.epoch, "queues": s.queues.len(),
+                "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
+                "target_pps": s.target_pps.map(|r| r.round() as u64),
+                "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
+            let summary = report::tx_summary_json(&total, duration, extra);
+            eprintln!(
+                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps",
+                summary["tx_packets"],
+                summary["tx_bytes"],
+                summary["tx_errors"],
+                duration,
+                summary["pps"],
+                summary["bps"]
+            );
+            if self.json {
+                emit_json(&summary);
+            }
+        }
+        if let Some(s) = self.sinks {
+            let outcomes = s.group.join();
+            failed |= outcomes
+                .iter()
+                .any(|o| o.as_ref().is_none_or(|o| o.ring_failed));
+            let total = report::total_rx(&rx);
+            let first = outcomes
+                .iter()
+                .flatten()
+                .filter_map(|o| o.active)
+                .map(|a| a.0)
+                .min();
+            let last = outcomes
+                .iter()
+                .flatten()
+                .filter_map(|o| o.active)
+                .map(|a| a.1)
+                .max();
+            let duration = match (first, last) {
+                (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e9,
+                _ => 0.0,
+            };
+            let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
+            for o in outcomes.into_iter().flatten() {
+                match latency.as_mut() {
+                    Some(h) => {
+                        let _ = h.add(&o.latency);
+                    }
+                    None => latency = Some(o.latency),
+                }
+            }
+            let latency = latency.filter(|h| !h.is_empty()).map(|h| {
+                json!({"min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
+                    "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(), "mean_ns": h.mean().round() as u64})
+            });
+            let extra = json!({"queues": s.queues.len(), "latency": latency,
+                "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
+            let summary = report::rx_summary_json(&total, duration, extra);
+            eprintln!(
+                "sink summary: {} packets, {} bytes in {:.3}s: {}pps {}bps; lost {} reordered {} dup {} invalid {} kernel drops {}",
+                summary["rx_packets"],
+                summary["rx_bytes"],
+                duration,
+                summary["pps"],
+                summary["bps"],
+                summary["rx_lost"],
+                summary["rx_reordered"],
+                summary["rx_duplicates"],
+                summary["rx_invalid"],
+                summary["rx_kernel_drops"]
+            );
+            if self.json {
+                emit_json(&summary);
+            }
+        }
+        if failed {
+            return Err(Error::io(
+                "a worker's io_uring failed during the run",
+                std::io::Error::other("see the counts above"),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,319 @@
+//! The sender worker: keeps a window of sends in flight on its own ring, writes each packet's
+//! header in place in its registered slot, and submits a batch of SQEs per `io_uring_enter`.
+//!
+//! Set-up (`SenderWorker::new`) maps the node-local arena, opens one connected socket per flow,
+//! registers the arena and writes the fixed header fields. The loop (`run`) only stamps headers,
+//! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
+//! plain fields published to the worker's shared block every few milliseconds and at the end.
+
+mod slots;
+
+use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
+
+use socket2::Socket;
+
+use self::slots::Slots;
+use crate::{
+    clock,
+    error::Error,
+    mem::{Arena, limits},
+    net,
+    pacing::Pacer,
+    ring::{Completion, Engine, RingSize, Wait, probe},
+    stats::{TxFlow, WorkerCounters, errno_class},
+    worker::{Control, Job},
+};
+
+/// How often counters are published to the shared block.
+const PUBLISH_EVERY_NS: u64 = 10_000_000;
+/// The longest a sender sleeps in one wait, so a stop request is seen promptly.
+const MAX_SLEEP_NS: u64 = 5_000_000;
+
+/// Which io_uring operation sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SendOp {
+    /// `WRITE_FIXED` on the connected socket from the registered arena (default: fastest here).
+    WriteFixed,
+    /// `SEND_ZC` with `buf_index` (zero-copy; every loopback send is copied anyway).
+    SendZc,
+}
+
+/// Everything one sender worker needs, resolved and validated before start.
+#[derive(Clone, Debug)]
+pub struct SenderConfig {
+    /// Destination.
+    pub to: std::net::SocketAddr,
+    /// UDP payload bytes per packet (header included).
+    pub size: usize,
+    /// Packets per send (1 = no GSO).
+    pub gso: u16,
+    /// SQEs per `io_uring_enter`.
+    pub batch: u32,
+    /// Sends kept in flight at most.
+    pub window: u32,
+    /// Packets per second for this worker, `None` = as fast as possible.
+    pub rate_pps: Option<f64>,
+    /// Packets this worker sends before it stops.
+    pub count: Option<u64>,
+    /// How long this worker sends.
+    pub duration: Option<Duration>,
+    /// The send operation.
+    pub op: SendOp,
+    /// Session epoch written into every header.
+    pub epoch: u32,
+    /// Try 2 MiB pages for the arena.
+    pub hugepages: bool,
+}
+
+/// Where a worker runs and which flows it owns.
+#[derive(Clone, Debug)]
+pub struct SenderPlacement {
+    /// Queue index.
+    pub queue: usize,
+    /// NUMA node of the worker's CPU (the arena is bound there).
+    pub node: u32,
+    /// Flow ids this worker sends, one socket each.
+    pub flows: Vec<u32>,
+}
+
+/// Counters a sender shares with the reporter.
+#[derive(Debug, Default)]
+pub struct SenderShared {
+    /// Per flow, in the order of `SenderPlacement::flows`.
+    pub flows: Vec<crate::stats::SharedTxFlow>,
+    /// Engine counters.
+    pub worker: crate::stats::SharedWorkerCounters,
+}
+
+/// What a sender reports when it ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SenderOutcome {
+    /// Monotonic ns when sending began.
+    pub started_ns: u64,
+    /// Monotonic ns when the last completion was reaped.
+    pub ended_ns: u64,
+    /// A fatal ring error ended the run early.
+    pub ring_failed: bool,
+}
+
+/// A sender worker, set up and ready to run on its thread.
+pub struct SenderWorker {
+    // Sockets must outlive the ring's in-flight sends, so they are declared after `engine`.
+    engine: Engine,
+    _sockets: Vec<Socket>,
+    fds: Vec<i32>,
+    slots: Slots,
+    config: SenderConfig,
+    shared: Arc<SenderShared>,
+    flows: Vec<TxFlow>,
+    next_seq: Vec<u64>,
+    next_flow: usize,
+    counters: WorkerCounters,
+    completions: Vec<Completion>,
+}
+
+impl SenderWorker {
+    /// Bytes of locked memory one worker registers (arena plus ring).
+    pub fn locked_bytes(config: &SenderConfig) -> u64 {
+        Slots::arena_bytes(config) as u64 + ring_size(config).locked_bytes()
+    }
+
+    /// Builds the worker on the calling (already pinned) thread.
+    pub fn new(
+        config: SenderConfig,
+        place: &SenderPlacement,
+        shared: Arc<SenderShared>,
+    ) -> Result<Self, Error> {
+        limits::check_memlock(Self::locked_bytes(&config))?;
+        let arena =
+            Arena::allocate_on_node(Slots::arena_bytes(&config), place.node, config.hugepages)
+                .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let ops = match config.op {
+            SendOp::WriteFixed => probe::SEND_OPS,
+            SendOp::SendZc => probe::SEND_ZC_OPS,
+        };
+        let mut engine = Engine::new(ring_size(&config), arena, ops, true, None)?;
+        let gso = (config.gso > 1).then_some(config.size as u16);
+        let sockets = place
+            .flows
+            .iter()
+            .map(|_| net::sender_socket(config.to, gso))
+            .collect::<Result<Vec<_>, _>>()?;
+        let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
+        let slots = Slots::new(&config, &mut engine, &place.flows)?;
+        let n = place.flows.len();
+        Ok(SenderWorker {
+            engine,
+            _sockets: sockets,
+            fds,
+            slots,
+            completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
+            flows: vec![TxFlow::default(); n],
+            next_seq: vec![0; n],
+            next_flow: 0,
+            counters: WorkerCounters::default(),
+            shared,
+            config,
+        })
+    }
+
+    fn publish(&mut self) {
+        let rc = self.engine.counters();
+        let c = &mut self.counters;
+        c.enter_calls = rc.enter_calls;
+        c.sqes_submitted = rc.sqes_submitted;
+        c.cqes_reaped = rc.cqes_reaped;
+        c.sq_full = rc.sq_full;
+        c.cq_overflow = u64::from(self.engine.cq_overflow());
+        c.inflight = u64::from(self.slots.in_flight());
+        for (shared, local) in self.shared.flows.iter().zip(&self.flows) {
+            shared.publish(local);
+        }
+        self.shared.worker.publish(&self.counters);
+    }
+
+    /// Pushes up to `budget` packets' worth of sends; returns packets queued.
+    fn push_sends(&mut self, budget: u64, now_real: u64) -> u64 {
+        let mut queued = 0;
+        let mut pushed = 0;
+        while pushed < self.config.batch && queued < budget {
+            let Some(slot) = self.slots.take() else { break };
+            let segs = (budget - queued).min(u64::from(self.config.gso)) as u16;
+            let flow = self.next_flow;
+            let seq = self.next_seq[flow];
+            let (offset, len) = self
+                .slots
+                .stamp(&mut self.engine, slot, flow, segs, seq, now_real);
+            let fd = self.fds[flow];
+            let user_data = u64::from(slot);
+            let ok = match self.config.op {
+                SendOp::WriteFixed => self.engine.push_write_fixed(fd, offset, len, user_data),
+                SendOp::SendZc => self.engine.push_send_zc_fixed(fd, offset, len, user_data),
+            };
+            if !ok {
+                self.slots.give_back(slot);
+                break;
+            }
+            self.next_seq[flow] = seq + u64::from(segs);
+            self.next_flow = if flow + 1 == self.fds.len() {
+                0
+            } else {
+                flow + 1
+            };
+            queued += u64::from(segs);
+            pushed += 1;
+        }
+        queued
+    }
+
+    fn reap(&mut self) {
+        let n = self.engine.reap(&mut self.completions);
+        for i in 0..n {
+            let c = self.completions[i];
+            let slot = c.user_data as u32;
+            if c.is_notification() {
+                if c.result as u32 & ZC_COPIED != 0 {
+                    self.counters.zc_copied += 1;
+                }
+                self.slots.release(slot);
+                continue;
+            }
+            let flow = self.slots.flow_of(slot);
+            let segs = u64::from(self.slots.segments(slot));
+            let f = &mut self.flows[flow];
+            if c.result >= 0 {
+                f.packets += segs;
+                f.bytes += c.result as u64;
+            } else {
+                f.errors[errno_class(-c.result)] += segs;
+            }
+            // A zero-copy send keeps its slot until the notification arrives.
+            if !c.more() {
+                self.slots.release(slot);
+            }
+        }
+    }
+}
+
+/// `IORING_NOTIF_USAGE_ZC_COPIED`: the notification's result says the kernel copied.
+const ZC_COPIED: u32 = 1 << 31;
+
+fn ring_size(config: &SenderConfig) -> RingSize {
+    let sq = config.window.max(config.batch).next_power_of_two().max(8);
+    RingSize {
+        sq_entries: sq,
+        cq_entries: sq * 4,
+    }
+}
+
+impl Job for SenderWorker {
+    type Output = SenderOutcome;
+
+    fn run(mut self, control: &Control) -> SenderOutcome {
+        let started_ns = clock::monotonic_ns();
+        let max_burst = u64::from(self.config.batch) * u64::from(self.config.gso);
+        let mut pacer = Pacer::new(self.config.rate_pps, started_ns, max_burst);
+        let deadline = self
+            .config
+            .duration
+            .map(|d| started_ns + d.as_nanos() as u64);
+        let mut remaining = self.config.count.unwrap_or(u64::MAX);
+        let mut last_publish = started_ns;
+        let mut ring_failed = false;
+        let mut stopping = false;
+        loop {
+            let now = clock::monotonic_ns();
+            if !stopping
+                && (control.stop_requested()
+                    || remaining == 0
+                    || deadline.is_some_and(|d| now >= d))
+            {
+                stopping = true;
+            }
+            if stopping && self.slots.in_flight() == 0 {
+                break;
+            }
+            let mut queued = 0;
+            if !stopping {
+                let budget = pacer.allowance(now).min(remaining);
+                if budget > 0 {
+                    queued = self.push_sends(budget, clock::realtime_ns());
+                    pacer.commit(queued);
+                    remaining -= queued;
+                }
+            }
+            let wait = if queued > 0 {
+                Wait::Nothing
+            } else if self.slots.in_flight() > 0 {
+                Wait::One {
+                    timeout_ns: MAX_SLEEP_NS,
+                }
+            } else {
+                let due = pacer.next_due_ns().unwrap_or(now);
+                let until = deadline.map_or(due, |d| due.min(d));
+                Wait::One {
+                    timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),
+                }
+            };
+            if self.engine.submit(wait).is_err() {
+                ring_failed = true;
+                break;
+            }
+            self.reap();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.counters.pacing_lag_ns = pacer.lag_ns(now);
+                self.publish();
+                last_publish = now;
+            }
+        }
+        let ended_ns = clock::monotonic_ns();
+        self.counters.pacing_lag_ns = 0;
+        self.publish();
+        SenderOutcome {
+            started_ns,
+            ended_ns,
+            ring_failed,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The sender's send slots: fixed regions of the registered arena, one per send in flight,
+//! each large enough for a GSO train of `gso` packets of `size` bytes.
+//!
+//! Free slots circulate through a fixed FIFO, so the loop never allocates. A slot is written
+//! only while free; the kernel reads it only while it is in flight.
+
+use super::SenderConfig;
+use crate::{
+    error::Error,
+    proto::header::{HEADER_LEN, Header},
+    ring::Engine,
+};
+
+/// Send slots and their bookkeeping.
+#[derive(Debug)]
+pub(super) struct Slots {
+    slot_bytes: usize,
+    size: usize,
+    epoch: u32,
+    flow_ids: Vec<u32>,
+    free: Vec<u32>,
+    head: usize,
+    free_count: usize,
+    flow_of: Vec<u32>,
+    segments: Vec<u16>,
+}
+
+impl Slots {
+    fn slot_bytes(config: &SenderConfig) -> usize {
+        (config.size * usize::from(config.gso)).div_ceil(64) * 64
+    }
+
+    /// Arena bytes needed for `config.window` slots.
+    pub(super) fn arena_bytes(config: &SenderConfig) -> usize {
+        Self::slot_bytes(config) * config.window as usize
+    }
+
+    /// Lays out the slots and zeroes their payloads.
+    pub(super) fn new(
+        config: &SenderConfig,
+        engine: &mut Engine,
+        flow_ids: &[u32],
+    ) -> Result<Slots, Error> {
+        if config.size < HEADER_LEN {
+            return Err(Error::Usage(format!(
+                "--size {} is smaller than the {HEADER_LEN}-byte ringblast header",
+                config.size
+            )));
+        }
+        let window = config.window as usize;
+        let slot_bytes = Self::slot_bytes(config);
+        if engine.arena_bytes_mut(0, slot_bytes * window).is_none() {
+            return Err(Error::Usage("arena smaller than the send window".into()));
+        }
+        Ok(Slots {
+            slot_bytes,
+            size: config.size,
+            epoch: config.epoch,
+            flow_ids: flow_ids.to_vec(),
+            free: (0..config.window).collect(),
+            head: 0,
+            free_count: window,
+            flow_of: vec![0; window],
+            segments: vec![0; window],
+        })
+    }
+
+    /// Slots in flight.
+    pub(super) fn in_flight(&self) -> u32 {
+        (self.free.len() - self.free_count) as u32
+    }
+
+    /// Takes the oldest free slot.
+    pub(super) fn take(&mut self) -> Option<u32> {
+        if self.free_count == 0 {
+            return None;
+        }
+        let slot = self.free[self.head];
+        self.head = (self.head + 1) % self.free.len();
+        self.free_count -= 1;
+        Some(slot)
+    }
+
+    /// Returns a slot taken but never submitted, to the front of the queue.
+    pub(super) fn give_back(&mut self, slot: u32) {
+        self.head = (self.head + self.free.len() - 1) % self.free.len();
+        self.free[self.head] = slot;
+        self.free_count += 1;
+    }
+
+    /// Returns a slot whose send completed.
+    pub(super) fn release(&mut self, slot: u32) {
+        let tail = (self.head + self.free_count) % self.free.len();
+        self.free[tail] = slot;
+        self.free_count += 1;
+    }
+
+    /// Flow index (into the worker's flow list) of the send in `slot`.
+    pub(super) fn flow_of(&self, slot: u32) -> usize {
+        self.flow_of[slot as usize] as usize
+    }
+
+    /// Packets carried by the send in `slot`.
+    pub(super) fn segments(&self, slot: u32) -> u16 {
+        self.segments[slot as usize]
+    }
+
+    /// Writes `segs` headers (sequence numbers `seq..seq+segs`) into `slot` for flow index
+    /// `flow`; returns the arena offset and length of the send.
+    pub(super) fn stamp(
+        &mut self,
+        engine: &mut Engine,
+        slot: u32,
+        flow: usize,
+        segs: u16,
+        seq: u64,
+        timestamp_ns: u64,
+    ) -> (usize, u32) {
+        let offset = slot as usize * self.slot_bytes;
+        let len = self.size * usize::from(segs);
+        self.flow_of[slot as usize] = flow as u32;
+        self.segments[slot as usize] = segs;
+        if let Some(bytes) = engine.arena_bytes_mut(offset, len) {
+            let mut header = Header {
+                flags: 0,
+                flow: self.flow_ids[flow],
+                epoch: self.epoch,
+                seq,
+                timestamp_ns,
+            };
+            for packet in bytes.chunks_exact_mut(self.size) {
+                header.write(packet);
+                header.seq += 1;
+            }
+        }
+        (offset, len as u32)
+    }
+}

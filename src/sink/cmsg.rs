@@ -1,0 +1,99 @@
+//! Parsing of the control messages a multishot `RECVMSG` delivers with each datagram:
+//! `UDP_GRO` (the segment size of a coalesced buffer) and `SO_RXQ_OVFL` (the socket's cumulative
+//! drop counter). Pure byte parsing of the `cmsghdr` chain, no pointers.
+
+/// `SOL_UDP`.
+const SOL_UDP: i32 = 17;
+/// `UDP_GRO` control message type.
+const UDP_GRO: i32 = 104;
+/// Size of `struct cmsghdr` on 64-bit Linux: `size_t len; int level; int type`.
+const CMSG_HEADER: usize = 16;
+const ALIGN: usize = std::mem::size_of::<usize>();
+
+/// What the control messages of one received buffer said.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ControlInfo {
+    /// Segment size when the buffer holds several coalesced datagrams.
+    pub gro_segment: Option<u16>,
+    /// The socket's cumulative drop counter, present once drops have happened.
+    pub drops: Option<u32>,
+}
+
+/// Walks the `cmsghdr` chain in `control`. Malformed trailing bytes are ignored.
+pub fn parse(control: &[u8]) -> ControlInfo {
+    let mut info = ControlInfo::default();
+    let mut offset = 0;
+    while let Some(header) = control.get(offset..offset + CMSG_HEADER) {
+        let len = read_usize(&header[0..ALIGN]);
+        let level = read_i32(&header[8..12]);
+        let kind = read_i32(&header[12..16]);
+        if len < CMSG_HEADER {
+            break;
+        }
+        let Some(data) = control.get(offset + CMSG_HEADER..offset + len) else {
+            break;
+        };
+        match (level, kind) {
+            (SOL_UDP, UDP_GRO) if data.len() >= 4 => {
+                let seg = read_i32(&data[0..4]);
+                info.gro_segment = u16::try_from(seg).ok().filter(|&s| s > 0);
+            }
+            (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) if data.len() >= 4 => {
+                info.drops = Some(u32::from_ne_bytes([data[0], data[1], data[2], data[3]]));
+            }
+            _ => {}
+        }
+        offset += len.div_ceil(ALIGN) * ALIGN;
+    }
+    info
+}
+
+fn read_usize(b: &[u8]) -> usize {
+    let mut a = [0u8; ALIGN];
+    a.copy_from_slice(&b[..ALIGN]);
+    usize::from_ne_bytes(a)
+}
+
+fn read_i32(b: &[u8]) -> i32 {
+    i32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmsg(level: i32, kind: i32, data: &[u8]) -> Vec<u8> {
+        let len = CMSG_HEADER + data.len();
+        let mut v = Vec::new();
+        v.extend_from_slice(&len.to_ne_bytes());
+        v.extend_from_slice(&level.to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(data);
+        v.resize(len.div_ceil(ALIGN) * ALIGN, 0);
+        v
+    }
+
+    #[test]
+    fn parses_gro_and_drops() {
+        let mut buf = cmsg(SOL_UDP, UDP_GRO, &1400i32.to_ne_bytes());
+        buf.extend(cmsg(
+            libc::SOL_SOCKET,
+            libc::SO_RXQ_OVFL,
+            &77u32.to_ne_bytes(),
+        ));
+        let info = parse(&buf);
+        assert_eq!(info.gro_segment, Some(1400));
+        assert_eq!(info.drops, Some(77));
+    }
+
+    #[test]
+    fn tolerates_garbage() {
+        assert_eq!(parse(&[]), ControlInfo::default());
+        assert_eq!(parse(&[0xff; 7]), ControlInfo::default());
+        let mut bad = cmsg(SOL_UDP, UDP_GRO, &1400i32.to_ne_bytes());
+        bad[0] = 200; // length past the end
+        assert_eq!(parse(&bad), ControlInfo::default());
+        let zero_len = vec![0u8; 32];
+        assert_eq!(parse(&zero_len), ControlInfo::default());
+    }
+}

@@ -1,0 +1,349 @@
+//! The sink worker: one `SO_REUSEPORT` socket and one ring per queue, a single multishot
+//! `RECVMSG` over a provided-buffer ring in the worker's node-local arena, re-armed whenever the
+//! kernel ends it (buffer ring empty, CQ overflow, error).
+//!
+//! Every packet's header is checked; GRO buffers are split at the `UDP_GRO` segment size and
+//! each segment is counted on its own. While traffic flows the worker spins on the completion
+//! queue instead of sleeping, so the sending core never pays for waking it; after a quiet spell it
+//! falls back to sleeping waits. The loop never allocates, locks, logs or calls metrics.
+
+pub mod cmsg;
+pub mod flows;
+
+use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
+
+use hdrhistogram::Histogram;
+use io_uring::types::RecvMsgOut;
+use socket2::Socket;
+
+use self::flows::FlowTable;
+use crate::{
+    clock,
+    error::Error,
+    mem::{Arena, limits},
+    net,
+    proto::header,
+    ring::{
+        BufRingLayout, Completion, Engine, RECV_CONTROL_LEN, RECVMSG_OUT_LEN, RingSize, Wait, probe,
+    },
+    stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class, latency_cell},
+    worker::{Control, Job},
+};
+
+const PUBLISH_EVERY_NS: u64 = 10_000_000;
+/// Keep spinning this long after the last packet before sleeping between completions.
+const SPIN_AFTER_PACKET_NS: u64 = 200_000_000;
+const SLEEP_NS: u64 = 10_000_000;
+/// While draining, stop after this long without a packet.
+const DRAIN_IDLE_NS: u64 = 300_000_000;
+/// While draining, stop after this long in any case.
+const DRAIN_MAX_NS: u64 = 3_000_000_000;
+const USER_DATA_RECV: u64 = 1;
+/// Index of the `flow_id` reason in `WorkerCounters::invalid`.
+const INVALID_FLOW_ID: usize = 3;
+
+/// Everything one sink worker needs, resolved before start.
+#[derive(Clone, Debug)]
+pub struct SinkConfig {
+    /// Address to listen on (shared by all queues).
+    pub listen: std::net::SocketAddr,
+    /// Ask the kernel for `UDP_GRO`.
+    pub gro: bool,
+    /// Spin on the completion queue while traffic flows.
+    pub spin: bool,
+    /// Provided buffers per worker (a power of two).
+    pub buffers: u16,
+    /// Flow ids `0..max_flows` are tracked.
+    pub max_flows: usize,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Try 2 MiB pages for the arena.
+    pub hugepages: bool,
+}
+
+/// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
+const BUFFER_BYTES: u32 = 65536 + (RECVMSG_OUT_LEN + RECV_CONTROL_LEN) as u32;
+
+/// Counters a sink shares with the reporter.
+#[derive(Debug)]
+pub struct SinkShared {
+    /// Per flow id.
+    pub flows: Vec<SharedRxFlow>,
+    /// Engine and sink counters.
+    pub worker: SharedWorkerCounters,
+}
+
+impl SinkShared {
+    /// Shared counters for `max_flows` flows.
+    pub fn new(max_flows: usize) -> SinkShared {
+        SinkShared {
+            flows: (0..max_flows).map(|_| SharedRxFlow::default()).collect(),
+            worker: SharedWorkerCounters::default(),
+        }
+    }
+}
+
+/// What a sink reports when it ends.
+#[derive(Debug)]
+pub struct SinkOutcome {
+    /// Monotonic ns of the first and last valid packet, if any arrived.
+    pub active: Option<(u64, u64)>,
+    /// One-way latency of every valid packet, in ns.
+    pub latency: Histogram<u64>,
+    /// A fatal ring error ended the run early.
+    pub ring_failed: bool,
+}
+
+/// A sink worker, set up and ready to run on its thread.
+pub struct SinkWorker {
+    engine: Engine,
+    socket: Socket,
+    config: SinkConfig,
+    shared: Arc<SinkShared>,
+    flows: FlowTable,
+    counters: WorkerCounters,
+    completions: Vec<Completion>,
+    latency: Histogram<u64>,
+    last_drops: u32,
+    first_packet_ns: u64,
+    last_packet_ns: u64,
+}
+
+fn layout(config: &SinkConfig) -> BufRingLayout {
+    BufRingLayout {
+        entries: config.buffers,
+        buf_size: BUFFER_BYTES,
+    }
+}
+
+fn ring_size(config: &SinkConfig) -> RingSize {
+    RingSize {
+        sq_entries: 8,
+        cq_entries: u32::from(config.buffers) * 4,
+    }
+}
+
+impl SinkWorker {
+    /// Bytes of locked memory one worker pins (buffer-ring entries plus the ring).
+    pub fn locked_bytes(config: &SinkConfig) -> u64 {
+        layout(config).ring_bytes() as u64 + ring_size(config).locked_bytes()
+    }
+
+    /// Builds the worker on the calling (already pinned) thread.
+    pub fn new(config: SinkConfig, node: u32, shared: Arc<SinkShared>) -> Result<Self, Error> {
+        limits::check_memlock(Self::locked_bytes(&config))?;
+        let layout = layout(&config);
+        let arena = Arena::allocate_on_node(layout.arena_bytes(), node, config.hugepages)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let mut engine = Engine::new(
+            ring_size(&config),
+            arena,
+            probe::SINK_OPS,
+            false,
+            Some(layout),
+        )?;
+        let socket = net::sink_socket(
+            config.listen,
+            net::SinkSocketOptions {
+                gro: config.gro,
+                reuse_port: true,
+            },
+        )?;
+        if !engine.push_recv_msg_multi(socket.as_raw_fd(), USER_DATA_RECV) {
+            return Err(Error::Unsupported(
+                "cannot queue the first multishot receive".into(),
+            ));
+        }
+        engine
+            .submit(Wait::Nothing)
+            .map_err(|e| Error::io("io_uring_enter (arm multishot receive)", e))?;
+        let latency = Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+            .map_err(|e| Error::Usage(format!("latency histogram: {e}")))?;
+        Ok(SinkWorker {
+            engine,
+            socket,
+            flows: FlowTable::new(config.max_flows),
+            completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
+            counters: WorkerCounters::default(),
+            latency,
+            last_drops: 0,
+            first_packet_ns: 0,
+            last_packet_ns: 0,
+            shared,
+            config,
+        })
+    }
+
+    /// Counts the datagram(s) in provided buffer `bid`, `len` bytes long.
+    fn process(&mut self, bid: u16, len: usize, now_real: u64) -> bool {
+        let buffer = self.engine.received_buffer(bid);
+        let Some(buffer) = buffer.get(..len) else {
+            return false;
+        };
+        let Ok(out) = RecvMsgOut::parse(buffer, self.engine.recv_msghdr()) else {
+            self.counters.invalid[0] += 1;
+            return false;
+        };
+        let control = cmsg::parse(out.control_data());
+        if let Some(drops) = control.drops {
+            let new = drops.wrapping_sub(self.last_drops);
+            self.last_drops = drops;
+            self.counters.kernel_drops += u64::from(new);
+            self.flows.add_kernel_drops(u64::from(new));
+        }
+        let payload = out.payload_data();
+        let segment = control
+            .gro_segment
+            .map_or(payload.len(), usize::from)
+            .max(1);
+        let mut valid = false;
+        for datagram in payload.chunks(segment) {
+            match header::parse(datagram) {
+                Ok(h) => {
+                    if self
+                        .flows
+                        .record(h.flow, h.epoch, h.seq, datagram.len() as u64)
+                    {
+                        valid = true;
+                        let delay = now_real.saturating_sub(h.timestamp_ns);
+                        let cell = latency_cell(delay);
+                        self.counters.latency_cells[cell] += 1;
+                        self.counters.latency_sum_ns[cell] += delay;
+                        self.latency.saturating_record(delay.max(1));
+                    } else {
+                        self.counters.invalid[INVALID_FLOW_ID] += 1;
+                    }
+                }
+                Err(reason) => self.counters.invalid[reason as usize] += 1,
+            }
+        }
+        valid
+    }
+
+    fn publish(&mut self) {
+        let rc = self.engine.counters();
+        let c = &mut self.counters;
+        c.enter_calls = rc.enter_calls;
+        c.sqes_submitted = rc.sqes_submitted;
+        c.cqes_reaped = rc.cqes_reaped;
+        c.sq_full = rc.sq_full;
+        c.cq_overflow = u64::from(self.engine.cq_overflow());
+        c.inflight = 1;
+        c.pending_gaps = self.flows.pending_gaps();
+        for (i, shared) in self.shared.flows.iter().enumerate() {
+            shared.publish(&self.flows.flow(i));
+        }
+        self.shared.worker.publish(&self.counters);
+    }
+
+    /// Reaps and counts completions; returns (valid packets seen, ring still armed).
+    fn reap(&mut self) -> (bool, bool) {
+        let n = self.engine.reap(&mut self.completions);
+        if n == 0 {
+            return (false, true);
+        }
+        let now_real = clock::realtime_ns();
+        let mut got = false;
+        let mut armed = true;
+        for i in 0..n {
+            let c = self.completions[i];
+            if let Some(bid) = c.buffer_id() {
+                if c.result > 0 {
+                    got |= self.process(bid, c.result as usize, now_real);
+                }
+                self.engine.recycle_buffer(bid);
+            } else if c.result == -libc::ENOBUFS {
+                self.counters.buffer_ring_empty += 1;
+            } else if c.result < 0 {
+                self.counters.rx_errors[errno_class(-c.result)] += 1;
+            }
+            if !c.more() {
+                armed = false;
+            }
+        }
+        self.engine.publish_buffers();
+        (got, armed)
+    }
+
+    fn finish(&mut self) {
+        if let Some(total) = net::socket_drops(&self.socket) {
+            let seen = self.counters.kernel_drops;
+            if total > seen {
+                self.counters.kernel_drops = total;
+                self.flows.add_kernel_drops(total - seen);
+            }
+        }
+        self.flows.finish();
+        self.publish();
+    }
+}
+
+impl Job for SinkWorker {
+    type Output = SinkOutcome;
+
+    fn run(mut self, control: &Control) -> SinkOutcome {
+        let started = clock::monotonic_ns();
+        let deadline = self.config.duration.map(|d| started + d.as_nanos() as u64);
+        let fd = self.socket.as_raw_fd();
+        let mut last_publish = started;
+        let mut drain_started = None;
+        let mut ring_failed = false;
+        loop {
+            let now = clock::monotonic_ns();
+            if control.stop_requested() || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            if control.drain_requested() {
+                let since = *drain_started.get_or_insert(now);
+                let idle_since = self.last_packet_ns.max(since);
+                if now - idle_since >= DRAIN_IDLE_NS || now - since >= DRAIN_MAX_NS {
+                    break;
+                }
+            }
+            let spinning = self.config.spin
+                && self.last_packet_ns != 0
+                && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
+            let wait = if spinning {
+                Wait::Poll
+            } else {
+                Wait::One {
+                    timeout_ns: SLEEP_NS,
+                }
+            };
+            if self.engine.submit(wait).is_err() {
+                ring_failed = true;
+                break;
+            }
+            let (got, armed) = self.reap();
+            if got {
+                let t = clock::monotonic_ns();
+                if self.first_packet_ns == 0 {
+                    self.first_packet_ns = t;
+                }
+                self.last_packet_ns = t;
+                self.counters.last_packet_unix_ns = clock::realtime_ns();
+            }
+            if !armed {
+                self.counters.rearms += 1;
+                self.engine.push_recv_msg_multi(fd, USER_DATA_RECV);
+            }
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.publish();
+                last_publish = now;
+            }
+        }
+        // Count what already completed before closing the books.
+        let _ = self.engine.submit(Wait::Poll);
+        let (got, _) = self.reap();
+        if got {
+            self.last_packet_ns = clock::monotonic_ns();
+        }
+        self.finish();
+        SinkOutcome {
+            active: (self.first_packet_ns != 0)
+                .then_some((self.first_packet_ns, self.last_packet_ns)),
+            latency: self.latency,
+            ring_failed,
+        }
+    }
+}

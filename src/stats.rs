@@ -1,0 +1,209 @@
+//! Counters a worker owns and the reporter reads.
+//!
+//! A worker keeps plain `u64` counters on its own stack and, once per loop iteration batch,
+//! publishes them into a shared mirror of relaxed atomics with plain stores (one writer, so no
+//! read-modify-write and no lock). The reporter loads the mirror for interval lines, the
+//! exporter and the final summary. Counters are 64-bit and only grow.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// `errno` classes kept apart in error counters (also the `errno` metric label values).
+pub const ERRNO_LABELS: [&str; 7] = [
+    "EAGAIN",
+    "ENOBUFS",
+    "ECONNREFUSED",
+    "EMSGSIZE",
+    "ENETUNREACH",
+    "EPERM",
+    "other",
+];
+/// Number of `errno` classes.
+pub const ERRNO_CLASSES: usize = ERRNO_LABELS.len();
+
+/// The class index of a positive `errno`.
+pub fn errno_class(errno: i32) -> usize {
+    match errno {
+        libc::EAGAIN => 0,
+        libc::ENOBUFS => 1,
+        libc::ECONNREFUSED => 2,
+        libc::EMSGSIZE => 3,
+        libc::ENETUNREACH => 4,
+        libc::EPERM => 5,
+        _ => 6,
+    }
+}
+
+/// Reasons a received datagram is not counted as traffic (also the `reason` label values).
+pub const INVALID_LABELS: [&str; 4] = ["short", "magic", "version", "flow_id"];
+
+/// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
+pub const LATENCY_BOUNDS_NS: [u64; 19] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+];
+/// Latency cells: one per bound plus one for "above the last bound".
+pub const LATENCY_CELLS: usize = LATENCY_BOUNDS_NS.len() + 1;
+
+/// The latency cell of a one-way delay in nanoseconds.
+pub fn latency_cell(ns: u64) -> usize {
+    LATENCY_BOUNDS_NS
+        .iter()
+        .position(|&b| ns <= b)
+        .unwrap_or(LATENCY_BOUNDS_NS.len())
+}
+
+macro_rules! counter_set {
+    ($(#[$m:meta])* $name:ident / $shared:ident { $($(#[$fm:meta])* $field:ident : $($n:literal)?),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name { $($(#[$fm])* pub $field: counter_set!(@plain $($n)?)),* }
+
+        #[doc = concat!("Shared atomic mirror of [`", stringify!($name), "`].")]
+        #[derive(Debug, Default)]
+        pub struct $shared { $($field: counter_set!(@atomic $($n)?)),* }
+
+        impl $shared {
+            /// Stores every counter (single writer: plain relaxed stores).
+            pub fn publish(&self, v: &$name) {
+                $(counter_set!(@store self.$field, v.$field $(, $n)?);)*
+            }
+            /// Loads every counter.
+            pub fn load(&self) -> $name {
+                $name { $($field: counter_set!(@load self.$field $(, $n)?)),* }
+            }
+        }
+
+        impl $name {
+            /// Adds `other` field by field (for totals across workers).
+            pub fn add(&mut self, other: &$name) {
+                $(counter_set!(@add self.$field, other.$field $(, $n)?);)*
+            }
+        }
+    };
+    (@plain) => { u64 };
+    (@plain $n:literal) => { [u64; $n] };
+    (@atomic) => { AtomicU64 };
+    (@atomic $n:literal) => { [AtomicU64; $n] };
+    (@store $a:expr, $v:expr) => { $a.store($v, Relaxed) };
+    (@store $a:expr, $v:expr, $n:literal) => { for (a, v) in $a.iter().zip($v.iter()) { a.store(*v, Relaxed) } };
+    (@load $a:expr) => { $a.load(Relaxed) };
+    (@load $a:expr, $n:literal) => { std::array::from_fn(|i| $a[i].load(Relaxed)) };
+    (@add $a:expr, $b:expr) => { $a += $b };
+    (@add $a:expr, $b:expr, $n:literal) => { for (a, b) in $a.iter_mut().zip($b.iter()) { *a += *b } };
+}
+
+counter_set! {
+    /// Per-flow sender counters.
+    TxFlow / SharedTxFlow {
+        /// Packets (datagrams or GSO segments) the kernel accepted.
+        packets:,
+        /// UDP payload bytes the kernel accepted.
+        bytes:,
+        /// Packets whose send failed, by `errno` class.
+        errors: 7,
+    }
+}
+
+counter_set! {
+    /// Per-flow sink counters (summed over the flow's sessions).
+    RxFlow / SharedRxFlow {
+        /// Valid packets received (segments counted individually).
+        packets:,
+        /// UDP payload bytes of valid packets.
+        bytes:,
+        /// Sequence numbers never received and not explained by kernel drops on this socket.
+        lost:,
+        /// Packets that arrived after a higher sequence number.
+        reordered:,
+        /// Extra copies of a sequence number already received.
+        duplicates:,
+        /// Packets later than the reorder window (already counted lost).
+        late:,
+    }
+}
+
+counter_set! {
+    /// Per-worker engine and role counters.
+    WorkerCounters / SharedWorkerCounters {
+        /// `io_uring_enter` calls.
+        enter_calls:,
+        /// SQEs submitted.
+        sqes_submitted:,
+        /// CQEs reaped.
+        cqes_reaped:,
+        /// Pushes that found the SQ full.
+        sq_full:,
+        /// Kernel CQ overflow count.
+        cq_overflow:,
+        /// Operations in flight (a gauge).
+        inflight:,
+        /// Sender: nanoseconds behind the pacing schedule (a gauge).
+        pacing_lag_ns:,
+        /// Sender: zero-copy notifications that report a copy.
+        zc_copied:,
+        /// Sink: invalid datagrams by reason.
+        invalid: 4,
+        /// Sink: datagrams the kernel dropped on this socket (`SO_RXQ_OVFL`).
+        kernel_drops:,
+        /// Sink: multishot receives ended because the buffer ring ran dry.
+        buffer_ring_empty:,
+        /// Sink: multishot receives re-armed.
+        rearms:,
+        /// Sink: failed receive completions by `errno` class.
+        rx_errors: 7,
+        /// Sink: Unix time (ns) of the last valid packet (a gauge).
+        last_packet_unix_ns:,
+        /// Sink: missing sequence numbers still inside the reorder window (a gauge).
+        pending_gaps:,
+        /// Sink: latency observations per cell.
+        latency_cells: 20,
+        /// Sink: sum of latency per cell in ns.
+        latency_sum_ns: 20,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_and_load_round_trip() {
+        let shared = SharedTxFlow::default();
+        let mut local = TxFlow::default();
+        local.packets = 5;
+        local.errors[errno_class(libc::ENOBUFS)] = 2;
+        shared.publish(&local);
+        assert_eq!(shared.load(), local);
+        let mut total = local;
+        total.add(&local);
+        assert_eq!(total.packets, 10);
+        assert_eq!(total.errors[1], 4);
+    }
+
+    #[test]
+    fn latency_cells_cover_range() {
+        assert_eq!(latency_cell(0), 0);
+        assert_eq!(latency_cell(1_000), 0);
+        assert_eq!(latency_cell(1_001), 1);
+        assert_eq!(latency_cell(u64::MAX), LATENCY_CELLS - 1);
+        assert_eq!(LATENCY_CELLS, 20);
+        assert_eq!(errno_class(libc::EIO), ERRNO_CLASSES - 1);
+    }
+}

@@ -1,0 +1,196 @@
+//! Worker threads: one per queue, pinned to its planned CPU, built on that thread (so the ring,
+//! its memory and the arena's first touch are local to the CPU's node), then released together.
+//!
+//! Everything that can fail happens in the set-up closure. Each worker reports its set-up result
+//! before a start barrier; if any failed, the others are told to stop and nothing runs.
+
+use std::{
+    sync::{
+        Arc, Barrier,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::JoinHandle,
+};
+
+use nix::{sched::CpuSet, unistd::Pid};
+
+use crate::error::Error;
+
+/// Flags every worker of a run watches.
+#[derive(Debug, Default)]
+pub struct Control {
+    stop: AtomicBool,
+    drain: AtomicBool,
+}
+
+impl Control {
+    /// Asks every worker to stop at its next loop iteration.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Asks sinks to stop once traffic has been quiet for a moment (senders are done).
+    pub fn request_drain(&self) {
+        self.drain.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a drain was requested.
+    #[inline]
+    pub fn drain_requested(&self) -> bool {
+        self.drain.load(Ordering::Relaxed)
+    }
+
+    /// Whether a stop was requested.
+    #[inline]
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// Something a worker thread runs after set-up.
+pub trait Job {
+    /// What the job returns when it ends.
+    type Output: Send + 'static;
+    /// Runs until done or until `control` asks to stop.
+    fn run(self, control: &Control) -> Self::Output;
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: u32) -> Result<(), Error> {
+    let mut set = CpuSet::new();
+    set.set(cpu as usize)
+        .map_err(|e| Error::Usage(format!("CPU {cpu} is out of range: {e}")))?;
+    nix::sched::sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| {
+        Error::Usage(format!(
+            "cannot pin a worker to CPU {cpu} ({e}); choose CPUs from `ringblast topo`"
+        ))
+    })
+}
+
+/// A group of started worker threads, waiting at their start barrier.
+pub struct Group<O> {
+    handles: Vec<JoinHandle<Option<O>>>,
+    barrier: Arc<Barrier>,
+}
+
+/// Spawns one thread per `(cpu, setup)`; each pins itself, runs its set-up closure and waits.
+/// Returns when every worker finished set-up; the first set-up error is returned after all
+/// threads have been released and joined.
+pub fn start<J, F>(
+    name: &str,
+    control: &Arc<Control>,
+    workers: Vec<(u32, F)>,
+) -> Result<Group<J::Output>, Error>
+where
+    J: Job,
+    F: FnOnce() -> Result<J, Error> + Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(workers.len() + 1));
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let mut handles = Vec::with_capacity(workers.len());
+    for (index, (cpu, setup)) in workers.into_iter().enumerate() {
+        let barrier = Arc::clone(&barrier);
+        let control = Arc::clone(control);
+        let ready = ready_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{name}-q{index}"))
+            .spawn(move || {
+                let job = pin_to_cpu(cpu).and_then(|()| setup());
+                let (status, job) = match job {
+                    Ok(job) => (Ok(()), Some(job)),
+                    Err(e) => (Err(e), None),
+                };
+                let _ = ready.send(status);
+                barrier.wait();
+                match job {
+                    Some(job) if !control.stop_requested() => Some(job.run(&control)),
+                    _ => None,
+                }
+            })
+            .map_err(|e| Error::io("spawn worker thread", e))?;
+        handles.push(spawned);
+    }
+    drop(ready_tx);
+    let mut first_error = None;
+    for status in ready_rx.iter().take(handles.len()) {
+        if let (Err(e), None) = (status, first_error.as_ref()) {
+            first_error = Some(e);
+        }
+    }
+    let group = Group { handles, barrier };
+    match first_error {
+        None => Ok(group),
+        Some(e) => {
+            control.request_stop();
+            group.barrier.wait();
+            for h in group.handles {
+                let _ = h.join();
+            }
+            Err(e)
+        }
+    }
+}
+
+impl<O> Group<O> {
+    /// Releases the workers.
+    pub fn release(&self) {
+        self.barrier.wait();
+    }
+
+    /// Whether every worker thread has ended.
+    pub fn finished(&self) -> bool {
+        self.handles.iter().all(|h| h.is_finished())
+    }
+
+    /// Waits for every worker; a worker that panicked yields `None`.
+    pub fn join(self) -> Vec<Option<O>> {
+        self.handles
+            .into_iter()
+            .map(|h| h.join().ok().flatten())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Count(u32);
+    impl Job for Count {
+        type Output = u32;
+        fn run(self, _control: &Control) -> u32 {
+            self.0 * 2
+        }
+    }
+
+    #[test]
+    fn runs_each_job_once_after_release() {
+        let control = Arc::new(Control::default());
+        let workers: Vec<(u32, Box<dyn FnOnce() -> Result<Count, Error> + Send>)> = vec![
+            (0, Box::new(|| Ok(Count(1)))),
+            (0, Box::new(|| Ok(Count(2)))),
+        ];
+        let group = start("t", &control, workers).unwrap();
+        group.release();
+        let out: Vec<_> = group.join().into_iter().map(Option::unwrap).collect();
+        assert_eq!(out, vec![2, 4]);
+    }
+
+    #[test]
+    fn a_failed_setup_stops_the_group() {
+        let control = Arc::new(Control::default());
+        let workers: Vec<(u32, Box<dyn FnOnce() -> Result<Count, Error> + Send>)> = vec![
+            (0, Box::new(|| Ok(Count(1)))),
+            (0, Box::new(|| Err(Error::Usage("boom".into())))),
+        ];
+        let err = start("t", &control, workers).err().unwrap();
+        assert_eq!(err.to_string(), "boom");
+        assert!(control.stop_requested());
+    }
+
+    #[test]
+    fn pinning_to_a_missing_cpu_is_a_usage_error() {
+        assert_eq!(pin_to_cpu(100_000).unwrap_err().exit_code(), 2);
+    }
+}
