@@ -116,6 +116,9 @@ pub struct TrafficArgs {
         env = "RINGBLAST_SEND_OP"
     )]
     pub send_op: SendOp,
+    /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub first_seq: u64,
 }
 
 /// `ringblast send`.

@@ -71,8 +71,15 @@ impl Pacer {
 
     /// Absolute time the next unsent packet is due; `None` when unpaced.
     pub fn next_due_ns(&self) -> Option<u64> {
+        self.due_ns_for(1)
+    }
+
+    /// Absolute time at which `packets` more packets (at least 1) may go, so a GSO train can
+    /// wait for its whole length instead of leaving short; `None` when unpaced.
+    pub fn due_ns_for(&self, packets: u64) -> Option<u64> {
         let scaled_rate = self.scaled_rate?;
-        let offset = (u128::from(self.sent) * SCALED_NANOS_PER_SECOND).div_ceil(scaled_rate);
+        let index = self.sent.saturating_add(packets.max(1) - 1);
+        let offset = (u128::from(index) * SCALED_NANOS_PER_SECOND).div_ceil(scaled_rate);
         let offset = u64::try_from(offset).unwrap_or(u64::MAX);
         Some(self.start_ns.saturating_add(offset))
     }
@@ -99,6 +106,15 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_whole_train_is_due_later_than_its_first_packet() {
+        let p = Pacer::new(Some(1000.0), 0, 64);
+        assert_eq!(p.due_ns_for(1), Some(0));
+        assert_eq!(p.due_ns_for(16), Some(15_000_000));
+        assert_eq!(p.allowance(15_000_000), 16);
+        assert_eq!(p.allowance(14_999_999), 15);
+    }
 
     const SECOND: u64 = 1_000_000_000;
     const START: u64 = 123_456_789_000;

@@ -77,7 +77,8 @@ fn send(args: SendArgs) -> Result<(), Error> {
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
     let senders = start_senders(&control, queues, configs, target)?;
     let session = Session {
-        control,
+        send_control: control,
+        sink_control: Arc::new(Control::default()),
         senders: Some(senders),
         sinks: None,
         json: common.json,
@@ -95,7 +96,8 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
     let control = Arc::new(Control::default());
     let sinks = start_sinks(&control, queues, config)?;
     let session = Session {
-        control,
+        send_control: Arc::new(Control::default()),
+        sink_control: control,
         senders: None,
         sinks: Some(sinks),
         json: common.json,
@@ -141,13 +143,14 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         ..common.clone()
     };
     let sink_queues = planned("sink", &placement_args(&sink_common, addr, &send_cpus))?;
-    let control = Arc::new(Control::default());
-    let sinks = start_sinks(&control, sink_queues, sink_cfg)?;
+    let sink_control = Arc::new(Control::default());
+    let send_control = Arc::new(Control::default());
+    let sinks = start_sinks(&sink_control, sink_queues, sink_cfg)?;
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
-    let senders = match start_senders(&control, send_queues, configs, target) {
+    let senders = match start_senders(&send_control, send_queues, configs, target) {
         Ok(s) => s,
         Err(e) => {
-            control.request_stop();
+            sink_control.request_stop();
             sinks.group.release();
             sinks.group.join();
             return Err(e);
@@ -159,7 +162,8 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         senders.epoch
     );
     let session = Session {
-        control,
+        send_control,
+        sink_control,
         senders: Some(senders),
         sinks: Some(sinks),
         json: common.json,

@@ -33,6 +33,8 @@ pub struct SenderSet {
     pub flows: Vec<Vec<u32>>,
     /// Target packets per second over all queues (None = max).
     pub target_pps: Option<f64>,
+    /// First sequence number of every flow.
+    pub first_seq: u64,
 }
 
 /// Running sinks.
@@ -128,6 +130,7 @@ pub fn sender_configs(
                 op: t.send_op,
                 epoch,
                 hugepages,
+                first_seq: t.first_seq,
             };
             (config, my_flows)
         })
@@ -142,6 +145,7 @@ pub fn start_senders(
     target_pps: Option<f64>,
 ) -> Result<SenderSet, Error> {
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
+    let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     let mut flows = Vec::new();
@@ -167,6 +171,7 @@ pub fn start_senders(
         epoch,
         flows,
         target_pps,
+        first_seq,
     })
 }
 

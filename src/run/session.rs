@@ -18,6 +18,7 @@ use crate::{
     clock,
     error::Error,
     report::{self, RxSample, TxSample},
+    sink::FlowEnd,
     worker::Control,
 };
 
@@ -25,8 +26,10 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// A started run: senders, sinks or both.
 pub struct Session {
-    /// Stop and drain flags shared with the workers.
-    pub control: Arc<Control>,
+    /// Stop flag of the senders.
+    pub send_control: Arc<Control>,
+    /// Stop and drain flags of the sinks.
+    pub sink_control: Arc<Control>,
     /// Senders, if this run sends.
     pub senders: Option<SenderSet>,
     /// Sinks, if this run receives.
@@ -119,6 +122,31 @@ impl Session {
         eprint!("{lines}");
     }
 
+    /// In-process senders tell the sinks where each flow ended, so a tail the sink never saw
+    /// is counted (as kernel drops or loss) instead of vanishing.
+    fn hand_flow_ends_to_sinks(&self) {
+        let (Some(senders), Some(sinks)) = (&self.senders, &self.sinks) else {
+            return;
+        };
+        let mut ends = Vec::new();
+        for (shared, flow_ids) in senders.shared.iter().zip(&senders.flows) {
+            for (counters, &flow) in shared.flows.iter().zip(flow_ids) {
+                let c = counters.load();
+                let sent = c.packets + c.errors.iter().sum::<u64>();
+                ends.push(FlowEnd {
+                    epoch: senders.epoch,
+                    flow,
+                    end: senders.first_seq + sent,
+                });
+            }
+        }
+        for sink in &sinks.shared {
+            if let Ok(mut slot) = sink.flow_ends.lock() {
+                slot.clone_from(&ends);
+            }
+        }
+    }
+
     fn samples(&self) -> (Vec<TxSample>, Vec<RxSample>) {
         (
             self.senders
@@ -147,12 +175,18 @@ impl Session {
         loop {
             std::thread::sleep(TICK);
             if signal.load(Ordering::Relaxed) {
-                self.control.request_stop();
+                // Senders stop at once; sinks stop too, or, when this process also sends,
+                // drain what is still on the way so the books close.
+                self.send_control.request_stop();
+                if self.senders.is_none() {
+                    self.sink_control.request_stop();
+                }
             }
             let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
             let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
-            if senders_done {
-                self.control.request_drain();
+            if senders_done && !self.sink_control.drain_requested() {
+                self.hand_flow_ends_to_sinks();
+                self.sink_control.request_drain();
             }
             let (tx, rx) = self.samples();
             on_tick(&tx, &rx);

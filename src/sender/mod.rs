@@ -64,6 +64,8 @@ pub struct SenderConfig {
     pub epoch: u32,
     /// Try 2 MiB pages for the arena.
     pub hugepages: bool,
+    /// First sequence number of every flow.
+    pub first_seq: u64,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -150,7 +152,7 @@ impl SenderWorker {
             slots,
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             flows: vec![TxFlow::default(); n],
-            next_seq: vec![0; n],
+            next_seq: vec![config.first_seq; n],
             next_flow: 0,
             counters: WorkerCounters::default(),
             shared,
@@ -173,11 +175,12 @@ impl SenderWorker {
         self.shared.worker.publish(&self.counters);
     }
 
-    /// Pushes up to `budget` packets' worth of sends; returns packets queued.
-    fn push_sends(&mut self, budget: u64, now_real: u64) -> u64 {
+    /// Pushes up to `budget` packets' worth of sends, none shorter than `train` packets;
+    /// returns packets queued.
+    fn push_sends(&mut self, budget: u64, train: u64, now_real: u64) -> u64 {
         let mut queued = 0;
         let mut pushed = 0;
-        while pushed < self.config.batch && queued < budget {
+        while pushed < self.config.batch && budget - queued >= train {
             let Some(slot) = self.slots.take() else { break };
             let segs = (budget - queued).min(u64::from(self.config.gso)) as u16;
             let flow = self.next_flow;
@@ -275,10 +278,16 @@ impl Job for SenderWorker {
                 break;
             }
             let mut queued = 0;
+            // A paced GSO sender waits until a whole train is due instead of sending short ones.
+            let train = if self.config.rate_pps.is_some() {
+                u64::from(self.config.gso).min(remaining)
+            } else {
+                1
+            };
             if !stopping {
                 let budget = pacer.allowance(now).min(remaining);
-                if budget > 0 {
-                    queued = self.push_sends(budget, clock::realtime_ns());
+                if budget >= train.max(1) {
+                    queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
                     pacer.commit(queued);
                     remaining -= queued;
                 }
@@ -290,7 +299,7 @@ impl Job for SenderWorker {
                     timeout_ns: MAX_SLEEP_NS,
                 }
             } else {
-                let due = pacer.next_due_ns().unwrap_or(now);
+                let due = pacer.due_ns_for(train).unwrap_or(now);
                 let until = deadline.map_or(due, |d| due.min(d));
                 Wait::One {
                     timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),

@@ -2,12 +2,18 @@
 //! session epoch, and the rule that turns sequence gaps into `lost` only where the kernel's own
 //! drop counter does not already explain them.
 //!
+//! The kernel counts drops per socket buffer (`SO_RXQ_OVFL`), and with GRO one dropped buffer
+//! may hold up to 64 datagrams. So a gap that opens in a flow while the socket's drop counter has
+//! moved since that flow's previous packet is charged, datagram by datagram, to kernel drops;
+//! every other gap becomes `lost` once it leaves the reorder window. Drops after the last
+//! received packet (no gap follows) are taken from the kernel's counter as is.
+//!
 //! A packet with a new epoch for a flow closes that flow's session (its open gaps become lost)
 //! and opens a new one, so a restarted sender never shows up as false loss or reordering. The
 //! table has a fixed capacity chosen at set-up; it never allocates while packets are counted.
 
 use crate::{
-    proto::seq::{SeqCounters, SeqTracker},
+    proto::seq::{Outcome, SeqCounters, SeqTracker},
     stats::RxFlow,
 };
 
@@ -16,6 +22,10 @@ use crate::{
 struct FlowSlot {
     epoch: Option<u32>,
     tracker: SeqTracker,
+    /// The socket's drop counter when this flow's previous packet arrived.
+    drops_mark: u64,
+    /// Missing datagrams of this flow charged to kernel drops, not yet settled.
+    kernel_budget: u64,
     /// Tracker counters already folded into `totals` for the current session.
     folded: SeqCounters,
     totals: RxFlow,
@@ -25,10 +35,10 @@ struct FlowSlot {
 #[derive(Debug)]
 pub struct FlowTable {
     slots: Vec<FlowSlot>,
-    /// Kernel drops reported but not yet matched with a sequence gap.
-    unexplained_drops: u64,
-    /// Gaps matched with kernel drops so far.
-    explained_drops: u64,
+    /// The socket's drop counter as the kernel reports it (buffers).
+    socket_drops: u64,
+    /// Datagrams in gaps charged to kernel drops.
+    charged_drops: u64,
 }
 
 impl FlowTable {
@@ -39,12 +49,14 @@ impl FlowTable {
                 .map(|_| FlowSlot {
                     epoch: None,
                     tracker: SeqTracker::new(),
+                    drops_mark: 0,
+                    kernel_budget: 0,
                     folded: SeqCounters::default(),
                     totals: RxFlow::default(),
                 })
                 .collect(),
-            unexplained_drops: 0,
-            explained_drops: 0,
+            socket_drops: 0,
+            charged_drops: 0,
         }
     }
 
@@ -53,9 +65,15 @@ impl FlowTable {
         self.slots.len()
     }
 
-    /// Tells the table the kernel dropped `n` more datagrams on this socket.
+    /// Tells the table the kernel dropped `n` more buffers on this socket.
     pub fn add_kernel_drops(&mut self, n: u64) {
-        self.unexplained_drops += n;
+        self.socket_drops += n;
+    }
+
+    /// Datagrams the kernel dropped on this socket: the gaps charged to it, or its own counter
+    /// when that is larger (drops after the last packet leave no gap).
+    pub fn kernel_drops(&self) -> u64 {
+        self.charged_drops.max(self.socket_drops)
     }
 
     /// Counts one valid packet; false when `flow` is outside the table.
@@ -66,16 +84,46 @@ impl FlowTable {
         if slot.epoch != Some(epoch) {
             if slot.epoch.is_some() {
                 slot.tracker.finish();
-                fold(slot, &mut self.unexplained_drops, &mut self.explained_drops);
+                fold(slot);
                 slot.tracker.reset();
                 slot.folded = SeqCounters::default();
+                slot.kernel_budget = 0;
             }
             slot.epoch = Some(epoch);
         }
-        slot.tracker.observe(seq);
+        if let Outcome::Gap(missing) = slot.tracker.observe(seq)
+            && self.socket_drops > slot.drops_mark
+        {
+            slot.kernel_budget += missing;
+            self.charged_drops += missing;
+        }
+        slot.drops_mark = self.socket_drops;
         slot.totals.bytes += bytes;
-        fold(slot, &mut self.unexplained_drops, &mut self.explained_drops);
+        fold(slot);
         true
+    }
+
+    /// Tells the table that flow `flow` of session `epoch` sent sequence numbers below `end`
+    /// (known when the sender runs in this process). Numbers above the highest received are a
+    /// tail gap: charged to kernel drops when the socket dropped since the flow's last packet,
+    /// otherwise lost. Call before `finish`; a flow this table never saw is left alone.
+    pub fn close_tail(&mut self, flow: u32, epoch: u32, end: u64) {
+        let Some(slot) = self.slots.get_mut(flow as usize) else {
+            return;
+        };
+        let Some(highest) = slot.tracker.highest().filter(|_| slot.epoch == Some(epoch)) else {
+            return;
+        };
+        let tail = end.saturating_sub(highest.saturating_add(1));
+        if tail == 0 {
+            return;
+        }
+        if self.socket_drops > slot.drops_mark {
+            self.charged_drops += tail;
+            slot.drops_mark = self.socket_drops;
+        } else {
+            slot.totals.lost += tail;
+        }
     }
 
     /// Closes every open session: gaps still inside the reorder window become lost.
@@ -83,7 +131,7 @@ impl FlowTable {
         for slot in &mut self.slots {
             if slot.epoch.is_some() {
                 slot.tracker.finish();
-                fold(slot, &mut self.unexplained_drops, &mut self.explained_drops);
+                fold(slot);
             }
         }
     }
@@ -99,15 +147,14 @@ impl FlowTable {
     }
 }
 
-/// Moves the tracker's new counts into the slot totals, charging new gaps to unexplained
-/// kernel drops first.
-fn fold(slot: &mut FlowSlot, unexplained: &mut u64, explained: &mut u64) {
+/// Moves the tracker's new counts into the slot totals; newly settled gaps are charged to the
+/// flow's kernel-drop budget first.
+fn fold(slot: &mut FlowSlot) {
     let now = slot.tracker.counters();
     let before = slot.folded;
     let new_gaps = now.lost - before.lost;
-    let by_kernel = new_gaps.min(*unexplained);
-    *unexplained -= by_kernel;
-    *explained += by_kernel;
+    let by_kernel = new_gaps.min(slot.kernel_budget);
+    slot.kernel_budget -= by_kernel;
     let t = &mut slot.totals;
     t.packets += now.received - before.received;
     t.lost += new_gaps - by_kernel;
@@ -134,8 +181,69 @@ mod tests {
         t.finish();
         let f = t.flow(1);
         assert_eq!(f.packets, 15);
-        assert_eq!(f.lost, 2, "5 missing, 3 of them dropped by the kernel");
+        assert_eq!(
+            f.lost, 0,
+            "the gap opened right after the kernel counted drops"
+        );
+        assert_eq!(
+            t.kernel_drops(),
+            5,
+            "one GRO buffer may hold several datagrams"
+        );
         assert_eq!(f.bytes, 15 * 64);
+    }
+
+    #[test]
+    fn gaps_without_kernel_drops_are_lost_and_tail_drops_use_the_counter() {
+        let mut t = FlowTable::new(2);
+        t.record(0, 1, 0, 1);
+        t.record(0, 1, 4, 1);
+        t.add_kernel_drops(2);
+        t.record(1, 1, 0, 1);
+        t.record(1, 1, 1, 1);
+        t.finish();
+        assert_eq!(t.flow(0).lost, 3);
+        assert_eq!(t.flow(1).lost, 0);
+        assert_eq!(
+            t.kernel_drops(),
+            2,
+            "no gap followed, so the kernel's count stands"
+        );
+    }
+
+    #[test]
+    fn tail_gaps_follow_the_kernel_counter() {
+        let mut t = FlowTable::new(2);
+        for seq in 0..10 {
+            t.record(0, 3, seq, 1);
+            t.record(1, 3, seq, 1);
+        }
+        t.add_kernel_drops(1);
+        t.close_tail(0, 3, 74);
+        t.close_tail(1, 3, 12);
+        t.close_tail(1, 9, 50);
+        t.finish();
+        assert_eq!(
+            t.kernel_drops(),
+            64,
+            "one GRO buffer of 64 dropped after the last packet"
+        );
+        assert_eq!(t.flow(0).lost, 0);
+        assert_eq!(
+            t.flow(1).lost,
+            0,
+            "the counter was already charged to flow 0"
+        );
+        assert_eq!(t.kernel_drops() + t.flow(1).lost, 64);
+    }
+
+    #[test]
+    fn tail_gap_without_drops_is_lost() {
+        let mut t = FlowTable::new(1);
+        t.record(0, 3, 0, 1);
+        t.close_tail(0, 3, 5);
+        t.finish();
+        assert_eq!(t.flow(0).lost, 4);
     }
 
     #[test]

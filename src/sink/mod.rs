@@ -64,6 +64,17 @@ pub struct SinkConfig {
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
 const BUFFER_BYTES: u32 = 65536 + (RECVMSG_OUT_LEN + RECV_CONTROL_LEN) as u32;
 
+/// Where a sender's flow ended: the first sequence number it never sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowEnd {
+    /// Session epoch.
+    pub epoch: u32,
+    /// Flow id.
+    pub flow: u32,
+    /// One past the last sequence number sent.
+    pub end: u64,
+}
+
 /// Counters a sink shares with the reporter.
 #[derive(Debug)]
 pub struct SinkShared {
@@ -71,6 +82,9 @@ pub struct SinkShared {
     pub flows: Vec<SharedRxFlow>,
     /// Engine and sink counters.
     pub worker: SharedWorkerCounters,
+    /// Where an in-process sender's flows ended, set before the sink is asked to drain; read
+    /// once when the sink closes its books (never on the hot path).
+    pub flow_ends: std::sync::Mutex<Vec<FlowEnd>>,
 }
 
 impl SinkShared {
@@ -79,6 +93,7 @@ impl SinkShared {
         SinkShared {
             flows: (0..max_flows).map(|_| SharedRxFlow::default()).collect(),
             worker: SharedWorkerCounters::default(),
+            flow_ends: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -188,7 +203,6 @@ impl SinkWorker {
         if let Some(drops) = control.drops {
             let new = drops.wrapping_sub(self.last_drops);
             self.last_drops = drops;
-            self.counters.kernel_drops += u64::from(new);
             self.flows.add_kernel_drops(u64::from(new));
         }
         let payload = out.payload_data();
@@ -230,6 +244,7 @@ impl SinkWorker {
         c.cq_overflow = u64::from(self.engine.cq_overflow());
         c.inflight = 1;
         c.pending_gaps = self.flows.pending_gaps();
+        c.kernel_drops = self.flows.kernel_drops();
         for (i, shared) in self.shared.flows.iter().enumerate() {
             shared.publish(&self.flows.flow(i));
         }
@@ -267,11 +282,19 @@ impl SinkWorker {
 
     fn finish(&mut self) {
         if let Some(total) = net::socket_drops(&self.socket) {
-            let seen = self.counters.kernel_drops;
+            let seen = u64::from(self.last_drops);
             if total > seen {
-                self.counters.kernel_drops = total;
                 self.flows.add_kernel_drops(total - seen);
             }
+        }
+        let ends = self
+            .shared
+            .flow_ends
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
+        for end in ends {
+            self.flows.close_tail(end.flow, end.epoch, end.end);
         }
         self.flows.finish();
         self.publish();
