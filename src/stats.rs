@@ -186,9 +186,13 @@ mod tests {
     #[test]
     fn publish_and_load_round_trip() {
         let shared = SharedTxFlow::default();
-        let mut local = TxFlow::default();
-        local.packets = 5;
-        local.errors[errno_class(libc::ENOBUFS)] = 2;
+        let mut errors = [0; ERRNO_CLASSES];
+        errors[errno_class(libc::ENOBUFS)] = 2;
+        let local = TxFlow {
+            packets: 5,
+            errors,
+            ..TxFlow::default()
+        };
         shared.publish(&local);
         assert_eq!(shared.load(), local);
         let mut total = local;

@@ -156,6 +156,8 @@ impl<O> Group<O> {
 mod tests {
     use super::*;
 
+    type Setup = Box<dyn FnOnce() -> Result<Count, Error> + Send>;
+
     struct Count(u32);
     impl Job for Count {
         type Output = u32;
@@ -167,7 +169,7 @@ mod tests {
     #[test]
     fn runs_each_job_once_after_release() {
         let control = Arc::new(Control::default());
-        let workers: Vec<(u32, Box<dyn FnOnce() -> Result<Count, Error> + Send>)> = vec![
+        let workers: Vec<(u32, Setup)> = vec![
             (0, Box::new(|| Ok(Count(1)))),
             (0, Box::new(|| Ok(Count(2)))),
         ];
@@ -180,7 +182,7 @@ mod tests {
     #[test]
     fn a_failed_setup_stops_the_group() {
         let control = Arc::new(Control::default());
-        let workers: Vec<(u32, Box<dyn FnOnce() -> Result<Count, Error> + Send>)> = vec![
+        let workers: Vec<(u32, Setup)> = vec![
             (0, Box::new(|| Ok(Count(1)))),
             (0, Box::new(|| Err(Error::Usage("boom".into())))),
         ];

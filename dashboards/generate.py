@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Generates dashboards/ringblast.json, the Grafana overview dashboard for ringblast.
+
+The JSON is committed; this script is the source of truth. Output is deterministic, so
+`--check` can regenerate it and fail on any difference (CI runs that through
+scripts/validate-deploy.sh). `--exprs` prints every PromQL expression, one per line, for
+checking them against a live Prometheus. Standard library only.
+"""
+
+import argparse
+import difflib
+import json
+import sys
+from pathlib import Path
+
+OUTPUT = Path(__file__).resolve().parent / "ringblast.json"
+DATASOURCE = {"type": "prometheus", "uid": "${ds_prometheus}"}
+
+# Label selectors shared by the queries.
+BY_INSTANCE = 'instance=~"$instance"'
+BY_WORKER = 'instance=~"$instance", node=~"$node", queue=~"$queue"'
+
+
+def rate(metric, selector=BY_WORKER):
+    return f"rate({metric}{{{selector}}}[$__rate_interval])"
+
+
+def summed_rate(metric, by, selector=BY_WORKER):
+    return f"sum by ({by}) ({rate(metric, selector)})"
+
+
+def gauge(metric, by, agg="max", selector=BY_WORKER):
+    """A gauge smoothed over the rate interval, so short spikes between refreshes still show."""
+    return f"{agg} by ({by}) (max_over_time({metric}{{{selector}}}[$__rate_interval]))"
+
+
+def absent_as_zero(expr):
+    """Series that only appear once something goes wrong (errno labels) read as 0, not 'No data'."""
+    return f"{expr} or on () vector(0)"
+
+
+def target(expr, legend, ref, instant=False, fmt="time_series"):
+    return {
+        "datasource": DATASOURCE,
+        "editorMode": "code",
+        "expr": expr,
+        "format": fmt,
+        "instant": instant,
+        "legendFormat": legend,
+        "range": not instant,
+        "refId": ref,
+    }
+
+
+def targets(*pairs):
+    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
+
+
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid and numbers them."""
+
+    def __init__(self):
+        self.panels = []
+        self.x = 0
+        self.y = 0
+        self.row_height = 0
+
+    def _next_id(self):
+        return len(self.panels) + 1
+
+    def row(self, title):
+        self._newline()
+        self.panels.append({
+            "collapsed": False,
+            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+            "id": self._next_id(),
+            "panels": [],
+            "title": title,
+            "type": "row",
+        })
+        self.y += 1
+
+    def add(self, panel, width=12, height=8):
+        if self.x + width > 24:
+            self._newline()
+        panel["gridPos"] = {"h": height, "w": width, "x": self.x, "y": self.y}
+        panel["id"] = self._next_id()
+        self.panels.append(panel)
+        self.x += width
+        self.row_height = max(self.row_height, height)
+
+    def _newline(self):
+        if self.x:
+            self.y += self.row_height
+        self.x = 0
+        self.row_height = 0
+
+
+def timeseries(title, description, unit, queries, stacked=False):
+    return {
+        "datasource": DATASOURCE,
+        "description": description,
+        "fieldConfig": {
+            "defaults": {
+                "custom": {
+                    "drawStyle": "line",
+                    "fillOpacity": 10,
+                    "lineWidth": 1,
+                    "showPoints": "never",
+                    "spanNulls": False,
+                    "stacking": {"group": "A", "mode": "normal" if stacked else "none"},
+                },
+                "min": 0,
+                "unit": unit,
+            },
+            "overrides": [],
+        },
+        "options": {
+            "legend": {"calcs": ["mean", "max"], "displayMode": "table", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": targets(*queries),
+        "title": title,
+        "type": "timeseries",
+    }
+
+
+def stat(title, description, unit, queries, thresholds):
+    return {
+        "datasource": DATASOURCE,
+        "description": description,
+        "fieldConfig": {
+            "defaults": {
+                "decimals": 0,
+                "thresholds": {"mode": "absolute", "steps": thresholds},
+                "unit": unit,
+            },
+            "overrides": [],
+        },
+        "options": {
+            "colorMode": "value",
+            "graphMode": "none",
+            "justifyMode": "auto",
+            "orientation": "auto",
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "showPercentChange": False,
+            "textMode": "value_and_name",
+            "wideLayout": True,
+        },
+        "targets": [target(expr, legend, chr(ord("A") + i), instant=True) for i, (expr, legend) in enumerate(queries)],
+        "title": title,
+        "type": "stat",
+    }
+
+
+def heatmap(title, description, expr):
+    return {
+        "datasource": DATASOURCE,
+        "description": description,
+        "fieldConfig": {"defaults": {}, "overrides": []},
+        "options": {
+            "calculate": False,
+            "cellGap": 1,
+            "color": {"exponent": 0.5, "fill": "dark-orange", "mode": "scheme", "reverse": False,
+                      "scale": "exponential", "scheme": "Oranges", "steps": 64},
+            "filterValues": {"le": 1e-9},
+            "legend": {"show": True},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"mode": "single", "showColorScale": False, "yHistogram": True},
+            "yAxis": {"axisPlacement": "left", "reverse": False, "unit": "s"},
+        },
+        "targets": [target(expr, "{{le}}", "A", fmt="heatmap")],
+        "title": title,
+        "type": "heatmap",
+    }
+
+
+def placement_table():
+    expr = gauge("ringblast_worker_info", "instance, role, node, queue, cpu")
+    return {
+        "datasource": DATASOURCE,
+        "description": "Which CPU each worker thread is pinned to, per NUMA node and queue "
+                       "(from ringblast_worker_info). Compare with the NIC's queue IRQ affinity.",
+        "fieldConfig": {"defaults": {}, "overrides": []},
+        "options": {"cellHeight": "sm", "showHeader": True, "sortBy": [{"desc": False, "displayName": "instance"}]},
+        "targets": [target(expr, "", "A", instant=True, fmt="table")],
+        "transformations": [{"id": "organize", "options": {
+            "excludeByName": {"Time": True, "Value": True},
+            "indexByName": {"instance": 0, "role": 1, "node": 2, "queue": 3, "cpu": 4},
+        }}],
+        "title": "Worker placement",
+        "type": "table",
+    }
+
+
+def throughput_pair(layout, what, by, legend):
+    """Sender on the left, sink on the right, same breakdown and unit, so a flow reads across."""
+    for direction, side in (("tx", "Sender"), ("rx", "Sink")):
+        layout.add(timeseries(
+            f"{side} packets/s {what}", f"Packets per second counted by the {side.lower()}, {what}.", "pps",
+            [(summed_rate(f"ringblast_{direction}_packets_total", by), legend)]))
+    for direction, side in (("tx", "Sender"), ("rx", "Sink")):
+        layout.add(timeseries(
+            f"{side} bit/s {what}", f"UDP payload bit rate counted by the {side.lower()}, {what} (no headers).",
+            "bps", [(f"8 * {summed_rate(f'ringblast_{direction}_bytes_total', by)}", legend)]))
+
+
+def build_panels():
+    layout = Layout()
+
+    layout.row("Throughput")
+    throughput_pair(layout, "per node", "instance, node", "{{instance}} node {{node}}")
+    throughput_pair(layout, "per queue", "instance, node, queue", "{{instance}} n{{node}} q{{queue}}")
+    layout.add(timeseries(
+        "Sent vs received packets/s per flow", "Each flow's send rate next to its receive rate.", "pps",
+        [(summed_rate("ringblast_tx_packets_total", "flow"), "sent {{flow}}"),
+         (summed_rate("ringblast_rx_packets_total", "flow"), "received {{flow}}")]))
+    layout.add(timeseries(
+        "Sent vs received bit/s per flow", "Each flow's payload bit rate, sent next to received.", "bps",
+        [(f"8 * {summed_rate('ringblast_tx_bytes_total', 'flow')}", "sent {{flow}}"),
+         (f"8 * {summed_rate('ringblast_rx_bytes_total', 'flow')}", "received {{flow}}")]))
+
+    layout.row("Delivery quality (sink)")
+    layout.add(timeseries(
+        "Lost, reordered, duplicate and invalid packets/s",
+        "Sequence gaps (lost), late arrivals (reordered), repeats (duplicate) and packets whose header "
+        "failed validation (invalid, by reason).", "pps",
+        [(summed_rate("ringblast_rx_lost_packets_total", "instance"), "{{instance}} lost"),
+         (summed_rate("ringblast_rx_reordered_packets_total", "instance"), "{{instance}} reordered"),
+         (summed_rate("ringblast_rx_duplicate_packets_total", "instance"), "{{instance}} duplicate"),
+         (summed_rate("ringblast_rx_invalid_packets_total", "instance, reason"), "{{instance}} invalid {{reason}}")]))
+    lost = summed_rate("ringblast_rx_lost_packets_total", "instance")
+    received = summed_rate("ringblast_rx_packets_total", "instance")
+    layout.add(timeseries(
+        "Loss ratio", "lost / (received + lost). The RingblastLossAboveThreshold alert fires above 0.1 %.",
+        "percentunit", [(f"{lost} / ({received} + {lost})", "{{instance}}")]))
+
+    layout.row("Kernel drops and errors")
+    layout.add(timeseries(
+        "Kernel socket drops/s (sink)",
+        "Datagrams the kernel dropped before the sink read them (socket receive queue overflow). "
+        "Raise the socket buffer or add queues.", "pps",
+        [(absent_as_zero(summed_rate("ringblast_rx_kernel_drops_total", "instance, node")), "{{instance}} node {{node}}")]),
+        width=8)
+    layout.add(timeseries(
+        "Send errors/s by errno", "Failed send completions. ENOBUFS/EAGAIN mean the qdisc or NIC queue is full; "
+        "ECONNREFUSED means nothing listens at the sink address.", "pps",
+        [(absent_as_zero(summed_rate("ringblast_tx_errors_total", "instance, errno")), "{{instance}} {{errno}}")]),
+        width=8)
+    layout.add(timeseries(
+        "Receive errors/s by errno", "Failed receive completions.", "pps",
+        [(absent_as_zero(summed_rate("ringblast_rx_errors_total", "instance, errno")), "{{instance}} {{errno}}")]),
+        width=8)
+
+    layout.row("Pacing (sender)")
+    achieved = summed_rate("ringblast_tx_packets_total", "instance")
+    wanted = gauge("ringblast_tx_target_packets_per_second", "instance", agg="sum")
+    layout.add(timeseries(
+        "Achieved vs target packets/s", "Target is the configured pacing rate summed over workers "
+        "(0 = unpaced, shown as no target line).", "pps",
+        [(achieved, "{{instance}} achieved"), (f"{wanted} > 0", "{{instance}} target")]), width=8)
+    layout.add(timeseries(
+        "Achieved / target", "Below 95 % for 5 minutes fires RingblastRateBelowTarget.", "percentunit",
+        [(f"{achieved} / ({wanted} > 0)", "{{instance}}")]), width=8)
+    layout.add(timeseries(
+        "Pacing lag", "How far each worker's pacer is behind schedule. Growing lag means the sender "
+        "itself is saturated (CPU, ring depth or NIC).", "s",
+        [(gauge("ringblast_tx_pacing_lag_seconds", "instance, node, queue"), "{{instance}} n{{node}} q{{queue}}")]),
+        width=8)
+
+    layout.row("io_uring health")
+    ring_by = "instance, role, node, queue"
+    ring_legend = "{{instance}} {{role}} n{{node}} q{{queue}}"
+    layout.add(timeseries(
+        "Average submit batch (SQEs per io_uring_enter)",
+        "rate(sqes_submitted) / rate(enter_calls). Small batches mean one syscall per few packets.", "none",
+        [(f"{summed_rate('ringblast_ring_sqes_submitted_total', ring_by)} / "
+          f"{summed_rate('ringblast_ring_enter_calls_total', ring_by)}", ring_legend)]))
+    layout.add(timeseries(
+        "CQ overflow and SQ full events/s",
+        "CQ overflow: completions the kernel could not post (the worker fell behind reaping); any increase "
+        "fires RingblastCqOverflowIncreasing. SQ full: pushes that found the submission queue full.", "ops",
+        [(summed_rate("ringblast_ring_cq_overflow_total", ring_by), f"overflow {ring_legend}"),
+         (summed_rate("ringblast_ring_sq_full_total", ring_by), f"sq full {ring_legend}")]))
+    layout.add(timeseries(
+        "Receive buffer ring empty events/s (sink)",
+        "Multishot receives that ended because every provided buffer was in use. Add buffers or reap faster.",
+        "ops", [(summed_rate("ringblast_rx_buffer_ring_empty_total", "instance, node, queue"),
+                 "{{instance}} n{{node}} q{{queue}}")]))
+    layout.add(timeseries(
+        "In-flight operations", "Submitted but not yet completed operations per ring (peak per interval).",
+        "none", [(gauge("ringblast_ring_inflight_ops", ring_by), ring_legend)]))
+
+    layout.row("Latency and placement")
+    latency_bucket = "ringblast_rx_latency_seconds_bucket"
+    layout.add(heatmap(
+        "One-way latency heatmap", "From the send timestamp in each packet header to its receipt. "
+        "Meaningful only when sender and sink clocks are synchronised (or on one host).",
+        summed_rate(latency_bucket, "le")))
+    layout.add(timeseries(
+        "One-way latency quantiles", "p50, p99 and p99.9 interpolated from the latency histogram buckets.", "s",
+        [(f"histogram_quantile({q}, {summed_rate(latency_bucket, 'instance, le')})", f"{{{{instance}}}} p{name}")
+         for q, name in (("0.5", "50"), ("0.99", "99"), ("0.999", "99.9"))]))
+    layout.add(placement_table(), width=24)
+
+    layout.row("Process")
+    layout.add(timeseries(
+        "CPU used (cores)", "CPU seconds per second of each ringblast process.", "none",
+        [(summed_rate("process_cpu_seconds_total", "instance", BY_INSTANCE), "{{instance}}")]), width=8)
+    layout.add(timeseries(
+        "Resident memory", "Resident set size of each ringblast process.", "bytes",
+        [(gauge("process_resident_memory_bytes", "instance", selector=BY_INSTANCE), "{{instance}}")]), width=8)
+    layout.add(timeseries(
+        "Registered (pinned) buffer memory", "Bytes registered with io_uring per NUMA node; counts against "
+        "RLIMIT_MEMLOCK unless the process holds CAP_IPC_LOCK.", "bytes",
+        [(gauge("ringblast_registered_buffer_bytes", "instance, node",
+                selector='instance=~"$instance", node=~"$node"'), "{{instance}} node {{node}}")]), width=8)
+
+    layout.row("Soak accounting (whole time range)")
+    def total(metric):
+        return f'sum(increase({metric}{{{BY_INSTANCE}}}[$__range]))'
+    sent, got, gaps = (total(m) for m in (
+        "ringblast_tx_packets_total", "ringblast_rx_packets_total", "ringblast_rx_lost_packets_total"))
+    layout.add(stat(
+        "Sent, received and lost over the range",
+        "Totals over the dashboard's whole time range for the selected instances (select the sender and the "
+        "sink together).", "short",
+        [(sent, "sent"), (got, "received"), (gaps, "lost (sequence gaps)")],
+        [{"color": "text", "value": None}]), width=16, height=6)
+    layout.add(stat(
+        "Unaccounted packets (sent − received − lost)",
+        "Should stay near 0: the difference is packets in flight at the range edges. A growing positive "
+        "value means packets vanished without the sink seeing a gap (e.g. the tail of a flow); a negative "
+        "one means received includes repeats, or a counter reset inside the range.", "short",
+        [(f"{sent} - {got} - {gaps}", "unaccounted")],
+        [{"color": "green", "value": None}, {"color": "orange", "value": 1000}]), width=8, height=6)
+    return layout.panels
+
+
+def query_variable(name, label, query):
+    return {
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "datasource": DATASOURCE,
+        "definition": query,
+        "hide": 0,
+        "includeAll": True,
+        "label": label,
+        "multi": True,
+        "name": name,
+        "options": [],
+        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "refresh": 2,
+        "regex": "",
+        "skipUrlSync": False,
+        "sort": 3,
+        "type": "query",
+    }
+
+
+def build_dashboard():
+    variables = [
+        {
+            "current": {},
+            "hide": 0,
+            "includeAll": False,
+            "label": "Data source",
+            "multi": False,
+            "name": "ds_prometheus",
+            "options": [],
+            "query": "prometheus",
+            "refresh": 1,
+            "regex": "",
+            "skipUrlSync": False,
+            "type": "datasource",
+        },
+        query_variable("instance", "Instance", "label_values(ringblast_build_info, instance)"),
+        query_variable("node", "NUMA node", 'label_values(ringblast_worker_info{instance=~"$instance"}, node)'),
+        query_variable("queue", "Queue",
+                       'label_values(ringblast_worker_info{instance=~"$instance", node=~"$node"}, queue)'),
+    ]
+    return {
+        "__requires": [
+            {"id": "grafana", "name": "Grafana", "type": "grafana", "version": "11.6.0"},
+            {"id": "prometheus", "name": "Prometheus", "type": "datasource", "version": "1.0.0"},
+            {"id": "heatmap", "name": "Heatmap", "type": "panel", "version": ""},
+            {"id": "stat", "name": "Stat", "type": "panel", "version": ""},
+            {"id": "table", "name": "Table", "type": "panel", "version": ""},
+            {"id": "timeseries", "name": "Time series", "type": "panel", "version": ""},
+        ],
+        "annotations": {"list": [{
+            "builtIn": 1,
+            "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True,
+            "hide": True,
+            "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts",
+            "type": "dashboard",
+        }]},
+        "description": "ringblast io_uring UDP sender and sink: throughput, loss, kernel drops, pacing, "
+                       "ring health, latency, placement and soak accounting.",
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [],
+        "panels": build_panels(),
+        "refresh": "30s",
+        "schemaVersion": 41,
+        "tags": ["ringblast", "io_uring", "udp"],
+        "templating": {"list": variables},
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "title": "ringblast overview",
+        "uid": "ringblast-overview",
+        "version": 1,
+        "weekStart": "",
+    }
+
+
+def render():
+    return json.dumps(build_dashboard(), indent=2, ensure_ascii=False) + "\n"
+
+
+def expressions(dashboard):
+    for panel in dashboard["panels"]:
+        for query in panel.get("targets", []):
+            yield query["expr"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="fail if the committed JSON differs from the generated")
+    mode.add_argument("--exprs", action="store_true", help="print every panel's PromQL expression, one per line")
+    args = parser.parse_args()
+
+    text = render()
+    if args.exprs:
+        for expr in expressions(json.loads(text)):
+            print(expr)
+        return 0
+    if args.check:
+        current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.exists() else ""
+        if current == text:
+            return 0
+        sys.stdout.writelines(difflib.unified_diff(
+            current.splitlines(keepends=True), text.splitlines(keepends=True),
+            fromfile=f"{OUTPUT.name} (committed)", tofile=f"{OUTPUT.name} (generated)"))
+        print(f"{OUTPUT} is stale: run python3 dashboards/generate.py and commit the result", file=sys.stderr)
+        return 1
+    OUTPUT.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run). On a fresh Debian machine with Rust installed it
+# installs what the tests need, then runs: format and lint checks, every unit and integration
+# test (real packets on loopback and between two network namespaces it creates), the benches'
+# build, and the deployment validation. Run as root: the tests create network namespaces and
+# drop CAP_IPC_LOCK to check the memlock error.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(gcc libc6-dev)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v ss >/dev/null || need_apt+=(iproute2)
+command -v prlimit >/dev/null || need_apt+=(util-linux)
+command -v setpriv >/dev/null || need_apt+=(util-linux)
+command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v curl >/dev/null || need_apt+=(curl)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "== installing: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# Prometheus (the Debian package) starts a system service on install; the tests run their own.
+if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+  systemctl stop prometheus || true
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --release --all-targets -- -D warnings
+echo "== cargo test --release"
+cargo test --release -- --test-threads=2
+echo "== cargo bench --no-run"
+cargo bench --no-run --quiet
+echo "== deployment files"
+RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/validate-deploy.sh
+echo "== all tests passed"
