@@ -69,6 +69,12 @@ pub struct CommonArgs {
     /// Back packet memory with 2 MiB pages when available.
     #[arg(long, env = "RINGBLAST_HUGEPAGES")]
     pub hugepages: bool,
+    /// Refuse to start when the exporter would publish more series than this.
+    #[arg(long, default_value_t = 10_000, env = "RINGBLAST_MAX_SERIES")]
+    pub max_series: usize,
+    /// Keep serving metrics this long after the run ends, so the final values get scraped.
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "0", env = "RINGBLAST_METRICS_LINGER")]
+    pub metrics_linger: Duration,
     /// Seconds between report lines (0 = only the summary).
     #[arg(long, default_value = "1s", value_parser = parse_duration_or_zero, env = "RINGBLAST_INTERVAL")]
     pub interval: Duration,
@@ -150,6 +156,9 @@ pub struct SinkTuning {
     /// Flow ids 0..N are tracked per queue; others count as invalid.
     #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
     pub max_flows: usize,
+    /// Flow ids 0..N get their own metric series per sink queue; the rest are summed as "other".
+    #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
+    pub metrics_flows: usize,
 }
 
 /// `ringblast sink`.

@@ -12,6 +12,7 @@ pub mod config {
 }
 pub mod error;
 pub mod mem;
+pub mod metrics;
 pub mod net;
 pub mod pacing;
 pub mod proto {

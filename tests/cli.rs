@@ -17,18 +17,58 @@ fn expect_exit(args: &[&str], code: i32, needle: &str) {
 #[test]
 fn bad_flags_exit_2_with_a_clear_message() {
     let to = "127.0.0.1:9";
-    expect_exit(&["send", "--to", to, "--rate", "10furlongs"], 2, "invalid rate");
+    expect_exit(
+        &["send", "--to", to, "--rate", "10furlongs"],
+        2,
+        "invalid rate",
+    );
     expect_exit(&["send", "--to", to, "--rate", "0pps"], 2, "invalid rate");
-    expect_exit(&["send", "--to", to, "--size", "8"], 2, "32-byte ringblast header");
-    expect_exit(&["send", "--to", to, "--gso", "64", "--size", "1400"], 2, "use --gso 46");
-    expect_exit(&["send", "--to", to, "--gso", "500"], 2, "--gso 500 is out of range");
-    expect_exit(&["send", "--to", to, "--queues", "2", "--flows", "1"], 2, "--flows 1 is below --queues 2");
-    expect_exit(&["send", "--to", to, "--count", "5", "--duration", "1s"], 2, "cannot be used with");
+    expect_exit(
+        &["send", "--to", to, "--size", "8"],
+        2,
+        "32-byte ringblast header",
+    );
+    expect_exit(
+        &["send", "--to", to, "--gso", "64", "--size", "1400"],
+        2,
+        "use --gso 46",
+    );
+    expect_exit(
+        &["send", "--to", to, "--gso", "500"],
+        2,
+        "--gso 500 is out of range",
+    );
+    expect_exit(
+        &["send", "--to", to, "--queues", "2", "--flows", "1"],
+        2,
+        "--flows 1 is below --queues 2",
+    );
+    expect_exit(
+        &["send", "--to", to, "--count", "5", "--duration", "1s"],
+        2,
+        "cannot be used with",
+    );
     expect_exit(&["send", "--to", "nowhere"], 2, "invalid value");
-    expect_exit(&["send", "--to", to, "--node", "99", "--count", "1"], 2, "99");
-    expect_exit(&["send", "--to", to, "--cpus", "0-", "--count", "1"], 2, "--cpus");
-    expect_exit(&["send", "--to", to, "--cpus", "4000", "--count", "1"], 2, "4000");
-    expect_exit(&["sink", "--listen", "127.0.0.1:9", "--rx-buffers", "100"], 2, "power of two");
+    expect_exit(
+        &["send", "--to", to, "--node", "99", "--count", "1"],
+        2,
+        "99",
+    );
+    expect_exit(
+        &["send", "--to", to, "--cpus", "0-", "--count", "1"],
+        2,
+        "--cpus",
+    );
+    expect_exit(
+        &["send", "--to", to, "--cpus", "4000", "--count", "1"],
+        2,
+        "4000",
+    );
+    expect_exit(
+        &["sink", "--listen", "127.0.0.1:9", "--rx-buffers", "100"],
+        2,
+        "power of two",
+    );
     expect_exit(&["pair", "--address", "10.1.2.3"], 2, "loopback");
     expect_exit(&["frobnicate"], 2, "unrecognized subcommand");
 }
@@ -37,7 +77,11 @@ fn bad_flags_exit_2_with_a_clear_message() {
 fn port_in_use_exits_3() {
     let holder = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = holder.local_addr().unwrap().to_string();
-    expect_exit(&["sink", "--listen", &addr, "--duration", "1s"], 3, "already in use");
+    expect_exit(
+        &["sink", "--listen", &addr, "--duration", "1s"],
+        3,
+        "already in use",
+    );
 }
 
 #[test]
@@ -47,7 +91,10 @@ fn topo_prints_nodes_nic_and_placement() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("node 0: cpus"), "{stdout}");
     assert!(stdout.contains("nic: lo"), "{stdout}");
-    assert!(stdout.contains("q0 -> cpu") && stdout.contains("q1 -> cpu"), "{stdout}");
+    assert!(
+        stdout.contains("q0 -> cpu") && stdout.contains("q1 -> cpu"),
+        "{stdout}"
+    );
     let explicit = ringblast(&["topo", "--cpus", "0", "--queues", "1"]);
     assert!(String::from_utf8_lossy(&explicit.stdout).contains("explicit --cpus"));
 }
@@ -55,7 +102,12 @@ fn topo_prints_nodes_nic_and_placement() {
 fn no_uring_helper() -> Option<std::path::PathBuf> {
     let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no_uring");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/no_uring.c");
-    let status = Command::new("cc").args(["-O2", "-o"]).arg(&out).arg(src).status().ok()?;
+    let status = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .ok()?;
     status.success().then_some(out)
 }
 
@@ -64,7 +116,16 @@ fn io_uring_blocked_by_seccomp_exits_3_naming_the_fix() {
     let helper = no_uring_helper().expect("a C compiler (cc) to build tests/support/no_uring.c");
     for (errno, needle) in [("EPERM", "seccomp"), ("ENOSYS", "no io_uring")] {
         let out = Command::new(&helper)
-            .args([errno, "--", bin(), "send", "--to", "127.0.0.1:9", "--count", "10"])
+            .args([
+                errno,
+                "--",
+                bin(),
+                "send",
+                "--to",
+                "127.0.0.1:9",
+                "--count",
+                "10",
+            ])
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -82,12 +143,31 @@ fn low_memlock_without_cap_ipc_lock_exits_3_naming_bytes_and_fix() {
         return;
     }
     let out = Command::new("prlimit")
-        .args(["--memlock=65536", "setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", bin()])
-        .args(["send", "--to", "127.0.0.1:9", "--size", "1400", "--gso", "46", "--count", "10"])
+        .args([
+            "--memlock=65536",
+            "setpriv",
+            "--inh-caps=-ipc_lock",
+            "--bounding-set=-ipc_lock",
+            bin(),
+        ])
+        .args([
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--size",
+            "1400",
+            "--gso",
+            "46",
+            "--count",
+            "10",
+        ])
         .output()
         .expect("prlimit and setpriv (util-linux)");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("RLIMIT_MEMLOCK is 65536 bytes"), "{stderr}");
-    assert!(stderr.contains("ulimit -l") && stderr.contains("CAP_IPC_LOCK"), "{stderr}");
+    assert!(
+        stderr.contains("ulimit -l") && stderr.contains("CAP_IPC_LOCK"),
+        "{stderr}"
+    );
 }

@@ -12,7 +12,10 @@ struct Namespaces {
 }
 
 fn ip(args: &[&str]) -> bool {
-    Command::new("ip").args(args).status().is_ok_and(|s| s.success())
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 impl Namespaces {
@@ -25,7 +28,9 @@ impl Namespaces {
         let (vtx, vrx) = (format!("rbv{id}a"), format!("rbv{id}b"));
         let ok = ip(&["netns", "add", tx])
             && ip(&["netns", "add", rx])
-            && ip(&["link", "add", &vtx, "netns", tx, "type", "veth", "peer", "name", &vrx, "netns", rx])
+            && ip(&[
+                "link", "add", &vtx, "netns", tx, "type", "veth", "peer", "name", &vrx, "netns", rx,
+            ])
             && ip(&["-n", tx, "addr", "add", "10.203.0.1/24", "dev", &vtx])
             && ip(&["-n", rx, "addr", "add", "10.203.0.2/24", "dev", &vrx])
             && ip(&["-n", tx, "link", "set", &vtx, "up"])
@@ -53,7 +58,18 @@ fn paced_traffic_over_veth_between_namespaces_is_exact() {
     let _guard = traffic_lock();
     let ns = Namespaces::create().expect("create namespaces and a veth pair (iproute2, root)");
     let sink = Command::new("ip")
-        .args(["netns", "exec", &ns.names[1], bin(), "sink", "--listen", "10.203.0.2:7000", "--duration", "4s", "--json"])
+        .args([
+            "netns",
+            "exec",
+            &ns.names[1],
+            bin(),
+            "sink",
+            "--listen",
+            "10.203.0.2:7000",
+            "--duration",
+            "4s",
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -68,14 +84,35 @@ fn paced_traffic_over_veth_between_namespaces_is_exact() {
     });
     assert!(bound, "sink did not bind 10.203.0.2:7000");
     let send = Command::new("ip")
-        .args(["netns", "exec", &ns.names[0], bin(), "send", "--to", "10.203.0.2:7000"])
-        .args(["--rate", "20kpps", "--duration", "2s", "--size", "512", "--flows", "4", "--json"])
+        .args([
+            "netns",
+            "exec",
+            &ns.names[0],
+            bin(),
+            "send",
+            "--to",
+            "10.203.0.2:7000",
+        ])
+        .args([
+            "--rate",
+            "20kpps",
+            "--duration",
+            "2s",
+            "--size",
+            "512",
+            "--flows",
+            "4",
+            "--json",
+        ])
         .output()
         .unwrap();
     assert_ok(&send);
     let out = sink.wait_with_output().unwrap();
     assert_ok(&out);
-    let (send, sink) = (summaries(&send).send.unwrap(), summaries(&out).sink.unwrap());
+    let (send, sink) = (
+        summaries(&send).send.unwrap(),
+        summaries(&out).sink.unwrap(),
+    );
     assert_exact(&send, &sink);
     assert!(u(&send, "tx_packets") >= 39_000, "{send}");
 }

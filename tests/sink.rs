@@ -11,12 +11,23 @@ use std::{
 use common::*;
 
 fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn start_sink(port: u16, duration: &str) -> Child {
     let child = Command::new(bin())
-        .args(["sink", "--listen", &format!("127.0.0.1:{port}"), "--duration", duration, "--json"])
+        .args([
+            "sink",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--duration",
+            duration,
+            "--json",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -52,7 +63,14 @@ fn foreign_datagrams_count_as_invalid_and_nothing_else() {
     assert_eq!(sink["rx_invalid_by_reason"]["short"], 10);
     assert_eq!(sink["rx_invalid_by_reason"]["magic"], 10);
     assert_eq!(sink["rx_invalid_by_reason"]["version"], 10);
-    for key in ["rx_packets", "rx_bytes", "rx_lost", "rx_reordered", "rx_duplicates", "rx_kernel_drops"] {
+    for key in [
+        "rx_packets",
+        "rx_bytes",
+        "rx_lost",
+        "rx_reordered",
+        "rx_duplicates",
+        "rx_kernel_drops",
+    ] {
         assert_eq!(u(&sink, key), 0, "{key}: {sink}");
     }
 }
@@ -64,18 +82,41 @@ fn sequence_numbers_crossing_2_pow_32_and_a_new_epoch_are_exact() {
     let sink = start_sink(port, "4s");
     let to = format!("127.0.0.1:{port}");
     let first = ringblast(&[
-        "send", "--to", &to, "--first-seq", "4294966296", "--count", "2000", "--rate", "20kpps", "--json",
+        "send",
+        "--to",
+        &to,
+        "--first-seq",
+        "4294966296",
+        "--count",
+        "2000",
+        "--rate",
+        "20kpps",
+        "--json",
     ]);
     assert_ok(&first);
-    let second = ringblast(&["send", "--to", &to, "--count", "1000", "--rate", "20kpps", "--json"]);
+    let second = ringblast(&[
+        "send", "--to", &to, "--count", "1000", "--rate", "20kpps", "--json",
+    ]);
     assert_ok(&second);
-    let (s1, s2) = (summaries(&first).send.unwrap(), summaries(&second).send.unwrap());
-    assert_ne!(s1["epoch"], s2["epoch"], "every sender run has its own epoch");
+    let (s1, s2) = (
+        summaries(&first).send.unwrap(),
+        summaries(&second).send.unwrap(),
+    );
+    assert_ne!(
+        s1["epoch"], s2["epoch"],
+        "every sender run has its own epoch"
+    );
     let out = sink.wait_with_output().unwrap();
     assert_ok(&out);
     let sink = summaries(&out).sink.unwrap();
     assert_eq!(u(&sink, "rx_packets"), 3000, "{sink}");
-    for key in ["rx_lost", "rx_reordered", "rx_duplicates", "rx_invalid", "rx_kernel_drops"] {
+    for key in [
+        "rx_lost",
+        "rx_reordered",
+        "rx_duplicates",
+        "rx_invalid",
+        "rx_kernel_drops",
+    ] {
         assert_eq!(u(&sink, key), 0, "{key}: {sink}");
     }
 }
@@ -85,14 +126,26 @@ fn sink_reports_interval_lines_then_the_summary_last() {
     let _guard = traffic_lock();
     let port = free_port();
     let sink = start_sink(port, "2500ms");
-    let send = ringblast(&["send", "--to", &format!("127.0.0.1:{port}"), "--rate", "10kpps", "--duration", "1500ms"]);
+    let send = ringblast(&[
+        "send",
+        "--to",
+        &format!("127.0.0.1:{port}"),
+        "--rate",
+        "10kpps",
+        "--duration",
+        "1500ms",
+    ]);
     assert_ok(&send);
     let out = sink.wait_with_output().unwrap();
     assert_ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines.len() >= 2, "{stdout}");
-    assert!(lines[..lines.len() - 1].iter().all(|l| l.contains("\"type\":\"interval\"")));
+    assert!(
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| l.contains("\"type\":\"interval\""))
+    );
     let last: serde_json::Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();
     assert_eq!(last["type"], "summary");
     assert_eq!(u(&last, "rx_packets"), 15_000);

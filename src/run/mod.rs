@@ -2,6 +2,7 @@
 //! hands them to the reporting session. This is the second stage of argument handling; `cli`
 //! only parses.
 
+pub mod exporting;
 pub mod placement;
 pub mod roles;
 pub mod session;
@@ -14,9 +15,12 @@ use self::{
     session::{Session, install_signals},
 };
 use crate::{
-    cli::{Cli, Command, CommonArgs, PairArgs, SendArgs, SinkArgs, TopoArgs},
+    cli::{Cli, Command, CommonArgs, DEFAULT_METRICS, PairArgs, SendArgs, SinkArgs, TopoArgs},
     error::Error,
-    report::{RxSample, TxSample},
+    metrics::Shape,
+    report::QueueView,
+    sender::{SenderConfig, SenderWorker},
+    sink::{SinkConfig, SinkWorker},
     topology,
     worker::Control,
 };
@@ -53,17 +57,118 @@ fn placement_args<'a>(
 }
 
 /// Plans a role's queues and prints the plan to stderr (placement is never silent).
-fn planned(role: &str, args: &PlacementArgs<'_>) -> Result<Vec<crate::report::QueueView>, Error> {
+fn planned(role: &str, args: &PlacementArgs<'_>) -> Result<Vec<QueueView>, Error> {
     let (queues, text) = plan_queues(role, args)?;
     eprint!("{text}");
     Ok(queues)
 }
 
-fn no_tick(_: &[TxSample], _: &[RxSample]) {}
+/// Sender queues, their configs with flow ids, and the total target rate.
+type SenderSpec = (Vec<QueueView>, Vec<(SenderConfig, Vec<u32>)>, Option<f64>);
+
+/// What one invocation runs: senders, sinks or both, and how it reports.
+struct RunSpec {
+    senders: Option<SenderSpec>,
+    sinks: Option<(Vec<QueueView>, SinkConfig, usize)>,
+    common: CommonArgs,
+    metrics: Option<SocketAddr>,
+}
+
+fn run_spec(spec: RunSpec) -> Result<(), Error> {
+    let signal = install_signals()?;
+    let exported_flows = spec.sinks.as_ref().map_or(0, |s| s.2);
+    let arena_bytes = (
+        spec.senders
+            .as_ref()
+            .and_then(|s| s.1.first())
+            .map_or(0, |(c, _)| SenderWorker::arena_bytes(c)),
+        spec.sinks
+            .as_ref()
+            .map_or(0, |s| SinkWorker::arena_bytes(&s.1)),
+    );
+    if let Some(addr) = spec.metrics {
+        let shape = Shape {
+            tx_flows_per_queue: spec
+                .senders
+                .as_ref()
+                .map(|s| s.1.iter().map(|(_, f)| f.len()).collect())
+                .unwrap_or_default(),
+            rx_queues: spec.sinks.as_ref().map_or(0, |s| s.0.len()),
+            rx_exported_flows: exported_flows,
+            nodes: spec
+                .senders
+                .iter()
+                .flat_map(|s| &s.0)
+                .chain(spec.sinks.iter().flat_map(|s| &s.0))
+                .map(|q| q.node)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+        };
+        exporting::install(&exporting::Plan {
+            addr,
+            max_series: spec.common.max_series,
+            shape,
+        })?;
+    }
+    let send_control = Arc::new(Control::default());
+    let sink_control = Arc::new(Control::default());
+    let sinks = spec
+        .sinks
+        .map(|(queues, config, _)| start_sinks(&sink_control, queues, config))
+        .transpose()?;
+    let senders = match spec
+        .senders
+        .map(|(queues, configs, target)| start_senders(&send_control, queues, configs, target))
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(sinks) = sinks {
+                sink_control.request_stop();
+                sinks.group.release();
+                sinks.group.join();
+            }
+            return Err(e);
+        }
+    };
+    if let (Some(s), Some(k)) = (&senders, &sinks) {
+        eprintln!(
+            "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",
+            k.queues.len(),
+            s.queues.len(),
+            s.epoch
+        );
+    }
+    let mut exporter = spec.metrics.map(|_| {
+        exporting::register(
+            senders.as_ref(),
+            sinks.as_ref(),
+            exported_flows,
+            arena_bytes,
+        )
+    });
+    let session = Session {
+        send_control,
+        sink_control,
+        prefix_roles: senders.is_some() && sinks.is_some(),
+        senders,
+        sinks,
+        json: spec.common.json,
+        interval: spec.common.interval,
+    };
+    let result = session.run(&signal, &mut |force| {
+        if let Some(e) = exporter.as_mut() {
+            e.tick(force);
+        }
+    });
+    if exporter.is_some() {
+        exporting::linger(spec.common.metrics_linger, &signal);
+    }
+    result
+}
 
 fn send(args: SendArgs) -> Result<(), Error> {
-    let signal = install_signals()?;
-    let common = &args.common;
+    let common = args.common;
     let configs = sender_configs(
         args.to,
         &args.traffic,
@@ -72,39 +177,29 @@ fn send(args: SendArgs) -> Result<(), Error> {
         random_epoch(),
         common.hugepages,
     )?;
-    let queues = planned("send", &placement_args(common, args.to, &[]))?;
-    let control = Arc::new(Control::default());
+    let queues = planned("send", &placement_args(&common, args.to, &[]))?;
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
-    let senders = start_senders(&control, queues, configs, target)?;
-    let session = Session {
-        send_control: control,
-        sink_control: Arc::new(Control::default()),
-        senders: Some(senders),
+    let metrics = common.metrics;
+    run_spec(RunSpec {
+        senders: Some((queues, configs, target)),
         sinks: None,
-        json: common.json,
-        interval: common.interval,
-        prefix_roles: false,
-    };
-    session.run(&signal, &mut no_tick)
+        common,
+        metrics,
+    })
 }
 
 fn sink(args: SinkArgs) -> Result<(), Error> {
-    let signal = install_signals()?;
-    let common = &args.common;
+    let common = args.common;
     let config = sink_config(args.listen, &args.tuning, args.duration, common.hugepages)?;
-    let queues = planned("sink", &placement_args(common, args.listen, &[]))?;
-    let control = Arc::new(Control::default());
-    let sinks = start_sinks(&control, queues, config)?;
-    let session = Session {
-        send_control: Arc::new(Control::default()),
-        sink_control: control,
+    let queues = planned("sink", &placement_args(&common, args.listen, &[]))?;
+    let exported = args.tuning.metrics_flows.min(config.max_flows);
+    let metrics = common.metrics;
+    run_spec(RunSpec {
         senders: None,
-        sinks: Some(sinks),
-        json: common.json,
-        interval: common.interval,
-        prefix_roles: false,
-    };
-    session.run(&signal, &mut no_tick)
+        sinks: Some((queues, config, exported)),
+        common,
+        metrics,
+    })
 }
 
 /// A free UDP port on `ip`, found by binding port 0.
@@ -124,8 +219,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
             args.address
         )));
     }
-    let signal = install_signals()?;
-    let common = &args.common;
+    let common = args.common;
     let addr = free_udp_port(args.address)?;
     let configs = sender_configs(
         addr,
@@ -136,41 +230,29 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         common.hugepages,
     )?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages)?;
-    let send_queues = planned("send", &placement_args(common, addr, &[]))?;
+    let send_queues = planned("send", &placement_args(&common, addr, &[]))?;
     let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
     let sink_common = CommonArgs {
         cpus: None,
         ..common.clone()
     };
     let sink_queues = planned("sink", &placement_args(&sink_common, addr, &send_cpus))?;
-    let sink_control = Arc::new(Control::default());
-    let send_control = Arc::new(Control::default());
-    let sinks = start_sinks(&sink_control, sink_queues, sink_cfg)?;
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
-    let senders = match start_senders(&send_control, send_queues, configs, target) {
-        Ok(s) => s,
-        Err(e) => {
-            sink_control.request_stop();
-            sinks.group.release();
-            sinks.group.join();
-            return Err(e);
-        }
+    let default_metrics: SocketAddr = DEFAULT_METRICS
+        .parse()
+        .map_err(|_| Error::Usage("bad default metrics address".into()))?;
+    let metrics = if args.no_metrics {
+        None
+    } else {
+        Some(common.metrics.unwrap_or(default_metrics))
     };
-    eprintln!(
-        "pair: {} sink queue(s) on {addr}, sender epoch {}",
-        sinks.queues.len(),
-        senders.epoch
-    );
-    let session = Session {
-        send_control,
-        sink_control,
-        senders: Some(senders),
-        sinks: Some(sinks),
-        json: common.json,
-        interval: common.interval,
-        prefix_roles: true,
-    };
-    session.run(&signal, &mut no_tick)
+    let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);
+    run_spec(RunSpec {
+        senders: Some((send_queues, configs, target)),
+        sinks: Some((sink_queues, sink_cfg, exported)),
+        common,
+        metrics,
+    })
 }
 
 fn topo(args: TopoArgs) -> Result<(), Error> {

@@ -158,11 +158,7 @@ impl Session {
     }
 
     /// Releases the workers (sinks first) and reports until every worker has ended.
-    pub fn run(
-        self,
-        signal: &AtomicBool,
-        on_tick: &mut dyn FnMut(&[TxSample], &[RxSample]),
-    ) -> Result<(), Error> {
+    pub fn run(self, signal: &AtomicBool, on_tick: &mut dyn FnMut(bool)) -> Result<(), Error> {
         if let Some(s) = &self.sinks {
             s.group.release();
         }
@@ -184,12 +180,12 @@ impl Session {
             }
             let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
             let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
-            if senders_done && !self.sink_control.drain_requested() {
+            if self.senders.is_some() && senders_done && !self.sink_control.drain_requested() {
                 self.hand_flow_ends_to_sinks();
                 self.sink_control.request_drain();
             }
+            on_tick(false);
             let (tx, rx) = self.samples();
-            on_tick(&tx, &rx);
             let now = clock::monotonic_ns();
             let since = now - last_report;
             if !self.interval.is_zero() && since >= self.interval.as_nanos() as u64 {
@@ -204,10 +200,12 @@ impl Session {
         self.finish(on_tick)
     }
 
-    fn finish(self, on_tick: &mut dyn FnMut(&[TxSample], &[RxSample])) -> Result<(), Error> {
+    fn finish(self, on_tick: &mut dyn FnMut(bool)) -> Result<(), Error> {
         let mut failed = false;
+        // Every worker has ended and published its last counters: flush them to the exporter
+        // before printing, so scraped values equal the summary.
+        on_tick(true);
         let (tx, rx) = self.samples();
-        on_tick(&tx, &rx);
         if let Some(s) = self.senders {
             let outcomes = s.group.join();
             let total = report::total_tx(&tx);

@@ -116,6 +116,11 @@ pub struct SenderWorker {
 }
 
 impl SenderWorker {
+    /// Bytes of packet memory one worker registers.
+    pub fn arena_bytes(config: &SenderConfig) -> u64 {
+        Slots::arena_bytes(config) as u64
+    }
+
     /// Bytes of locked memory one worker registers (arena plus ring).
     pub fn locked_bytes(config: &SenderConfig) -> u64 {
         Slots::arena_bytes(config) as u64 + ring_size(config).locked_bytes()

@@ -139,6 +139,11 @@ fn ring_size(config: &SinkConfig) -> RingSize {
 }
 
 impl SinkWorker {
+    /// Bytes of packet memory one worker provides to the kernel through its buffer ring.
+    pub fn arena_bytes(config: &SinkConfig) -> u64 {
+        layout(config).arena_bytes() as u64
+    }
+
     /// Bytes of locked memory one worker pins (buffer-ring entries plus the ring).
     pub fn locked_bytes(config: &SinkConfig) -> u64 {
         layout(config).ring_bytes() as u64 + ring_size(config).locked_bytes()

@@ -1,0 +1,166 @@
+//! The Prometheus exporter: installed from `main` before any worker starts (it runs its own
+//! HTTP thread, never on a data-path thread), with every series registered at 0 up front, the
+//! cardinality checked at start-up, and counters flushed from the workers' published blocks at
+//! least every 100 ms and once more after the workers stop, before the summary is printed.
+
+pub mod handles;
+pub mod names;
+
+use std::net::SocketAddr;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+
+use self::{
+    handles::Handles,
+    names::{Kind, latency_buckets},
+};
+use crate::{clock, error::Error, stats::ERRNO_CLASSES};
+
+/// How often counters are copied into the exporter.
+pub const FLUSH_EVERY_NS: u64 = 100_000_000;
+/// How often process metrics are collected.
+const PROCESS_EVERY_NS: u64 = 1_000_000_000;
+/// Latency histogram series per sink queue: buckets, `+Inf`, `_sum`, `_count`.
+const LATENCY_SERIES: usize = crate::stats::LATENCY_BOUNDS_NS.len() + 3;
+
+/// Starts the HTTP listener on `addr` and installs the global recorder.
+pub fn install(addr: SocketAddr) -> Result<(), Error> {
+    let builder = PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(Matcher::Full(names::RX_LATENCY.into()), &latency_buckets())
+        .map_err(|e| Error::Usage(format!("latency buckets: {e}")))?;
+    builder.install().map_err(|e| match e {
+        BuildError::FailedToCreateHTTPListener(msg) => Error::Unsupported(format!(
+            "cannot serve metrics on {addr}: {msg}; pick a free port with --metrics ADDR:PORT"
+        )),
+        other => Error::Unsupported(format!("cannot start the metrics exporter: {other}")),
+    })?;
+    for m in names::ALL {
+        match m.kind {
+            Kind::Counter if m.name.ends_with("_bytes_total") => {
+                describe_counter!(m.name, Unit::Bytes, m.help)
+            }
+            Kind::Counter => describe_counter!(m.name, m.help),
+            Kind::Gauge if m.name.ends_with("_bytes") => {
+                describe_gauge!(m.name, Unit::Bytes, m.help)
+            }
+            Kind::Gauge if m.name.ends_with("_seconds") => {
+                describe_gauge!(m.name, Unit::Seconds, m.help)
+            }
+            Kind::Gauge => describe_gauge!(m.name, m.help),
+            Kind::Histogram => describe_histogram!(m.name, Unit::Seconds, m.help),
+        }
+    }
+    Ok(())
+}
+
+/// The shape of a run, for the series count.
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    /// Flows per sender queue.
+    pub tx_flows_per_queue: Vec<usize>,
+    /// Sink queues.
+    pub rx_queues: usize,
+    /// Flows with their own series per sink queue (plus one `other`).
+    pub rx_exported_flows: usize,
+    /// Distinct NUMA nodes.
+    pub nodes: usize,
+}
+
+/// Series this run exports, process metrics excluded.
+pub fn series_count(shape: &Shape) -> usize {
+    let ring = 6;
+    let tx: usize = shape
+        .tx_flows_per_queue
+        .iter()
+        .map(|flows| flows * (2 + ERRNO_CLASSES) + ring + 3)
+        .sum();
+    let rx_per_queue =
+        (shape.rx_exported_flows + 1) * 5 + 4 + 3 + ERRNO_CLASSES + LATENCY_SERIES + ring + 1;
+    tx + shape.rx_queues * rx_per_queue + shape.nodes + 3
+}
+
+/// Refuses a run whose series count is above `limit`, naming the product that drives it.
+pub fn check_cardinality(shape: &Shape, limit: usize) -> Result<usize, Error> {
+    let n = series_count(shape);
+    if n > limit {
+        let flows: usize = shape.tx_flows_per_queue.iter().sum();
+        return Err(Error::Usage(format!(
+            "the exporter would publish {n} series ({} sender queues × {flows} flows, {} sink queues × {} exported flows), above --max-series {limit}; lower --flows or --metrics-flows, or raise --max-series",
+            shape.tx_flows_per_queue.len(),
+            shape.rx_queues,
+            shape.rx_exported_flows
+        )));
+    }
+    Ok(n)
+}
+
+/// Sets the info gauges and the registered memory per node.
+pub fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) {
+    gauge!(names::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for role in roles {
+        gauge!(names::RUN_INFO, "role" => role.to_string(), "protocol" => "udp").set(1.0);
+    }
+    for (node, bytes) in registered_bytes_by_node {
+        gauge!(names::REGISTERED_BYTES, "node" => node.to_string()).set(*bytes as f64);
+    }
+}
+
+/// The live exporter side of a run: handles plus the flush cadence.
+pub struct Exporter {
+    handles: Handles,
+    process: metrics_process::Collector,
+    last_flush: u64,
+    last_process: u64,
+}
+
+impl Exporter {
+    /// Wraps registered handles; collects process metrics too.
+    pub fn new(handles: Handles) -> Exporter {
+        let process = metrics_process::Collector::default();
+        process.describe();
+        process.collect();
+        let mut exporter = Exporter {
+            handles,
+            process,
+            last_flush: 0,
+            last_process: clock::monotonic_ns(),
+        };
+        exporter.handles.flush();
+        exporter
+    }
+
+    /// Flushes when 100 ms have passed, or always when `force` (the final flush).
+    pub fn tick(&mut self, force: bool) {
+        let now = clock::monotonic_ns();
+        if force || now - self.last_flush >= FLUSH_EVERY_NS {
+            self.handles.flush();
+            self.last_flush = now;
+        }
+        if force || now - self.last_process >= PROCESS_EVERY_NS {
+            self.process.collect();
+            self.last_process = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cardinality_is_refused_above_the_limit_with_the_product_named() {
+        let shape = Shape {
+            tx_flows_per_queue: vec![4, 4],
+            rx_queues: 2,
+            rx_exported_flows: 16,
+            nodes: 1,
+        };
+        let n = check_cardinality(&shape, 10_000).unwrap();
+        assert!(n > 200 && n < 1000, "{n}");
+        let err = check_cardinality(&shape, 10).unwrap_err().to_string();
+        assert!(err.contains("2 sender queues × 8 flows"), "{err}");
+        assert!(err.contains("--max-series 10"), "{err}");
+    }
+}

@@ -1,0 +1,101 @@
+//! Every metric name ringblast exports, in one place, with its help text, unit and the labels it
+//! carries. Names follow Prometheus conventions: one `ringblast_` prefix, base units (bytes,
+//! seconds), `_total` on counters, direction (`tx_`/`rx_`) in the name, never in a label.
+
+/// How a metric is exposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A monotonic counter.
+    Counter,
+    /// A value that goes up and down.
+    Gauge,
+    /// A histogram with explicit buckets.
+    Histogram,
+}
+
+/// One exported metric.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    /// Full name as scraped.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// Label names, in order.
+    pub labels: &'static str,
+    /// HELP text.
+    pub help: &'static str,
+}
+
+macro_rules! metrics {
+    ($($ident:ident = $name:literal, $kind:ident, $labels:literal, $help:literal;)*) => {
+        $(#[doc = $help] pub const $ident: &str = $name;)*
+        /// Every metric, for `describe` and the README table.
+        pub const ALL: &[Metric] = &[$(Metric { name: $name, kind: Kind::$kind, labels: $labels, help: $help }),*];
+    };
+}
+
+metrics! {
+    TX_PACKETS = "ringblast_tx_packets_total", Counter, "node,queue,flow,protocol", "Packets (datagrams or GSO segments) the kernel accepted for sending.";
+    TX_BYTES = "ringblast_tx_bytes_total", Counter, "node,queue,flow,protocol", "UDP payload bytes the kernel accepted for sending.";
+    TX_ERRORS = "ringblast_tx_errors_total", Counter, "node,queue,flow,protocol,errno", "Packets whose send completed with an error, by errno.";
+    TX_TARGET = "ringblast_tx_target_packets_per_second", Gauge, "node,queue", "Configured pacing target of the queue in packets per second (0 = unpaced).";
+    TX_PACING_LAG = "ringblast_tx_pacing_lag_seconds", Gauge, "node,queue", "How far the queue is behind its pacing schedule.";
+    RX_PACKETS = "ringblast_rx_packets_total", Counter, "node,queue,flow,protocol", "Valid ringblast packets received (GRO segments counted one by one).";
+    RX_BYTES = "ringblast_rx_bytes_total", Counter, "node,queue,flow,protocol", "UDP payload bytes of valid packets received.";
+    RX_ERRORS = "ringblast_rx_errors_total", Counter, "node,queue,protocol,errno", "Receive completions that failed, by errno.";
+    RX_LOST = "ringblast_rx_lost_packets_total", Counter, "node,queue,flow", "Sequence numbers never received and not explained by kernel drops.";
+    RX_REORDERED = "ringblast_rx_reordered_packets_total", Counter, "node,queue,flow", "Packets that arrived after a higher sequence number (never counted as lost).";
+    RX_DUPLICATES = "ringblast_rx_duplicate_packets_total", Counter, "node,queue,flow", "Extra copies of packets already received.";
+    RX_INVALID = "ringblast_rx_invalid_packets_total", Counter, "node,queue,reason", "Datagrams that are not valid ringblast packets, by reason.";
+    RX_KERNEL_DROPS = "ringblast_rx_kernel_drops_total", Counter, "node,queue", "Datagrams the kernel dropped on the sink socket (SO_RXQ_OVFL).";
+    RX_LAST_PACKET = "ringblast_rx_last_packet_timestamp_seconds", Gauge, "node,queue", "Unix time of the last valid packet (0 = none yet).";
+    RX_LATENCY = "ringblast_rx_latency_seconds", Histogram, "node,queue", "One-way latency from the sender's timestamp (needs synchronised clocks across hosts).";
+    RX_BUFFER_RING_EMPTY = "ringblast_rx_buffer_ring_empty_total", Counter, "node,queue", "Multishot receives ended because the provided-buffer ring ran dry.";
+    RING_ENTER = "ringblast_ring_enter_calls_total", Counter, "role,node,queue", "io_uring_enter system calls.";
+    RING_SQES = "ringblast_ring_sqes_submitted_total", Counter, "role,node,queue", "Submission queue entries submitted (average batch = SQEs / enter calls).";
+    RING_CQES = "ringblast_ring_cqes_reaped_total", Counter, "role,node,queue", "Completion queue entries reaped.";
+    RING_SQ_FULL = "ringblast_ring_sq_full_total", Counter, "role,node,queue", "Pushes that found the submission queue full.";
+    RING_CQ_OVERFLOW = "ringblast_ring_cq_overflow_total", Counter, "role,node,queue", "Completions the kernel could not post because the completion queue was full.";
+    RING_INFLIGHT = "ringblast_ring_inflight_ops", Gauge, "role,node,queue", "Operations submitted and not yet completed.";
+    REGISTERED_BYTES = "ringblast_registered_buffer_bytes", Gauge, "node", "Packet memory registered with io_uring (fixed buffers and buffer rings), by NUMA node.";
+    WORKER_INFO = "ringblast_worker_info", Gauge, "role,node,queue,cpu", "Placement of each worker (always 1).";
+    RUN_INFO = "ringblast_run_info", Gauge, "role,protocol", "What this process runs (always 1).";
+    BUILD_INFO = "ringblast_build_info", Gauge, "version", "Build of this binary (always 1).";
+}
+
+/// Latency histogram bucket bounds in seconds (1 µs … 1 s), matching `stats::LATENCY_BOUNDS_NS`.
+pub fn latency_buckets() -> Vec<f64> {
+    crate::stats::LATENCY_BOUNDS_NS
+        .iter()
+        .map(|ns| *ns as f64 / 1e9)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        for m in ALL {
+            assert!(m.name.starts_with("ringblast_"), "{}", m.name);
+            assert_eq!(
+                m.kind == Kind::Counter,
+                m.name.ends_with("_total"),
+                "{}",
+                m.name
+            );
+            assert!(
+                !m.labels.contains("role")
+                    || m.name.contains("_ring_")
+                    || m.name.ends_with("_info"),
+                "{}",
+                m.name
+            );
+        }
+        assert_eq!(
+            latency_buckets().len(),
+            crate::stats::LATENCY_BOUNDS_NS.len()
+        );
+    }
+}

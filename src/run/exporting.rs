@@ -1,0 +1,88 @@
+//! Wires a run to the Prometheus exporter: checks cardinality and installs the exporter before
+//! any worker starts, registers every worker's handles while the workers wait at their start
+//! barrier, and keeps the endpoint up for `--metrics-linger` after the run.
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
+
+use super::roles::{SenderSet, SinkSet};
+use crate::{
+    error::Error,
+    metrics::{self, Exporter, Shape, handles},
+};
+
+/// What the exporter needs to know before workers start.
+pub struct Plan {
+    /// Listen address.
+    pub addr: SocketAddr,
+    /// Series limit.
+    pub max_series: usize,
+    /// Shape of the run.
+    pub shape: Shape,
+}
+
+/// Checks the series count and starts the HTTP listener.
+pub fn install(plan: &Plan) -> Result<(), Error> {
+    let series = metrics::check_cardinality(&plan.shape, plan.max_series)?;
+    metrics::install(plan.addr)?;
+    eprintln!("metrics: http://{}/metrics ({series} series)", plan.addr);
+    Ok(())
+}
+
+/// Registers every worker's series (at 0) and the info gauges.
+pub fn register(
+    senders: Option<&SenderSet>,
+    sinks: Option<&SinkSet>,
+    exported_flows: usize,
+    arena_bytes: (u64, u64),
+) -> Exporter {
+    let mut roles = Vec::new();
+    let mut by_node: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut tx = Vec::new();
+    if let Some(s) = senders {
+        roles.push("send");
+        let per_queue = s.target_pps.map(|r| r / s.queues.len() as f64);
+        for ((q, flows), shared) in s.queues.iter().zip(&s.flows).zip(&s.shared) {
+            tx.push(handles::TxWorker::register(
+                q,
+                flows,
+                per_queue,
+                shared.clone(),
+            ));
+            *by_node.entry(q.node).or_default() += arena_bytes.0;
+        }
+    }
+    let mut rx = Vec::new();
+    if let Some(s) = sinks {
+        roles.push("sink");
+        for (q, shared) in s.queues.iter().zip(&s.shared) {
+            rx.push(handles::RxWorker::register(
+                q,
+                exported_flows,
+                shared.clone(),
+            ));
+            *by_node.entry(q.node).or_default() += arena_bytes.1;
+        }
+    }
+    metrics::set_info(&roles, &by_node.into_iter().collect::<Vec<_>>());
+    Exporter::new(handles::Handles { tx, rx })
+}
+
+/// Keeps the process (and its endpoint) alive for `linger`, or until a signal.
+pub fn linger(linger: Duration, signal: &AtomicBool) {
+    if linger.is_zero() {
+        return;
+    }
+    eprintln!(
+        "metrics: serving final values for {}s",
+        linger.as_secs_f64()
+    );
+    let until = std::time::Instant::now() + linger;
+    while std::time::Instant::now() < until && !signal.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
