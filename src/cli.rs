@@ -69,6 +69,10 @@ pub struct CommonArgs {
     /// Back packet memory with 2 MiB pages when available.
     #[arg(long, env = "RINGBLAST_HUGEPAGES")]
     pub hugepages: bool,
+    /// Read options from this TOML file (keys are long option names); flags and RINGBLAST_*
+    /// variables override it.
+    #[arg(long, env = "RINGBLAST_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
     /// Refuse to start when the exporter would publish more series than this.
     #[arg(long, default_value_t = 10_000, env = "RINGBLAST_MAX_SERIES")]
     pub max_series: usize,

@@ -7,7 +7,8 @@
 pub mod cli;
 pub mod clock;
 pub mod config {
-    //! Units and (later) configuration files.
+    //! Units and configuration files.
+    pub mod file;
     pub mod units;
 }
 pub mod error;

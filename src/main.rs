@@ -1,11 +1,17 @@
-//! The `ringblast` binary: parse arguments, run, map errors to exit codes.
+//! The `ringblast` binary: apply the config file, parse arguments, run, map errors to exit codes.
 
 use clap::Parser;
 
+fn fail(err: ringblast::error::Error) -> ! {
+    eprintln!("ringblast: error: {err}");
+    std::process::exit(err.exit_code());
+}
+
 fn main() {
-    let cli = ringblast::cli::Cli::parse();
+    let argv =
+        ringblast::config::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
+    let cli = ringblast::cli::Cli::parse_from(argv);
     if let Err(err) = ringblast::run::execute(cli) {
-        eprintln!("ringblast: error: {err}");
-        std::process::exit(err.exit_code());
+        fail(err);
     }
 }

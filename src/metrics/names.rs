@@ -99,3 +99,18 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod readme {
+    #[test]
+    fn the_readme_table_lists_every_metric() {
+        let readme = include_str!("../../README.md");
+        for m in super::ALL {
+            assert!(
+                readme.contains(&format!("| `{}` |", m.name)),
+                "README lacks {}",
+                m.name
+            );
+        }
+    }
+}

@@ -238,6 +238,17 @@ impl Engine {
         self.push(&entry)
     }
 
+    /// Queues a plain `SEND` of arena bytes (node-local memory, copied like any send).
+    pub fn push_send(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
+        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
+            return false;
+        };
+        let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), len)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
     /// Queues a zero-copy `SEND_ZC` of arena bytes from the registered buffer.
     pub fn push_send_zc_fixed(
         &mut self,

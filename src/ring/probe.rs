@@ -36,6 +36,13 @@ pub const SEND_ZC_OPS: &[RequiredOp] = &[RequiredOp {
     since: "6.0",
 }];
 
+/// Opcodes the sender needs with `--send-op send`.
+pub const SEND_PLAIN_OPS: &[RequiredOp] = &[RequiredOp {
+    code: opcode::Send::CODE,
+    name: "IORING_OP_SEND",
+    since: "5.6",
+}];
+
 /// Opcodes the sink needs.
 pub const SINK_OPS: &[RequiredOp] = &[RequiredOp {
     code: opcode::RecvMsgMulti::CODE,

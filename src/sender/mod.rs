@@ -37,6 +37,8 @@ pub enum SendOp {
     WriteFixed,
     /// `SEND_ZC` with `buf_index` (zero-copy; every loopback send is copied anyway).
     SendZc,
+    /// Plain `SEND` from the same node-local arena (the registration is not used).
+    Send,
 }
 
 /// Everything one sender worker needs, resolved and validated before start.
@@ -139,6 +141,7 @@ impl SenderWorker {
         let ops = match config.op {
             SendOp::WriteFixed => probe::SEND_OPS,
             SendOp::SendZc => probe::SEND_ZC_OPS,
+            SendOp::Send => probe::SEND_PLAIN_OPS,
         };
         let mut engine = Engine::new(ring_size(&config), arena, ops, true, None)?;
         let gso = (config.gso > 1).then_some(config.size as u16);
@@ -198,6 +201,7 @@ impl SenderWorker {
             let ok = match self.config.op {
                 SendOp::WriteFixed => self.engine.push_write_fixed(fd, offset, len, user_data),
                 SendOp::SendZc => self.engine.push_send_zc_fixed(fd, offset, len, user_data),
+                SendOp::Send => self.engine.push_send(fd, offset, len, user_data),
             };
             if !ok {
                 self.slots.give_back(slot);
