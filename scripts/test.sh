@@ -35,6 +35,8 @@ echo "== cargo test --release"
 cargo test --release -- --test-threads=2
 echo "== cargo bench --no-run"
 cargo bench --no-run --quiet
+echo "== exporter against a real Prometheus (and every dashboard query)"
+python3 tests/prometheus/e2e.py target/release/ringblast
 echo "== deployment files"
 RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/validate-deploy.sh
 echo "== all tests passed"

@@ -35,6 +35,18 @@ pub enum Command {
     Topo(TopoArgs),
 }
 
+/// `ADDR:PORT` or `HOST:PORT` (resolved once, first address wins), for `--to`.
+fn parse_destination(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    s.to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not ADDR:PORT or a resolvable HOST:PORT ({e})"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
 fn parse_rate(s: &str) -> Result<Rate, String> {
     s.parse::<Rate>().map_err(|e| e.to_string())
 }
@@ -134,8 +146,8 @@ pub struct TrafficArgs {
 /// `ringblast send`.
 #[derive(Debug, Clone, Args)]
 pub struct SendArgs {
-    /// Destination ADDR:PORT.
-    #[arg(long, env = "RINGBLAST_TO")]
+    /// Destination ADDR:PORT or HOST:PORT.
+    #[arg(long, env = "RINGBLAST_TO", value_parser = parse_destination)]
     pub to: SocketAddr,
     /// Traffic shape.
     #[command(flatten)]

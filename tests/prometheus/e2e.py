@@ -67,6 +67,15 @@ class Prom:
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "prometheus.log"), "w"))
         wait_http(f"http://127.0.0.1:{self.port}/-/ready", 30)
+        # Prometheus applies discovered targets in batches (every 5 s): wait until every target
+        # has been scraped once (down is fine), so runs are scraped from their first second.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            body = json.loads(http_get(f"http://127.0.0.1:{self.port}/api/v1/targets"))
+            active = body["data"]["activeTargets"]
+            if len(active) == len(targets) and all(t.get("lastScrape", "").startswith("20") for t in active):
+                break
+            time.sleep(0.2)
 
     def query(self, expr):
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
