@@ -184,7 +184,7 @@ impl SinkWorker {
         Ok(SinkWorker {
             engine,
             socket,
-            flows: FlowTable::new(config.max_flows),
+            flows: FlowTable::new(config.max_flows, config.gro),
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             counters: WorkerCounters::default(),
             latency,
