@@ -179,6 +179,18 @@ counter_set! {
     }
 }
 
+impl WorkerCounters {
+    /// Copies the engine's counters in; `inflight` is the caller's own count.
+    pub fn set_ring(&mut self, ring: &crate::ring::RingCounters, cq_overflow: u32, inflight: u64) {
+        self.enter_calls = ring.enter_calls;
+        self.sqes_submitted = ring.sqes_submitted;
+        self.cqes_reaped = ring.cqes_reaped;
+        self.sq_full = ring.sq_full;
+        self.cq_overflow = u64::from(cq_overflow);
+        self.inflight = inflight;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

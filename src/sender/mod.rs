@@ -169,14 +169,10 @@ impl SenderWorker {
     }
 
     fn publish(&mut self) {
-        let rc = self.engine.counters();
-        let c = &mut self.counters;
-        c.enter_calls = rc.enter_calls;
-        c.sqes_submitted = rc.sqes_submitted;
-        c.cqes_reaped = rc.cqes_reaped;
-        c.sq_full = rc.sq_full;
-        c.cq_overflow = u64::from(self.engine.cq_overflow());
-        c.inflight = u64::from(self.slots.in_flight());
+        let overflow = self.engine.cq_overflow();
+        let inflight = u64::from(self.slots.in_flight());
+        self.counters
+            .set_ring(&self.engine.counters(), overflow, inflight);
         for (shared, local) in self.shared.flows.iter().zip(&self.flows) {
             shared.publish(local);
         }

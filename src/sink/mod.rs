@@ -242,16 +242,10 @@ impl SinkWorker {
     }
 
     fn publish(&mut self) {
-        let rc = self.engine.counters();
-        let c = &mut self.counters;
-        c.enter_calls = rc.enter_calls;
-        c.sqes_submitted = rc.sqes_submitted;
-        c.cqes_reaped = rc.cqes_reaped;
-        c.sq_full = rc.sq_full;
-        c.cq_overflow = u64::from(self.engine.cq_overflow());
-        c.inflight = 1;
-        c.pending_gaps = self.flows.pending_gaps();
-        c.kernel_drops = self.flows.kernel_drops();
+        let overflow = self.engine.cq_overflow();
+        self.counters.set_ring(&self.engine.counters(), overflow, 1);
+        self.counters.pending_gaps = self.flows.pending_gaps();
+        self.counters.kernel_drops = self.flows.kernel_drops();
         for (i, shared) in self.shared.flows.iter().enumerate() {
             shared.publish(&self.flows.flow(i));
         }

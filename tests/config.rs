@@ -1,0 +1,129 @@
+//! `--config FILE`: precedence defaults < file < environment < command line, and bad files.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn config_file(text: &str) -> tempfile::NamedTempFile {
+    let f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    std::fs::write(f.path(), text).unwrap();
+    f
+}
+
+fn send_summary(file: &std::path::Path, env: &[(&str, &str)], extra: &[&str]) -> serde_json::Value {
+    let out = Command::new(bin())
+        .args(["send", "--config"])
+        .arg(file)
+        .args(["--json", "--interval", "0"])
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    summaries(&out).send.unwrap()
+}
+
+#[test]
+fn file_beats_defaults_env_beats_file_and_flags_beat_env() {
+    let _guard = traffic_lock();
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    let f = config_file(&format!(
+        "to = \"{to}\"\nrate = \"20kpps\"\nsize = 100\ncount = 200\n"
+    ));
+    let s = send_summary(f.path(), &[], &[]);
+    assert_eq!(u(&s, "target_pps"), 20_000, "file over default");
+    assert_eq!(
+        u(&s, "tx_bytes"),
+        u(&s, "tx_packets") * 100,
+        "file size over the default 64"
+    );
+    let s = send_summary(f.path(), &[("RINGBLAST_RATE", "30kpps")], &[]);
+    assert_eq!(u(&s, "target_pps"), 30_000, "environment over file");
+    let s = send_summary(
+        f.path(),
+        &[("RINGBLAST_RATE", "30kpps")],
+        &["--rate", "40kpps", "--size", "64"],
+    );
+    assert_eq!(u(&s, "target_pps"), 40_000, "command line over environment");
+    assert_eq!(
+        u(&s, "tx_bytes"),
+        u(&s, "tx_packets") * 64,
+        "command line over file"
+    );
+}
+
+#[test]
+fn bad_files_name_file_line_and_key_and_exit_2() {
+    let cases = [
+        (
+            "to = \"127.0.0.1:9\"\nfrobnicate = 1\n",
+            ":2: key `frobnicate`: unknown key",
+        ),
+        (
+            "to = \"127.0.0.1:9\"\nrate = \"fast\"\n",
+            ":2: key `rate`: invalid value 'fast'",
+        ),
+        (
+            "to = \"127.0.0.1:9\"\n\nsize = \"huge\"\n",
+            ":3: key `size`: invalid value 'huge'",
+        ),
+        ("json = 1\n", ":1: key `json`: expected true or false"),
+        ("batch = [1, 2]\n", ":1: key `batch`: invalid value '1,2'"),
+        ("to = \n", ":1: invalid TOML"),
+    ];
+    for (text, needle) in cases {
+        let f = config_file(text);
+        let out = Command::new(bin())
+            .args(["send", "--config"])
+            .arg(f.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {stderr}");
+        let name = f.path().display().to_string();
+        assert!(
+            stderr.contains(&format!("{name}{needle}")),
+            "{text:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    }
+    let out = ringblast(&["sink", "--config", "/nonexistent/ringblast.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("cannot read config file /nonexistent/ringblast.toml")
+    );
+}
+
+#[test]
+fn shipped_example_configs_parse() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (sub, file, extra) in [
+        (
+            "sink",
+            "deploy/config/sink.toml",
+            ["--listen", "127.0.0.1:1"],
+        ),
+        (
+            "send",
+            "deploy/config/send-example.toml",
+            ["--to", "127.0.0.1:1"],
+        ),
+    ] {
+        // --help after the config: parsing must get past the file without error.
+        let out = Command::new(bin())
+            .args([sub, "--config", &format!("{root}/{file}")])
+            .args(extra)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
