@@ -1,7 +1,7 @@
 //! The Prometheus exporter: installed from `main` before any worker starts (it runs its own
 //! HTTP thread, never on a data-path thread), with every series registered at 0 up front, the
 //! cardinality checked at start-up, and counters flushed from the workers' published blocks at
-//! least every 100 ms and once more after the workers stop, before the summary is printed.
+//! least every 20 ms and once more after the workers stop, before the summary is printed.
 
 pub mod handles;
 pub mod names;
@@ -17,8 +17,9 @@ use self::{
 };
 use crate::{clock, error::Error, stats::ERRNO_CLASSES};
 
-/// How often counters are copied into the exporter.
-pub const FLUSH_EVERY_NS: u64 = 100_000_000;
+/// How often counters are copied into the exporter (every reporter tick): a scrape sees values
+/// at most this old, which keeps `rate()` over a few seconds within a fraction of a percent.
+pub const FLUSH_EVERY_NS: u64 = 20_000_000;
 /// How often process metrics are collected.
 const PROCESS_EVERY_NS: u64 = 1_000_000_000;
 /// Latency histogram series per sink queue: buckets, `+Inf`, `_sum`, `_count`.
@@ -131,7 +132,7 @@ impl Exporter {
         exporter
     }
 
-    /// Flushes when 100 ms have passed, or always when `force` (the final flush).
+    /// Flushes when 20 ms have passed, or always when `force` (the final flush).
     pub fn tick(&mut self, force: bool) {
         let now = clock::monotonic_ns();
         if force || now - self.last_flush >= FLUSH_EVERY_NS {
