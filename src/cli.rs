@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::{
     config::units::{self, Rate},
     sender::SendOp,
+    sink::RxWait,
 };
 
 /// The metrics endpoint `pair` uses by default, and the documented port for every role.
@@ -163,9 +164,10 @@ pub struct SinkTuning {
     /// Do not ask for UDP GRO (count datagrams one by one).
     #[arg(long, env = "RINGBLAST_NO_GRO")]
     pub no_gro: bool,
-    /// Sleep between completions instead of spinning while traffic flows.
-    #[arg(long, env = "RINGBLAST_NO_SPIN")]
-    pub no_spin: bool,
+    /// How sink queues wait while traffic flows: batch (32 completions or 50 µs), spin (poll
+    /// without sleeping, one core per queue) or sleep (wake per completion).
+    #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
+    pub rx_wait: RxWait,
     /// Provided receive buffers per queue (a power of two; each holds 64 KiB).
     #[arg(long, default_value_t = 512, env = "RINGBLAST_RX_BUFFERS")]
     pub rx_buffers: u16,

@@ -119,6 +119,13 @@ pub enum Wait {
         /// Upper bound on the sleep in nanoseconds.
         timeout_ns: u64,
     },
+    /// Submit and sleep until `count` completions are ready or the timeout (ns) passes.
+    Many {
+        /// Completions to wait for.
+        count: u32,
+        /// Upper bound on the sleep in nanoseconds.
+        timeout_ns: u64,
+    },
 }
 
 /// A worker's ring together with the memory it points into.
@@ -290,12 +297,16 @@ impl Engine {
                 // only runs deferred completion work and never blocks.
                 unsafe { submitter.enter::<libc::sigset_t>(pending, 0, ENTER_GETEVENTS, None) }
             }
-            Wait::One { timeout_ns } => {
+            Wait::One { timeout_ns } | Wait::Many { timeout_ns, .. } => {
+                let count = match wait {
+                    Wait::Many { count, .. } => count.max(1) as usize,
+                    _ => 1,
+                };
                 let ts = types::Timespec::new()
                     .sec(timeout_ns / 1_000_000_000)
                     .nsec((timeout_ns % 1_000_000_000) as u32);
                 let args = types::SubmitArgs::new().timespec(&ts);
-                submitter.submit_with_args(1, &args)
+                submitter.submit_with_args(count, &args)
             }
         };
         self.counters.enter_calls += 1;

@@ -197,7 +197,7 @@ pub fn sink_config(
     Ok(SinkConfig {
         listen,
         gro: !t.no_gro,
-        spin: !t.no_spin,
+        wait: t.rx_wait,
         buffers: t.rx_buffers,
         max_flows: t.max_flows,
         duration,

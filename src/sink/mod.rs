@@ -3,9 +3,10 @@
 //! kernel ends it (buffer ring empty, CQ overflow, error).
 //!
 //! Every packet's header is checked; GRO buffers are split at the `UDP_GRO` segment size and
-//! each segment is counted on its own. While traffic flows the worker spins on the completion
-//! queue instead of sleeping, so the sending core never pays for waking it; after a quiet spell it
-//! falls back to sleeping waits. The loop never allocates, locks, logs or calls metrics.
+//! each segment is counted on its own. While traffic flows the worker either waits for a batch
+//! of completions (default) or spins on the completion queue, so the sending core (which runs
+//! the loopback receive path) rarely pays for waking it; when traffic is slow it sleeps until
+//! the next completion. The loop never allocates, locks, logs or calls metrics.
 
 pub mod cmsg;
 pub mod flows;
@@ -31,10 +32,26 @@ use crate::{
 };
 
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
-/// Keep spinning this long after the last packet before sleeping until the next completion:
-/// a queue that sees a packet at least every 100 µs (10 kpps and up) spins, a slower one sleeps,
-/// so paced soak runs do not burn a core per sink queue.
+/// Traffic counts as flowing while the last packet is at most this old: a queue that sees a
+/// packet at least every 100 µs (10 kpps and up) waits the busy way (`RxWait`), a slower one
+/// sleeps until its next completion, so paced soak runs do not burn a core per sink queue.
 const SPIN_AFTER_PACKET_NS: u64 = 100_000;
+/// `RxWait::Batch`: completions to wait for while traffic flows ...
+const BATCH_COMPLETIONS: u32 = 32;
+/// ... or this long, whichever comes first.
+const BATCH_WAIT_NS: u64 = 50_000;
+
+/// How a sink worker waits for completions while traffic flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RxWait {
+    /// Sleep until 32 completions are ready or 50 µs pass (default): the sending core rarely
+    /// pays for a wake-up and the sink core stays mostly idle.
+    Batch,
+    /// Poll the completion queue without sleeping: lowest latency, one full core per queue.
+    Spin,
+    /// Sleep until the next completion.
+    Sleep,
+}
 const SLEEP_NS: u64 = 10_000_000;
 /// While draining, stop after this long without a packet.
 const DRAIN_IDLE_NS: u64 = 300_000_000;
@@ -51,8 +68,8 @@ pub struct SinkConfig {
     pub listen: std::net::SocketAddr,
     /// Ask the kernel for `UDP_GRO`.
     pub gro: bool,
-    /// Spin on the completion queue while traffic flows.
-    pub spin: bool,
+    /// How the worker waits for completions while traffic flows.
+    pub wait: RxWait,
     /// Provided buffers per worker (a power of two).
     pub buffers: u16,
     /// Flow ids `0..max_flows` are tracked.
@@ -324,11 +341,17 @@ impl Job for SinkWorker {
                     break;
                 }
             }
-            let spinning = self.config.spin
+            let busy = self.config.wait != RxWait::Sleep
                 && self.last_packet_ns != 0
                 && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
-            let wait = if spinning {
-                Wait::Poll
+            let wait = if busy {
+                match self.config.wait {
+                    RxWait::Spin => Wait::Poll,
+                    _ => Wait::Many {
+                        count: BATCH_COMPLETIONS,
+                        timeout_ns: BATCH_WAIT_NS,
+                    },
+                }
             } else {
                 Wait::One {
                     timeout_ns: SLEEP_NS,
