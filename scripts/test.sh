@@ -15,6 +15,7 @@ command -v prlimit >/dev/null || need_apt+=(util-linux)
 command -v setpriv >/dev/null || need_apt+=(util-linux)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v curl >/dev/null || need_apt+=(curl)
+command -v nft >/dev/null || need_apt+=(nftables)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "== installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

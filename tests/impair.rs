@@ -1,0 +1,166 @@
+//! Loss and duplication injected with nftables between two network namespaces this test
+//! creates: every datagram is cloned on its way out (`dup to`) and 10 % of what arrives is
+//! dropped at random. The sink must count loss and duplicates separately and exactly: every
+//! sequence number is either received or lost, and every delivered datagram is either a first
+//! copy or a duplicate. A duplicate is never netted against a loss.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+struct Lab {
+    tx: String,
+    rx: String,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in [&self.tx, &self.rx] {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn nft(ns: &str, rules: &str) -> bool {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nft (apt-get install nftables)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    child.wait().is_ok_and(|s| s.success())
+}
+
+fn dropped(ns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "ruleset"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("counter packets"))
+        .expect("drop counter");
+    let after = line.split("counter packets ").nth(1).unwrap();
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn duplicated_and_lossy_path_is_counted_exactly() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces and nftables need root");
+        return;
+    }
+    let _guard = traffic_lock();
+    let id = std::process::id() % 100_000;
+    let lab = Lab {
+        tx: format!("rbitx{id}"),
+        rx: format!("rbirx{id}"),
+    };
+    let (va, vb) = (format!("rbi{id}a"), format!("rbi{id}b"));
+    assert!(
+        ip(&["netns", "add", &lab.tx])
+            && ip(&["netns", "add", &lab.rx])
+            && ip(&[
+                "link", "add", &va, "netns", &lab.tx, "type", "veth", "peer", "name", &vb, "netns",
+                &lab.rx
+            ])
+            && ip(&["-n", &lab.tx, "addr", "add", "10.204.0.1/24", "dev", &va])
+            && ip(&["-n", &lab.rx, "addr", "add", "10.204.0.2/24", "dev", &vb])
+            && ip(&["-n", &lab.tx, "link", "set", &va, "up"])
+            && ip(&["-n", &lab.rx, "link", "set", &vb, "up"]),
+        "create namespaces and a veth pair"
+    );
+    assert!(nft(
+        &lab.tx,
+        "table ip rbimpair {\n chain out {\n type filter hook output priority 0; policy accept;\n udp dport 7000 dup to 10.204.0.2\n }\n}\n"
+    ));
+    assert!(nft(
+        &lab.rx,
+        "table ip rbimpair {\n chain in {\n type filter hook input priority 0; policy accept;\n udp dport 7000 numgen random mod 10 == 0 counter drop\n }\n}\n"
+    ));
+    let sink = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.rx,
+            bin(),
+            "sink",
+            "--listen",
+            "10.204.0.2:7000",
+            "--duration",
+            "4s",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bound = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        Command::new("ip")
+            .args(["netns", "exec", &lab.rx, "ss", "-Huan"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(":7000 "))
+    });
+    assert!(bound, "sink did not bind");
+    let send = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.tx,
+            bin(),
+            "send",
+            "--to",
+            "10.204.0.2:7000",
+        ])
+        .args(["--rate", "20kpps", "--count", "20000", "--json"])
+        .output()
+        .unwrap();
+    assert_ok(&send);
+    let out = sink.wait_with_output().unwrap();
+    assert_ok(&out);
+    let (send, sink) = (
+        summaries(&send).send.unwrap(),
+        summaries(&out).sink.unwrap(),
+    );
+    let sent = u(&send, "tx_packets");
+    assert_eq!(sent, 20_000, "{send}");
+    let dropped = dropped(&lab.rx);
+    let (rx, lost, dup) = (
+        u(&sink, "rx_packets"),
+        u(&sink, "rx_lost"),
+        u(&sink, "rx_duplicates"),
+    );
+    assert!(
+        dropped > 2_000 && lost > 0 && dup > 10_000,
+        "impairment took effect: {sink}"
+    );
+    assert_eq!(
+        rx + lost,
+        sent,
+        "every sequence number is received or lost: {sink}"
+    );
+    assert_eq!(
+        rx + dup,
+        2 * sent - dropped,
+        "every delivered copy is a first copy or a duplicate: {sink}"
+    );
+    assert_eq!(u(&sink, "rx_kernel_drops"), 0, "{sink}");
+    assert_eq!(u(&sink, "rx_invalid"), 0, "{sink}");
+}
