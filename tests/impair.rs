@@ -10,26 +10,6 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-struct Lab {
-    tx: String,
-    rx: String,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for n in [&self.tx, &self.rx] {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
 fn nft(ns: &str, rules: &str) -> bool {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, "nft", "-f", "-"])
@@ -67,25 +47,7 @@ fn duplicated_and_lossy_path_is_counted_exactly() {
         return;
     }
     let _guard = traffic_lock();
-    let id = std::process::id() % 100_000;
-    let lab = Lab {
-        tx: format!("rbitx{id}"),
-        rx: format!("rbirx{id}"),
-    };
-    let (va, vb) = (format!("rbi{id}a"), format!("rbi{id}b"));
-    assert!(
-        ip(&["netns", "add", &lab.tx])
-            && ip(&["netns", "add", &lab.rx])
-            && ip(&[
-                "link", "add", &va, "netns", &lab.tx, "type", "veth", "peer", "name", &vb, "netns",
-                &lab.rx
-            ])
-            && ip(&["-n", &lab.tx, "addr", "add", "10.204.0.1/24", "dev", &va])
-            && ip(&["-n", &lab.rx, "addr", "add", "10.204.0.2/24", "dev", &vb])
-            && ip(&["-n", &lab.tx, "link", "set", &va, "up"])
-            && ip(&["-n", &lab.rx, "link", "set", &vb, "up"]),
-        "create namespaces and a veth pair"
-    );
+    let lab = Lab::create("i", 204);
     assert!(nft(
         &lab.tx,
         "table ip rbimpair {\n chain out {\n type filter hook output priority 0; policy accept;\n udp dport 7000 dup to 10.204.0.2\n }\n}\n"
@@ -111,14 +73,7 @@ fn duplicated_and_lossy_path_is_counted_exactly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let bound = (0..100).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        Command::new("ip")
-            .args(["netns", "exec", &lab.rx, "ss", "-Huan"])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(":7000 "))
-    });
-    assert!(bound, "sink did not bind");
+    wait_bound(Some(&lab.rx), 7000);
     let send = Command::new("ip")
         .args([
             "netns",

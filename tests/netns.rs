@@ -7,48 +7,6 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-struct Namespaces {
-    names: [String; 2],
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-impl Namespaces {
-    fn create() -> Option<Namespaces> {
-        let id = std::process::id() % 100_000;
-        let ns = Namespaces {
-            names: [format!("rbtx{id}"), format!("rbrx{id}")],
-        };
-        let [tx, rx] = &ns.names;
-        let (vtx, vrx) = (format!("rbv{id}a"), format!("rbv{id}b"));
-        let ok = ip(&["netns", "add", tx])
-            && ip(&["netns", "add", rx])
-            && ip(&[
-                "link", "add", &vtx, "netns", tx, "type", "veth", "peer", "name", &vrx, "netns", rx,
-            ])
-            && ip(&["-n", tx, "addr", "add", "10.203.0.1/24", "dev", &vtx])
-            && ip(&["-n", rx, "addr", "add", "10.203.0.2/24", "dev", &vrx])
-            && ip(&["-n", tx, "link", "set", &vtx, "up"])
-            && ip(&["-n", rx, "link", "set", &vrx, "up"])
-            && ip(&["-n", tx, "link", "set", "lo", "up"])
-            && ip(&["-n", rx, "link", "set", "lo", "up"]);
-        ok.then_some(ns)
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
 #[test]
 fn paced_traffic_over_veth_between_namespaces_is_exact() {
     if !is_root() {
@@ -56,12 +14,12 @@ fn paced_traffic_over_veth_between_namespaces_is_exact() {
         return;
     }
     let _guard = traffic_lock();
-    let ns = Namespaces::create().expect("create namespaces and a veth pair (iproute2, root)");
+    let lab = Lab::create("n", 203);
     let sink = Command::new("ip")
         .args([
             "netns",
             "exec",
-            &ns.names[1],
+            &lab.rx,
             bin(),
             "sink",
             "--listen",
@@ -74,20 +32,12 @@ fn paced_traffic_over_veth_between_namespaces_is_exact() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait (bounded) until the sink's socket is bound, so no early datagram meets a closed port.
-    let bound = (0..100).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        Command::new("ip")
-            .args(["netns", "exec", &ns.names[1], "ss", "-Huan"])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(":7000 "))
-    });
-    assert!(bound, "sink did not bind 10.203.0.2:7000");
+    wait_bound(Some(&lab.rx), 7000);
     let send = Command::new("ip")
         .args([
             "netns",
             "exec",
-            &ns.names[0],
+            &lab.tx,
             bin(),
             "send",
             "--to",

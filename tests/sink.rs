@@ -5,7 +5,6 @@ mod common;
 use std::{
     net::UdpSocket,
     process::{Child, Command, Stdio},
-    time::Duration,
 };
 
 use common::*;
@@ -32,12 +31,7 @@ fn start_sink(port: u16, duration: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the port is bound (bounded: at most 5 s).
-    let bound = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        UdpSocket::bind(("127.0.0.1", port)).is_err()
-    });
-    assert!(bound, "sink did not bind 127.0.0.1:{port}");
+    wait_bound(None, port);
     child
 }
 

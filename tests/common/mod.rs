@@ -112,3 +112,72 @@ pub fn is_root() -> bool {
             .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
     })
 }
+
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Two network namespaces joined by a veth pair (10.x addresses), deleted on drop.
+pub struct Lab {
+    /// Sender side namespace.
+    pub tx: String,
+    /// Sink side namespace.
+    pub rx: String,
+}
+
+impl Lab {
+    /// Creates `rb<tag>tx<pid>` at `10.<net>.0.1/24` and `rb<tag>rx<pid>` at `10.<net>.0.2/24`.
+    pub fn create(tag: &str, net: u8) -> Lab {
+        let id = std::process::id() % 100_000;
+        let lab = Lab {
+            tx: format!("rb{tag}tx{id}"),
+            rx: format!("rb{tag}rx{id}"),
+        };
+        let (va, vb) = (format!("rb{tag}{id}a"), format!("rb{tag}{id}b"));
+        let (a, b) = (format!("10.{net}.0.1/24"), format!("10.{net}.0.2/24"));
+        let ok = ip(&["netns", "add", &lab.tx])
+            && ip(&["netns", "add", &lab.rx])
+            && ip(&[
+                "link", "add", &va, "netns", &lab.tx, "type", "veth", "peer", "name", &vb, "netns",
+                &lab.rx,
+            ])
+            && ip(&["-n", &lab.tx, "addr", "add", &a, "dev", &va])
+            && ip(&["-n", &lab.rx, "addr", "add", &b, "dev", &vb])
+            && ip(&["-n", &lab.tx, "link", "set", &va, "up"])
+            && ip(&["-n", &lab.rx, "link", "set", &vb, "up"]);
+        assert!(ok, "create namespaces and a veth pair (iproute2, root)");
+        lab
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in [&self.tx, &self.rx] {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", n])
+                .status();
+        }
+    }
+}
+
+/// Waits (at most 5 s) until a UDP socket is bound to `port`, inside namespace `ns` if given.
+pub fn wait_bound(ns: Option<&str>, port: u16) {
+    let needle = format!(":{port} ");
+    let listed = || {
+        let out = match ns {
+            Some(ns) => std::process::Command::new("ip")
+                .args(["netns", "exec", ns, "ss", "-Huan"])
+                .output(),
+            None => std::process::Command::new("ss").arg("-Huan").output(),
+        };
+        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&needle))
+    };
+    let bound = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        listed()
+    });
+    assert!(bound, "no UDP socket bound to port {port}");
+}
