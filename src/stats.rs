@@ -170,8 +170,6 @@ counter_set! {
         rx_errors: 7,
         /// Sink: Unix time (ns) of the last valid packet (a gauge).
         last_packet_unix_ns:,
-        /// Sink: missing sequence numbers still inside the reorder window (a gauge).
-        pending_gaps:,
         /// Sink: latency observations per cell.
         latency_cells: 20,
         /// Sink: sum of latency per cell in ns.

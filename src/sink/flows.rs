@@ -147,11 +147,6 @@ impl FlowTable {
     pub fn flow(&self, flow: usize) -> RxFlow {
         self.slots.get(flow).map(|s| s.totals).unwrap_or_default()
     }
-
-    /// Missing sequence numbers still inside some reorder window.
-    pub fn pending_gaps(&self) -> u64 {
-        self.slots.iter().map(|s| s.tracker.pending_gaps()).sum()
-    }
 }
 
 /// How many of `missing` datagrams a kernel drop can explain: all of them with GRO (one

@@ -261,7 +261,6 @@ impl SinkWorker {
     fn publish(&mut self) {
         let overflow = self.engine.cq_overflow();
         self.counters.set_ring(&self.engine.counters(), overflow, 1);
-        self.counters.pending_gaps = self.flows.pending_gaps();
         self.counters.kernel_drops = self.flows.kernel_drops();
         for (i, shared) in self.shared.flows.iter().enumerate() {
             shared.publish(&self.flows.flow(i));
