@@ -11,6 +11,7 @@ use crate::{
     report::{QueueView, RxSample, TxSample},
     sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
     sink::{SinkConfig, SinkOutcome, SinkShared, SinkWorker},
+    stats::{RxFlow, TxFlow},
     worker::{self, Control, Group},
 };
 
@@ -227,20 +228,22 @@ pub fn start_sinks(
     })
 }
 
+/// Sums per-flow counters into one value.
+fn sum<T: Default>(items: impl Iterator<Item = T>, add: impl Fn(&mut T, &T)) -> T {
+    items.fold(T::default(), |mut acc, item| {
+        add(&mut acc, &item);
+        acc
+    })
+}
+
 impl SenderSet {
     /// Current counters per queue.
     pub fn samples(&self) -> Vec<TxSample> {
         self.shared
             .iter()
-            .map(|s| {
-                let mut sample = TxSample {
-                    worker: s.worker.load(),
-                    ..Default::default()
-                };
-                for f in &s.flows {
-                    sample.traffic.add(&f.load());
-                }
-                sample
+            .map(|s| TxSample {
+                worker: s.worker.load(),
+                traffic: sum(s.flows.iter().map(|f| f.load()), TxFlow::add),
             })
             .collect()
     }
@@ -251,15 +254,9 @@ impl SinkSet {
     pub fn samples(&self) -> Vec<RxSample> {
         self.shared
             .iter()
-            .map(|s| {
-                let mut sample = RxSample {
-                    worker: s.worker.load(),
-                    ..Default::default()
-                };
-                for f in &s.flows {
-                    sample.traffic.add(&f.load());
-                }
-                sample
+            .map(|s| RxSample {
+                worker: s.worker.load(),
+                traffic: sum(s.flows.iter().map(|f| f.load()), RxFlow::add),
             })
             .collect()
     }
