@@ -319,20 +319,22 @@ def build_panels():
     layout.row("Soak accounting (whole time range)")
     def total(metric):
         return f'sum(increase({metric}{{{BY_INSTANCE}}}[$__range]))'
-    sent, got, gaps = (total(m) for m in (
-        "ringblast_tx_packets_total", "ringblast_rx_packets_total", "ringblast_rx_lost_packets_total"))
+    sent, got, gaps, kdrops = (total(m) for m in (
+        "ringblast_tx_packets_total", "ringblast_rx_packets_total", "ringblast_rx_lost_packets_total",
+        "ringblast_rx_kernel_drops_total"))
     layout.add(stat(
-        "Sent, received and lost over the range",
+        "Sent, received, lost and dropped by the kernel over the range",
         "Totals over the dashboard's whole time range for the selected instances (select the sender and the "
-        "sink together).", "short",
-        [(sent, "sent"), (got, "received"), (gaps, "lost (sequence gaps)")],
+        "sink together). Every sent packet is received, lost in the network, or dropped by the sink's kernel.",
+        "short",
+        [(sent, "sent"), (got, "received"), (gaps, "lost (sequence gaps)"), (kdrops, "kernel drops")],
         [{"color": "text", "value": None}]), width=16, height=6)
     layout.add(stat(
-        "Unaccounted packets (sent − received − lost)",
+        "Unaccounted packets (sent − received − lost − kernel drops)",
         "Should stay near 0: the difference is packets in flight at the range edges. A growing positive "
         "value means packets vanished without the sink seeing a gap (e.g. the tail of a flow); a negative "
         "one means received includes repeats, or a counter reset inside the range.", "short",
-        [(f"{sent} - {got} - {gaps}", "unaccounted")],
+        [(f"{sent} - {got} - {gaps} - {kdrops}", "unaccounted")],
         [{"color": "green", "value": None}, {"color": "orange", "value": 1000}]), width=8, height=6)
     return layout.panels
 
