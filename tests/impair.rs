@@ -56,43 +56,17 @@ fn duplicated_and_lossy_path_is_counted_exactly() {
         &lab.rx,
         "table ip rbimpair {\n chain in {\n type filter hook input priority 0; policy accept;\n udp dport 7000 numgen random mod 10 == 0 counter drop\n }\n}\n"
     ));
-    let sink = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.rx,
-            bin(),
-            "sink",
-            "--listen",
-            "10.204.0.2:7000",
-            "--duration",
-            "4s",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_bound(Some(&lab.rx), 7000);
-    let send = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.tx,
-            bin(),
-            "send",
+    let (send, sink) = lab.run(
+        7000,
+        &["--listen", "10.204.0.2:7000", "--duration", "4s"],
+        &[
             "--to",
             "10.204.0.2:7000",
-        ])
-        .args(["--rate", "20kpps", "--count", "20000", "--json"])
-        .output()
-        .unwrap();
-    assert_ok(&send);
-    let out = sink.wait_with_output().unwrap();
-    assert_ok(&out);
-    let (send, sink) = (
-        summaries(&send).send.unwrap(),
-        summaries(&out).sink.unwrap(),
+            "--rate",
+            "20kpps",
+            "--count",
+            "20000",
+        ],
     );
     let sent = u(&send, "tx_packets");
     assert_eq!(sent, 20_000, "{send}");

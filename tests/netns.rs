@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 use common::*;
 
 #[test]
@@ -15,35 +13,12 @@ fn paced_traffic_over_veth_between_namespaces_is_exact() {
     }
     let _guard = traffic_lock();
     let lab = Lab::create("n", 203);
-    let sink = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.rx,
-            bin(),
-            "sink",
-            "--listen",
-            "10.203.0.2:7000",
-            "--duration",
-            "4s",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_bound(Some(&lab.rx), 7000);
-    let send = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.tx,
-            bin(),
-            "send",
+    let (send, sink) = lab.run(
+        7000,
+        &["--listen", "10.203.0.2:7000", "--duration", "4s"],
+        &[
             "--to",
             "10.203.0.2:7000",
-        ])
-        .args([
             "--rate",
             "20kpps",
             "--duration",
@@ -52,16 +27,7 @@ fn paced_traffic_over_veth_between_namespaces_is_exact() {
             "512",
             "--flows",
             "4",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert_ok(&send);
-    let out = sink.wait_with_output().unwrap();
-    assert_ok(&out);
-    let (send, sink) = (
-        summaries(&send).send.unwrap(),
-        summaries(&out).sink.unwrap(),
+        ],
     );
     assert_exact(&send, &sink);
     assert!(u(&send, "tx_packets") >= 39_000, "{send}");

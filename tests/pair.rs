@@ -7,29 +7,17 @@ use common::*;
 #[test]
 fn paced_run_delivers_every_packet() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
-        "--rate",
-        "20kpps",
-        "--duration",
-        "2s",
-        "--json",
-        "--no-metrics",
-    ]);
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    let (send, sink, last) = pair(&["--rate", "20kpps", "--duration", "2s"]);
     assert_exact(&send, &sink);
     let n = u(&send, "tx_packets");
     assert!((39_000..=41_000).contains(&n), "2 s at 20 kpps sent {n}");
-    assert_eq!(s.last_line["role"], "sink", "the last line is a summary");
+    assert_eq!(last["role"], "sink", "the last line is a summary");
 }
 
 #[test]
 fn paced_ipv6_count_run_is_exact() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
+    let (send, sink, _) = pair(&[
         "--address",
         "::1",
         "--rate",
@@ -38,12 +26,7 @@ fn paced_ipv6_count_run_is_exact() {
         "25000",
         "--size",
         "1200",
-        "--json",
-        "--no-metrics",
     ]);
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     assert_exact(&send, &sink);
     assert_eq!(u(&send, "tx_packets"), 25_000);
     assert_eq!(u(&send, "tx_bytes"), 25_000 * 1200);
@@ -52,10 +35,7 @@ fn paced_ipv6_count_run_is_exact() {
 #[test]
 fn unpaced_run_accounts_for_every_packet() {
     let _guard = traffic_lock();
-    let out = ringblast(&["pair", "--duration", "2s", "--json", "--no-metrics"]);
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    let (send, sink, _) = pair(&["--duration", "2s"]);
     assert_accounted(&send, &sink);
     assert!(u(&sink, "rx_packets") > 10_000, "{sink}");
 }
@@ -63,8 +43,7 @@ fn unpaced_run_accounts_for_every_packet() {
 #[test]
 fn two_queues_with_eight_flows_are_exact() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
+    let (send, sink, _) = pair(&[
         "--queues",
         "2",
         "--flows",
@@ -73,12 +52,7 @@ fn two_queues_with_eight_flows_are_exact() {
         "40kpps",
         "--duration",
         "2s",
-        "--json",
-        "--no-metrics",
     ]);
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     assert_exact(&send, &sink);
     assert_eq!(u(&send, "queues"), 2);
     assert_eq!(u(&send, "flows"), 8);
@@ -88,8 +62,7 @@ fn two_queues_with_eight_flows_are_exact() {
 #[test]
 fn gso_segments_are_counted_one_by_one_with_gro() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
+    let (send, sink, _) = pair(&[
         "--gso",
         "16",
         "--size",
@@ -98,12 +71,7 @@ fn gso_segments_are_counted_one_by_one_with_gro() {
         "100kpps",
         "--duration",
         "2s",
-        "--json",
-        "--no-metrics",
     ]);
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     assert_exact(&send, &sink);
     let sqes = u(&send, "ring_sqes_submitted");
     assert!(
@@ -115,18 +83,7 @@ fn gso_segments_are_counted_one_by_one_with_gro() {
 #[test]
 fn unpaced_gso_run_accounts_for_every_segment() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
-        "--gso",
-        "64",
-        "--duration",
-        "2s",
-        "--json",
-        "--no-metrics",
-    ]);
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    let (send, sink, _) = pair(&["--gso", "64", "--duration", "2s"]);
     assert_accounted(&send, &sink);
     assert!(u(&sink, "rx_packets") > 1_000_000, "{sink}");
 }

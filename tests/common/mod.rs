@@ -163,6 +163,46 @@ impl Drop for Lab {
     }
 }
 
+impl Lab {
+    /// Runs a sink (`sink_args` after `sink --json`) in the sink namespace, waits until it is
+    /// bound to `port`, runs a sender (`send_args` after `send --json`) in the sender namespace,
+    /// and returns both summaries after both exit successfully.
+    pub fn run(&self, port: u16, sink_args: &[&str], send_args: &[&str]) -> (Value, Value) {
+        let sink = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.rx, bin(), "sink", "--json"])
+            .args(sink_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_bound(Some(&self.rx), port);
+        let send = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.tx, bin(), "send", "--json"])
+            .args(send_args)
+            .output()
+            .unwrap();
+        let sunk = sink.wait_with_output().unwrap();
+        assert_ok(&send);
+        assert_ok(&sunk);
+        (
+            summaries(&send).send.unwrap(),
+            summaries(&sunk).sink.unwrap(),
+        )
+    }
+}
+
+/// Runs `ringblast pair ARGS --json --no-metrics`, checks it succeeded, returns both summaries
+/// and the last stdout line.
+pub fn pair(args: &[&str]) -> (Value, Value, Value) {
+    let mut all = vec!["pair"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", "--no-metrics"]);
+    let out = ringblast(&all);
+    assert_ok(&out);
+    let s = summaries(&out);
+    (s.send.unwrap(), s.sink.unwrap(), s.last_line)
+}
+
 /// Waits (at most 5 s) until a UDP socket is bound to `port`, inside namespace `ns` if given.
 pub fn wait_bound(ns: Option<&str>, port: u16) {
     let needle = format!(":{port} ");
