@@ -19,6 +19,8 @@ DATASOURCE = {"type": "prometheus", "uid": "${ds_prometheus}"}
 # Label selectors shared by the queries.
 BY_INSTANCE = 'instance=~"$instance"'
 BY_WORKER = 'instance=~"$instance", node=~"$node", queue=~"$queue"'
+# The sink's per-sender books: instance is the sink, sender the name the sender gave (--name).
+BY_SENDER = 'instance=~"$instance", sender=~"$sender"'
 
 
 def rate(metric, selector=BY_WORKER):
@@ -205,6 +207,69 @@ def throughput_pair(layout, what, by, legend):
             "bps", [(f"8 * {summed_rate(f'ringblast_{direction}_bytes_total', by)}", legend)]))
 
 
+def per_sender_rows(layout):
+    """The sink's books per sender (sender="NAME"; beyond --max-senders, sender="other")."""
+    layout.row("Per sender (sink books, by --name)")
+    by = "instance, sender"
+    legend = "{{sender}} @ {{instance}}"
+
+    def sender_rate(metric):
+        return summed_rate(metric, by, BY_SENDER)
+
+    layout.add(timeseries(
+        "Received packets/s per sender", "Valid packets the sink booked for each sender, by the sender's --name. "
+        "sender=\"other\" collects every sender beyond the sink's --max-senders.", "pps",
+        [(sender_rate("ringblast_rx_sender_packets_total"), legend)]), width=8)
+    layout.add(timeseries(
+        "Received bit/s per sender", "UDP payload bit rate the sink booked for each sender (no headers).", "bps",
+        [(f"8 * {sender_rate('ringblast_rx_sender_bytes_total')}", legend)]), width=8)
+    lost = sender_rate("ringblast_rx_sender_lost_packets_total")
+    received = sender_rate("ringblast_rx_sender_packets_total")
+    layout.add(timeseries(
+        "Loss ratio per sender", "lost / (received + lost) per sender. RingblastSenderLossAboveThreshold fires "
+        "above 0.1 % for 5 minutes. One lossy sender points at its path; all of them at the sink.", "percentunit",
+        [(f"{lost} / ({received} + {lost})", legend)]), width=8)
+    layout.add(timeseries(
+        "Lost, reordered and duplicate packets/s per sender",
+        "Sequence gaps (lost), late arrivals (reordered) and repeats (duplicate) per sender.", "pps",
+        [(lost, f"{legend} lost"),
+         (sender_rate("ringblast_rx_sender_reordered_packets_total"), f"{legend} reordered"),
+         (sender_rate("ringblast_rx_sender_duplicate_packets_total"), f"{legend} duplicate")]))
+    layout.add(timeseries(
+        "Unconfirmed and send-failed packets/s per sender",
+        "Unconfirmed: the tail of a session whose sender vanished without a goodbye (killed, host lost, control "
+        "channel cut); its fate is unknown and it is not counted as lost. Send-failed: sends the sender itself "
+        "reported as failed (its send errors); never counted as lost.", "pps",
+        [(absent_as_zero(sender_rate("ringblast_rx_sender_unconfirmed_packets_total")), f"{legend} unconfirmed"),
+         (absent_as_zero(sender_rate("ringblast_rx_sender_send_failed_packets_total")), f"{legend} send failed")]))
+    layout.add(timeseries(
+        "Active sessions per sender", "Sessions (epoch and flow) of each sender whose packets the sink is still "
+        "counting; 0 once the sender said goodbye or went idle for --session-idle. A restart shows as a short "
+        "overlap of the old and the new epoch.", "none",
+        [(gauge("ringblast_rx_sender_active_sessions", by, selector=BY_SENDER), legend)]), width=6)
+    layout.add(timeseries(
+        "Sessions started per sender", "New sessions (epochs) per sender in each interval; every sender restart "
+        "adds one. More than 3 in 10 minutes fires RingblastSenderRestarting. The dashboard's \"Sender sessions\" "
+        "annotation marks each one.", "none",
+        [(f"sum by ({by}) (increase(ringblast_rx_sender_sessions_total{{{BY_SENDER}}}[$__rate_interval]))",
+          legend)]), width=6)
+    layout.add(timeseries(
+        "Control connections/s by result (sink)",
+        "TCP control connections on the sink's data port, by result: accepted, authenticated, auth_failed "
+        "(wrong secret; fires RingblastControlAuthFailures), protocol_error, timeout, busy (over --max-sessions).",
+        "ops",
+        [(absent_as_zero(summed_rate("ringblast_rx_control_connections_total", "instance, result", BY_INSTANCE)),
+          "{{instance}} {{result}}")]), width=6)
+    layout.add(timeseries(
+        "Sender control channel", "1 while the sender's control connection to its sink is up (the lowest value "
+        "in each interval), and reconnects per second. Down for 2 minutes fires RingblastSenderControlDown.",
+        "none",
+        [(gauge("ringblast_tx_control_connected", "instance", agg="min", selector=BY_INSTANCE),
+          "{{instance}} connected"),
+         (absent_as_zero(summed_rate("ringblast_tx_control_reconnects_total", "instance", BY_INSTANCE)),
+          "{{instance}} reconnects/s")]), width=6)
+
+
 def build_panels():
     layout = Layout()
 
@@ -234,6 +299,8 @@ def build_panels():
     layout.add(timeseries(
         "Loss ratio", "lost / (received + lost). The RingblastLossAboveThreshold alert fires above 0.1 %.",
         "percentunit", [(f"{lost} / ({received} + {lost})", "{{instance}}")]))
+
+    per_sender_rows(layout)
 
     layout.row("Kernel drops and errors")
     layout.add(timeseries(
@@ -332,11 +399,34 @@ def build_panels():
     layout.add(stat(
         "Unaccounted packets (sent − received − lost − kernel drops)",
         "Should stay near 0: the difference is packets in flight at the range edges. A growing positive "
-        "value means packets vanished without the sink seeing a gap (e.g. the tail of a flow); a negative "
+        "value means packets vanished without the sink seeing a gap (e.g. the tail of a flow: see the "
+        "unconfirmed panel in the per-sender row for senders that vanished without a goodbye); a negative "
         "one means received includes repeats, or a counter reset inside the range.", "short",
         [(f"{sent} - {got} - {gaps} - {kdrops}", "unaccounted")],
         [{"color": "green", "value": None}, {"color": "orange", "value": 1000}]), width=8, height=6)
     return layout.panels
+
+
+SESSIONS_ANNOTATION = (f"sum by (instance, sender) (changes(ringblast_rx_sender_sessions_total{{{BY_SENDER}}}[1m]))"
+                       " > 0")
+
+
+def sessions_annotation():
+    """A marker wherever a sink saw a sender start a session (first start or restart)."""
+    return {
+        "datasource": DATASOURCE,
+        "enable": True,
+        "expr": SESSIONS_ANNOTATION,
+        "hide": False,
+        "iconColor": "orange",
+        "name": "Sender sessions",
+        "step": "1m",
+        "tagKeys": "sender,instance",
+        "target": {"expr": SESSIONS_ANNOTATION, "refId": "Anno"},
+        "textFormat": "sink {{instance}} saw sender {{sender}} start a new session (restart or first start)",
+        "titleFormat": "sender {{sender}} session",
+        "useValueForTime": False,
+    }
 
 
 def query_variable(name, label, query):
@@ -380,6 +470,8 @@ def build_dashboard():
         query_variable("node", "NUMA node", 'label_values(ringblast_worker_info{instance=~"$instance"}, node)'),
         query_variable("queue", "Queue",
                        'label_values(ringblast_worker_info{instance=~"$instance", node=~"$node"}, queue)'),
+        query_variable("sender", "Sender",
+                       'label_values(ringblast_rx_sender_packets_total{instance=~"$instance"}, sender)'),
     ]
     return {
         "__requires": [
@@ -398,9 +490,9 @@ def build_dashboard():
             "iconColor": "rgba(0, 211, 255, 1)",
             "name": "Annotations & Alerts",
             "type": "dashboard",
-        }]},
-        "description": "ringblast io_uring UDP sender and sink: throughput, loss, kernel drops, pacing, "
-                       "ring health, latency, placement and soak accounting.",
+        }, sessions_annotation()]},
+        "description": "ringblast io_uring UDP sender and sink: throughput, loss, per-sender books, kernel "
+                       "drops, pacing, ring health, latency, placement and soak accounting.",
         "editable": True,
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
@@ -431,16 +523,24 @@ def expressions(dashboard):
             yield query["expr"]
 
 
+def annotation_expressions(dashboard):
+    for annotation in dashboard["annotations"]["list"]:
+        if "expr" in annotation:
+            yield annotation["expr"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="fail if the committed JSON differs from the generated")
     mode.add_argument("--exprs", action="store_true", help="print every panel's PromQL expression, one per line")
+    mode.add_argument("--annotation-exprs", action="store_true",
+                      help="print every annotation's PromQL expression, one per line")
     args = parser.parse_args()
 
     text = render()
-    if args.exprs:
-        for expr in expressions(json.loads(text)):
+    if args.exprs or args.annotation_exprs:
+        for expr in (expressions if args.exprs else annotation_expressions)(json.loads(text)):
             print(expr)
         return 0
     if args.check:

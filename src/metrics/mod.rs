@@ -5,6 +5,7 @@
 
 pub mod handles;
 pub mod names;
+pub mod senders;
 
 use std::net::SocketAddr;
 
@@ -15,7 +16,21 @@ use self::{
     handles::Handles,
     names::{Kind, latency_buckets},
 };
-use crate::{clock, error::Error, stats::ERRNO_CLASSES};
+use crate::{
+    clock,
+    error::Error,
+    stats::{ERRNO_CLASSES, INVALID_LABELS},
+};
+
+/// `result` label values of `ringblast_rx_control_connections_total`.
+pub const CONTROL_RESULTS: [&str; 6] = [
+    "accepted",
+    "authenticated",
+    "auth_failed",
+    "protocol_error",
+    "timeout",
+    "busy",
+];
 
 /// How often counters are copied into the exporter (every reporter tick): a scrape sees values
 /// at most this old, which keeps `rate()` over a few seconds within a fraction of a percent.
@@ -67,6 +82,8 @@ pub struct Shape {
     pub rx_exported_flows: usize,
     /// Distinct NUMA nodes.
     pub nodes: usize,
+    /// Senders a sink gives their own series (`--max-senders`, plus `other`); 0 for a sender.
+    pub rx_senders: usize,
 }
 
 /// Series this run exports, process metrics excluded.
@@ -77,9 +94,20 @@ pub fn series_count(shape: &Shape) -> usize {
         .iter()
         .map(|flows| flows * (2 + ERRNO_CLASSES) + ring + 3)
         .sum();
-    let rx_per_queue =
-        (shape.rx_exported_flows + 1) * 5 + 4 + 3 + ERRNO_CLASSES + LATENCY_SERIES + ring + 1;
-    tx + shape.rx_queues * rx_per_queue + shape.nodes + 3
+    let rx_per_queue = (shape.rx_exported_flows + 1) * 5
+        + INVALID_LABELS.len()
+        + 3
+        + ERRNO_CLASSES
+        + LATENCY_SERIES
+        + ring
+        + 1;
+    let per_sender = 10;
+    let control = if shape.rx_queues > 0 {
+        CONTROL_RESULTS.len()
+    } else {
+        2
+    };
+    tx + shape.rx_queues * rx_per_queue + shape.rx_senders * per_sender + control + shape.nodes + 3
 }
 
 /// Refuses a run whose series count is above `limit`, naming the product that drives it.
@@ -157,9 +185,10 @@ mod tests {
             rx_queues: 2,
             rx_exported_flows: 16,
             nodes: 1,
+            rx_senders: 65,
         };
         let n = check_cardinality(&shape, 10_000).unwrap();
-        assert!(n > 200 && n < 1000, "{n}");
+        assert!(n > 800 && n < 2000, "{n}");
         let err = check_cardinality(&shape, 10).unwrap_err().to_string();
         assert!(err.contains("2 sender queues × 8 flows"), "{err}");
         assert!(err.contains("--max-series 10"), "{err}");

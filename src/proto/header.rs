@@ -6,14 +6,16 @@
 //! | 0      | 4    | magic `0x52424C53` ("RBLS")                    |
 //! | 4      | 1    | version (1)                                    |
 //! | 5      | 1    | flags                                          |
-//! | 6      | 2    | reserved, written as 0, ignored when parsing   |
+//! | 6      | 2    | failed sends of this flow so far, mod 2^16     |
 //! | 8      | 4    | flow                                           |
 //! | 12     | 4    | epoch (random per sender run)                  |
 //! | 16     | 8    | sequence number                                |
 //! | 24     | 8    | send timestamp, ns since the Unix epoch (CLOCK_REALTIME) |
 //!
-//! The sender writes a whole header once per buffer at setup ([`Header::write`]) and then only
-//! rewrites the sequence number and timestamp per send ([`stamp`]).
+//! The sender writes the whole header of every packet when it queues the send
+//! ([`Header::write`]). The failed-send count lets a sink tell a sequence number whose send
+//! failed at the sender from one the network lost, even without a control channel: a failure
+//! is known to the sender within one window of sends, long before the sink settles a gap.
 
 use std::ops::Range;
 
@@ -27,7 +29,7 @@ pub const VERSION: u8 = 1;
 const MAGIC_AT: Range<usize> = 0..4;
 const VERSION_AT: usize = 4;
 const FLAGS_AT: usize = 5;
-const RESERVED_AT: Range<usize> = 6..8;
+const FAILED_AT: Range<usize> = 6..8;
 const FLOW_AT: Range<usize> = 8..12;
 const EPOCH_AT: Range<usize> = 12..16;
 const SEQ_AT: Range<usize> = 16..24;
@@ -37,6 +39,8 @@ const TIMESTAMP_AT: Range<usize> = 24..32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub flags: u8,
+    /// Sends of this flow that failed before this packet was queued, modulo 2^16.
+    pub failed: u16,
     pub flow: u32,
     pub epoch: u32,
     pub seq: u64,
@@ -75,7 +79,7 @@ impl Header {
         bytes[MAGIC_AT].copy_from_slice(&MAGIC.to_be_bytes());
         bytes[VERSION_AT] = VERSION;
         bytes[FLAGS_AT] = self.flags;
-        bytes[RESERVED_AT].copy_from_slice(&0u16.to_be_bytes());
+        bytes[FAILED_AT].copy_from_slice(&self.failed.to_be_bytes());
         bytes[FLOW_AT].copy_from_slice(&self.flow.to_be_bytes());
         bytes[EPOCH_AT].copy_from_slice(&self.epoch.to_be_bytes());
         bytes[SEQ_AT].copy_from_slice(&self.seq.to_be_bytes());
@@ -92,21 +96,6 @@ impl Header {
         if let Some(header) = buf.first_chunk_mut::<HEADER_LEN>() {
             *header = self.to_bytes();
         }
-    }
-}
-
-/// Hot path: rewrites only the sequence number and send timestamp of a header already written
-/// with [`Header::write`]. Does not allocate.
-///
-/// Precondition: `buf.len() >= HEADER_LEN`. Debug builds assert it; release builds leave a
-/// shorter buffer untouched, so this has no panic path.
-#[inline]
-pub fn stamp(buf: &mut [u8], seq: u64, timestamp_ns: u64) {
-    debug_assert!(buf.len() >= HEADER_LEN, "buffer shorter than the header");
-    if let Some(header) = buf.first_chunk_mut::<HEADER_LEN>() {
-        // Constant ranges into a fixed-size array: checked at compile time.
-        header[SEQ_AT].copy_from_slice(&seq.to_be_bytes());
-        header[TIMESTAMP_AT].copy_from_slice(&timestamp_ns.to_be_bytes());
     }
 }
 
@@ -133,6 +122,7 @@ pub fn parse(buf: &[u8]) -> Result<Header, Invalid> {
     }
     Ok(Header {
         flags: header[FLAGS_AT],
+        failed: u16::from_be_bytes(field::<{ FAILED_AT.start }, 2>(header)),
         flow: u32::from_be_bytes(field::<{ FLOW_AT.start }, 4>(header)),
         epoch: u32::from_be_bytes(field::<{ EPOCH_AT.start }, 4>(header)),
         seq: u64::from_be_bytes(field::<{ SEQ_AT.start }, 8>(header)),
@@ -159,6 +149,7 @@ mod tests {
     fn sample() -> Header {
         Header {
             flags: 0xA5,
+            failed: 0xFEDC,
             flow: 0x0102_0304,
             epoch: 0xDEAD_BEEF,
             seq: 0x1122_3344_5566_7788,
@@ -184,27 +175,11 @@ mod tests {
         assert_eq!(&bytes[0..4], b"RBLS");
         assert_eq!(bytes[4], VERSION);
         assert_eq!(bytes[5], sample().flags);
-        assert_eq!(&bytes[6..8], &[0, 0]);
+        assert_eq!(&bytes[6..8], &[0xFE, 0xDC]);
         assert_eq!(&bytes[8..12], &sample().flow.to_be_bytes());
         assert_eq!(&bytes[12..16], &sample().epoch.to_be_bytes());
         assert_eq!(&bytes[16..24], &sample().seq.to_be_bytes());
         assert_eq!(&bytes[24..32], &sample().timestamp_ns.to_be_bytes());
-    }
-
-    #[test]
-    fn stamp_changes_only_seq_and_timestamp() {
-        let mut buf = [0x5Au8; 48];
-        sample().write(&mut buf);
-        let before = buf;
-        stamp(&mut buf, 42, 7);
-        assert_eq!(&buf[..SEQ_AT.start], &before[..SEQ_AT.start]);
-        assert_eq!(&buf[HEADER_LEN..], &before[HEADER_LEN..]);
-        let expected = Header {
-            seq: 42,
-            timestamp_ns: 7,
-            ..sample()
-        };
-        assert_eq!(parse(&buf), Ok(expected));
     }
 
     #[test]
@@ -236,25 +211,19 @@ mod tests {
     }
 
     #[test]
-    fn reserved_bits_are_ignored_when_parsing() {
-        let mut bytes = sample().to_bytes();
-        bytes[RESERVED_AT].copy_from_slice(&[0xAB, 0xCD]);
-        assert_eq!(parse(&bytes), Ok(sample()));
-    }
-
-    #[test]
     fn labels_are_distinct_metric_values() {
         let labels: Vec<_> = Invalid::ALL.iter().map(Invalid::label).collect();
         assert_eq!(labels, ["short", "magic", "version"]);
     }
 
     #[test]
-    fn random_headers_round_trip_and_restamp() {
+    fn random_headers_round_trip() {
         let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
         let mut buf = vec![0u8; 1500];
         for _ in 0..10_000 {
             let header = Header {
                 flags: rng.next() as u8,
+                failed: rng.next() as u16,
                 flow: rng.next() as u32,
                 epoch: rng.next() as u32,
                 seq: rng.next(),
@@ -263,14 +232,6 @@ mod tests {
             let len = HEADER_LEN + (rng.next() % 1000) as usize;
             header.write(&mut buf[..len]);
             assert_eq!(parse(&buf[..len]), Ok(header));
-            let (seq, timestamp_ns) = (rng.next(), rng.next());
-            stamp(&mut buf[..len], seq, timestamp_ns);
-            let restamped = Header {
-                seq,
-                timestamp_ns,
-                ..header
-            };
-            assert_eq!(parse(&buf[..len]), Ok(restamped));
         }
     }
 }

@@ -15,10 +15,11 @@
 //! - A packet older than the window: `received += 1`, `late_beyond_window += 1`. It was already
 //!   counted lost (or is a duplicate nobody can tell apart any more), so this is the one case
 //!   where `received + lost` can exceed the number of packets sent.
-//! - First packet: a sequence number below `WINDOW` means the stream started at 0 and the
-//!   numbers before it are missing (they become lost by the usual window rule); a higher one
-//!   means the sink joined mid-stream and nothing before it counts. Earlier numbers that still
-//!   arrive inside the window count as received and reordered, never as lost.
+//! - First packet: it is where the session starts, so a sink that joins a running stream never
+//!   counts the stream's past as lost. Earlier numbers that still arrive inside the window count
+//!   as received and reordered, never as lost. When the sender says where the flow really
+//!   started (its HELLO on the control channel), [`SeqTracker::extend_start`] moves the start
+//!   back: numbers between it and the first packet that never arrive become lost like any gap.
 //! - [`SeqTracker::finish`] closes the session: every missing number still in the window is
 //!   added to `lost`, and everything up to `highest` is settled. A second call adds nothing.
 //!   Observing after `finish` is allowed: a settled number that arrives late counts as
@@ -31,7 +32,7 @@
 //! comparisons, so no input panics; a stream that reaches `u64::MAX` simply stops advancing.
 
 /// Number of sequence numbers the tracker can still reorder or deduplicate exactly.
-pub const WINDOW: u64 = 1 << 16;
+pub const WINDOW: u64 = 1 << 14;
 const WORDS: usize = (WINDOW / 64) as usize;
 
 /// What one observed sequence number meant.
@@ -70,8 +71,10 @@ pub struct SeqTracker {
     /// Bit `seq % WINDOW` is set when `seq` inside the window was received.
     seen: Box<[u64; WORDS]>,
     started: bool,
-    /// Lowest sequence number that counts (0 or the mid-stream join point).
+    /// Lowest sequence number that counts (the first packet, or the sender's stated start).
     baseline: u64,
+    /// A start the sender stated before the first packet arrived.
+    start_hint: Option<u64>,
     highest: u64,
     /// Sequence numbers below this are settled: no longer candidates for `lost`.
     open_from: u64,
@@ -116,12 +119,13 @@ fn for_each_span(first: u64, len: u64, mut visit: impl FnMut(usize, u64)) {
 }
 
 impl SeqTracker {
-    /// An empty tracker; allocates the window bitmap (8 KiB) once.
+    /// An empty tracker; allocates the window bitmap (`WINDOW / 8` bytes) once.
     pub fn new() -> Self {
         Self {
             seen: Box::new([0; WORDS]),
             started: false,
             baseline: 0,
+            start_hint: None,
             highest: 0,
             open_from: 0,
             counters: SeqCounters::default(),
@@ -134,6 +138,7 @@ impl SeqTracker {
         self.seen.fill(0);
         self.started = false;
         self.baseline = 0;
+        self.start_hint = None;
         self.highest = 0;
         self.open_from = 0;
         self.counters = SeqCounters::default();
@@ -204,14 +209,49 @@ impl SeqTracker {
     fn start(&mut self, seq: u64) -> Outcome {
         self.started = true;
         self.highest = seq;
-        self.baseline = if seq < WINDOW { 0 } else { seq };
-        self.open_from = self.baseline;
+        self.baseline = self.start_hint.take().map_or(seq, |s| s.min(seq));
+        // Stated-start numbers already behind the window are settled at once.
+        let low = window_low(seq).max(self.baseline);
+        self.counters.lost = self.counters.lost.saturating_add(low - self.baseline);
+        self.open_from = low;
         self.mark_seen(seq);
         self.counters.received += 1;
         match seq - self.baseline {
             0 => Outcome::InOrder,
             missing => Outcome::Gap(missing),
         }
+    }
+
+    /// The sender says this session really started at `start`: numbers from `start` up to the
+    /// current start are expected too. Inside the window they become open gaps (a late arrival
+    /// still fills them); behind it they are lost at once. A later start changes nothing.
+    pub fn extend_start(&mut self, start: u64) {
+        if !self.started {
+            self.start_hint = Some(self.start_hint.map_or(start, |h| h.min(start)));
+            return;
+        }
+        let old = self.baseline;
+        if start >= old {
+            return;
+        }
+        let low = window_low(self.highest);
+        let finished = self.open_from > old;
+        let open_start = if finished {
+            old
+        } else {
+            start.max(low).min(old)
+        };
+        let behind = low.min(open_start).saturating_sub(start);
+        let inside = if open_start > start.max(low) {
+            self.missing_between(start.max(low), open_start - 1)
+        } else {
+            0
+        };
+        self.counters.lost = self.counters.lost.saturating_add(behind + inside);
+        if !finished {
+            self.open_from = open_start;
+        }
+        self.baseline = start;
     }
 
     /// Moves the window so it ends at `seq` (> `highest`), settling what falls off its back.
@@ -371,13 +411,36 @@ mod tests {
     }
 
     #[test]
-    fn first_packet_below_window_assumes_start_at_zero() {
-        let mut tracker = SeqTracker::new();
-        assert_eq!(tracker.observe(5), Outcome::Gap(5));
-        assert_eq!(tracker.pending_gaps(), 5);
-        assert_eq!(tracker.observe(2), Outcome::Reordered);
-        tracker.finish();
-        assert_eq!(tracker.counters().lost, 4);
+    fn first_packet_is_the_start_unless_the_sender_says_otherwise() {
+        let mut joined = SeqTracker::new();
+        assert_eq!(joined.observe(5), Outcome::InOrder);
+        assert_eq!(joined.observe(2), Outcome::Reordered);
+        joined.finish();
+        assert_eq!(joined.counters().lost, 0, "nothing before the join is lost");
+
+        let mut told = SeqTracker::new();
+        told.extend_start(0);
+        assert_eq!(told.observe(5), Outcome::Gap(5));
+        assert_eq!(told.observe(2), Outcome::Reordered);
+        told.finish();
+        assert_eq!(told.counters().lost, 4);
+
+        // Told after the first packets arrived: inside the window the head is an open gap.
+        let mut late = track([7, 8, 3]);
+        late.extend_start(0);
+        assert_eq!(late.pending_gaps(), 6);
+        late.observe(0);
+        late.finish();
+        assert_eq!(late.counters().lost, 5);
+        assert_eq!(late.counters().received, 4);
+
+        // Behind the window the head is lost at once.
+        let mut far = track(2 * WINDOW..2 * WINDOW + 10);
+        far.extend_start(WINDOW);
+        assert_eq!(far.counters().lost, WINDOW);
+        far.extend_start(WINDOW + 5);
+        far.finish();
+        assert_eq!(far.counters().lost, WINDOW, "a later start changes nothing");
     }
 
     #[test]
@@ -483,6 +546,7 @@ mod tests {
         deliveries.sort_by_key(|&(arrival, _)| arrival);
 
         let mut tracker = SeqTracker::new();
+        tracker.extend_start(0);
         let mut delivered = vec![false; sent as usize];
         let (mut distinct, mut extra, mut reordered, mut highest) = (0u64, 0u64, 0u64, None);
         for (i, &(_, seq)) in deliveries.iter().enumerate() {

@@ -28,6 +28,8 @@ const BUFFER_GROUP: u16 = 7;
 pub const RECV_CONTROL_LEN: usize = 64;
 /// Bytes of `io_uring_recvmsg_out` at the start of every multishot `RECVMSG` buffer.
 pub const RECVMSG_OUT_LEN: usize = 16;
+/// Bytes reserved for the sender's address in each multishot receive (`sockaddr_in6`).
+pub const RECV_NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_in6>();
 
 /// How a ring was set up, after probing the kernel's accepted flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,6 +185,7 @@ impl Engine {
         // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
         let mut recv_msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
         recv_msg.msg_controllen = RECV_CONTROL_LEN as _;
+        recv_msg.msg_namelen = RECV_NAME_LEN as _;
         Ok(Engine {
             ring,
             setup,

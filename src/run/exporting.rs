@@ -69,7 +69,8 @@ pub fn register(
         }
     }
     metrics::set_info(&roles, &by_node.into_iter().collect::<Vec<_>>());
-    Exporter::new(handles::Handles { tx, rx })
+    let senders = sinks.map(|s| crate::metrics::senders::SenderSeries::new(s.registry.clone()));
+    Exporter::new(handles::Handles { tx, rx, senders })
 }
 
 /// Keeps the process (and its endpoint) alive for `linger`, or until a signal.

@@ -2,6 +2,7 @@
 //! hands them to the reporting session. This is the second stage of argument handling; `cli`
 //! only parses.
 
+pub mod control_link;
 pub mod exporting;
 pub mod placement;
 pub mod roles;
@@ -15,7 +16,10 @@ use self::{
     session::{Session, install_signals},
 };
 use crate::{
-    cli::{Cli, Command, CommonArgs, DEFAULT_METRICS, PairArgs, SendArgs, SinkArgs, TopoArgs},
+    cli::{
+        Cli, Command, CommonArgs, ControlTarget, DEFAULT_METRICS, PairArgs, SendArgs, SinkArgs,
+        TopoArgs,
+    },
     error::Error,
     metrics::Shape,
     report::QueueView,
@@ -72,6 +76,10 @@ struct RunSpec {
     sinks: Option<(Vec<QueueView>, SinkConfig, usize)>,
     common: CommonArgs,
     metrics: Option<SocketAddr>,
+    /// Senders with their own series and JSON entry at the sink.
+    max_senders: usize,
+    /// How the sender and the sink talk.
+    link: control_link::Link,
 }
 
 fn run_spec(spec: RunSpec) -> Result<(), Error> {
@@ -95,6 +103,11 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
                 .unwrap_or_default(),
             rx_queues: spec.sinks.as_ref().map_or(0, |s| s.0.len()),
             rx_exported_flows: exported_flows,
+            rx_senders: if spec.sinks.is_some() {
+                spec.max_senders + 1
+            } else {
+                0
+            },
             nodes: spec
                 .senders
                 .iter()
@@ -114,7 +127,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
     let sink_control = Arc::new(Control::default());
     let sinks = spec
         .sinks
-        .map(|(queues, config, _)| start_sinks(&sink_control, queues, config))
+        .map(|(queues, config, _)| start_sinks(&sink_control, queues, config, spec.max_senders))
         .transpose()?;
     let senders = match spec
         .senders
@@ -139,6 +152,21 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
             s.epoch
         );
     }
+    let link = match control_link::start(spec.link, senders.as_ref(), sinks.as_ref()) {
+        Ok(link) => link,
+        Err(e) => {
+            send_control.request_stop();
+            sink_control.request_stop();
+            for group in [senders.as_ref().map(|s| &s.group)].into_iter().flatten() {
+                group.release();
+            }
+            if let Some(s) = sinks.as_ref() {
+                s.group.release();
+            }
+            return Err(e);
+        }
+    };
+    let server_stats = link.server.as_ref().map(|s| s.stats());
     let mut exporter = spec.metrics.map(|_| {
         exporting::register(
             senders.as_ref(),
@@ -155,12 +183,25 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         sinks,
         json: spec.common.json,
         interval: spec.common.interval,
+        verdict: link.verdict,
     };
     let result = session.run(&signal, &mut |force| {
         if let Some(e) = exporter.as_mut() {
+            if let Some(stats) = &server_stats {
+                control_link::export_server_stats(stats);
+            }
             e.tick(force);
         }
     });
+    if let Some(server) = link.server {
+        server.stop();
+    }
+    if result.is_ok() && link.refused.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Error::Unsupported(
+            "the sink refused this sender's credentials: give both sides the same --secret-file"
+                .into(),
+        ));
+    }
     if exporter.is_some() {
         exporting::linger(spec.common.metrics_linger, &signal);
     }
@@ -180,11 +221,25 @@ fn send(args: SendArgs) -> Result<(), Error> {
     let queues = planned("send", &placement_args(&common, args.to, &[]))?;
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
     let metrics = common.metrics;
+    let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
+    let link = match args.control {
+        ControlTarget::Off => control_link::Link::Off,
+        target => control_link::Link::Connect {
+            addr: match target {
+                ControlTarget::At(addr) => addr,
+                _ => args.to,
+            },
+            secret: read_secret(args.secret_file.as_deref())?,
+            name: sender_name(args.name, common.queues, flows)?,
+        },
+    };
     run_spec(RunSpec {
         senders: Some((queues, configs, target)),
         sinks: None,
         common,
         metrics,
+        max_senders: 0,
+        link,
     })
 }
 
@@ -194,11 +249,23 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
     let queues = planned("sink", &placement_args(&common, args.listen, &[]))?;
     let exported = args.tuning.metrics_flows.min(config.max_flows);
     let metrics = common.metrics;
+    let secret = read_secret(args.secret_file.as_deref())?;
+    if secret.is_none() && !args.listen.ip().is_loopback() && !args.insecure_control {
+        return Err(Error::Unsupported(format!(
+            "the sink listens on {} (not loopback) but has no secret for its control channel; give it --secret-file FILE (make one with `head -c32 /dev/urandom | base64 > FILE`) or accept unauthenticated senders with --insecure-control",
+            args.listen
+        )));
+    }
     run_spec(RunSpec {
         senders: None,
         sinks: Some((queues, config, exported)),
         common,
         metrics,
+        max_senders: args.tuning.max_senders,
+        link: control_link::Link::Serve {
+            listen: args.listen,
+            secret,
+        },
     })
 }
 
@@ -252,7 +319,24 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         sinks: Some((sink_queues, sink_cfg, exported)),
         common,
         metrics,
+        max_senders: args.tuning.max_senders,
+        link: control_link::Link::InProcess,
     })
+}
+
+/// The shared secret from `--secret-file`, if given.
+fn read_secret(
+    path: Option<&std::path::Path>,
+) -> Result<Option<Arc<crate::control::auth::Secret>>, Error> {
+    path.map(|p| crate::control::auth::Secret::from_file(p).map(Arc::new))
+        .transpose()
+}
+
+/// `--name`, checked, or the hostname and the queue plan.
+fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<String, Error> {
+    let name = name.unwrap_or_else(|| format!("{}/{queues}q{flows}f", control_link::hostname()));
+    crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
+    Ok(name)
 }
 
 fn topo(args: TopoArgs) -> Result<(), Error> {

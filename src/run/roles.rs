@@ -10,7 +10,11 @@ use crate::{
     proto::header::HEADER_LEN,
     report::{QueueView, RxSample, TxSample},
     sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
-    sink::{SinkConfig, SinkOutcome, SinkShared, SinkWorker},
+    sink::books::MAX_SEND_LAG,
+    sink::{
+        SinkConfig, SinkOutcome, SinkShared, SinkWorker,
+        registry::{FlowReport, Registry},
+    },
     stats::{RxFlow, TxFlow},
     worker::{self, Control, Group},
 };
@@ -46,6 +50,8 @@ pub struct SinkSet {
     pub shared: Vec<Arc<SinkShared>>,
     /// The threads.
     pub group: Group<SinkOutcome>,
+    /// Books per sender, beside the workers.
+    pub registry: Arc<Registry>,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
@@ -97,6 +103,13 @@ pub fn sender_configs(
     let window = t.window.unwrap_or(t.batch * 2);
     if window == 0 || window > 32768 {
         return usage(format!("--window {window} is out of range; use 1 to 32768"));
+    }
+    let lag = u64::from(window) * u64::from(t.gso);
+    if lag > MAX_SEND_LAG {
+        return usage(format!(
+            "--window {window} × --gso {} keeps {lag} packets in flight; the sink attributes failed sends only within {MAX_SEND_LAG}: lower --window or --gso",
+            t.gso
+        ));
     }
     let flows = t.flows.unwrap_or(queues as u32);
     if (flows as usize) < queues {
@@ -195,7 +208,15 @@ pub fn sink_config(
             t.max_flows
         )));
     }
+    if t.max_sessions == 0 || t.max_sessions > 1 << 20 {
+        return Err(Error::Usage(format!(
+            "--max-sessions {} is out of range; use 1 to 1048576",
+            t.max_sessions
+        )));
+    }
     Ok(SinkConfig {
+        max_sessions: t.max_sessions,
+        session_idle: t.session_idle,
         listen,
         gro: !t.no_gro,
         wait: t.rx_wait,
@@ -211,20 +232,28 @@ pub fn start_sinks(
     control: &Arc<Control>,
     queues: Vec<QueueView>,
     config: SinkConfig,
+    max_senders: usize,
 ) -> Result<SinkSet, Error> {
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     for q in &queues {
-        let s = Arc::new(SinkShared::new(config.max_flows));
+        let s = Arc::new(SinkShared::new(config.max_flows, config.max_sessions));
         shared.push(Arc::clone(&s));
         let (config, node) = (config.clone(), q.node);
         workers.push((q.cpu, move || SinkWorker::new(config, node, s)));
     }
     let group = worker::start("sink", control, workers)?;
+    // Every socket is bound now: a sender whose first packet came later was seen from its start.
+    let registry = Arc::new(Registry::new(
+        shared.clone(),
+        max_senders,
+        crate::clock::monotonic_ns(),
+    ));
     Ok(SinkSet {
         queues,
         shared,
         group,
+        registry,
     })
 }
 
@@ -246,6 +275,26 @@ impl SenderSet {
                 traffic: sum(s.flows.iter().map(|f| f.load()), TxFlow::add),
             })
             .collect()
+    }
+}
+
+impl SenderSet {
+    /// Where every flow stands: its first and next sequence numbers and its failed sends.
+    pub fn flow_reports(&self) -> Vec<FlowReport> {
+        let mut out = Vec::new();
+        for (shared, flow_ids) in self.shared.iter().zip(&self.flows) {
+            for (counters, &flow) in shared.flows.iter().zip(flow_ids) {
+                let c = counters.load();
+                let failed: u64 = c.errors.iter().sum();
+                out.push(FlowReport {
+                    flow,
+                    first_seq: self.first_seq,
+                    next_seq: self.first_seq + c.packets + failed,
+                    failed,
+                });
+            }
+        }
+        out
     }
 }
 

@@ -18,11 +18,24 @@ use crate::{
     clock,
     error::Error,
     report::{self, RxSample, TxSample},
-    sink::FlowEnd,
+    sink::registry::{FlowReport, RunVerdict},
     worker::Control,
 };
 
+/// Where a sender's verdict comes from: the sink's books for this sender run.
+pub enum VerdictSource {
+    /// This run does not send.
+    None,
+    /// The sink runs in this process (`pair`): its registry is asked directly.
+    InProcess,
+    /// A sink elsewhere: given the flows' ends, says goodbye and waits for the verdict
+    /// (the sink's session name and its books), or says why none came.
+    Remote(Box<dyn FnOnce(&[FlowReport]) -> Result<(String, RunVerdict), String>>),
+}
+
 const TICK: Duration = Duration::from_millis(20);
+/// How long a goodbye waits for the sink's verdict.
+pub const GOODBYE_WAIT: Duration = Duration::from_secs(3);
 
 /// A started run: senders, sinks or both.
 pub struct Session {
@@ -40,6 +53,8 @@ pub struct Session {
     pub interval: Duration,
     /// Role names get a prefix in human lines (pair mode).
     pub prefix_roles: bool,
+    /// Where the sender's verdict comes from.
+    pub verdict: VerdictSource,
 }
 
 /// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
@@ -122,29 +137,17 @@ impl Session {
         eprint!("{lines}");
     }
 
-    /// In-process senders tell the sinks where each flow ended, so a tail the sink never saw
-    /// is counted (as kernel drops or loss) instead of vanishing.
-    fn hand_flow_ends_to_sinks(&self) {
+    /// The in-process sender says goodbye to the in-process sink: its flows close with their
+    /// true ends, so a tail the sink never saw is counted (as kernel drops or loss).
+    fn in_process_goodbye(&self) -> Option<RunVerdict> {
         let (Some(senders), Some(sinks)) = (&self.senders, &self.sinks) else {
-            return;
+            return None;
         };
-        let mut ends = Vec::new();
-        for (shared, flow_ids) in senders.shared.iter().zip(&senders.flows) {
-            for (counters, &flow) in shared.flows.iter().zip(flow_ids) {
-                let c = counters.load();
-                let sent = c.packets + c.errors.iter().sum::<u64>();
-                ends.push(FlowEnd {
-                    epoch: senders.epoch,
-                    flow,
-                    end: senders.first_seq + sent,
-                });
-            }
-        }
-        for sink in &sinks.shared {
-            if let Ok(mut slot) = sink.flow_ends.lock() {
-                slot.clone_from(&ends);
-            }
-        }
+        Some(
+            sinks
+                .registry
+                .goodbye(senders.epoch, &senders.flow_reports(), GOODBYE_WAIT),
+        )
     }
 
     fn samples(&self) -> (Vec<TxSample>, Vec<RxSample>) {
@@ -158,7 +161,7 @@ impl Session {
     }
 
     /// Releases the workers (sinks first) and reports until every worker has ended.
-    pub fn run(self, signal: &AtomicBool, on_tick: &mut dyn FnMut(bool)) -> Result<(), Error> {
+    pub fn run(mut self, signal: &AtomicBool, on_tick: &mut dyn FnMut(bool)) -> Result<(), Error> {
         if let Some(s) = &self.sinks {
             s.group.release();
         }
@@ -168,6 +171,7 @@ impl Session {
         let start = clock::monotonic_ns();
         let mut last_report = start;
         let (mut tx0, mut rx0) = self.samples();
+        let mut in_process_verdict = None;
         loop {
             std::thread::sleep(TICK);
             if signal.load(Ordering::Relaxed) {
@@ -181,7 +185,7 @@ impl Session {
             let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
             let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
             if self.senders.is_some() && senders_done && !self.sink_control.drain_requested() {
-                self.hand_flow_ends_to_sinks();
+                in_process_verdict = self.in_process_goodbye();
                 self.sink_control.request_drain();
             }
             on_tick(false);
@@ -197,10 +201,29 @@ impl Session {
                 break;
             }
         }
-        self.finish(on_tick)
+        let verdict = match std::mem::replace(&mut self.verdict, VerdictSource::None) {
+            VerdictSource::None => None,
+            VerdictSource::InProcess => Some(
+                in_process_verdict
+                    .map(|v| ("this process".to_string(), v))
+                    .ok_or_else(|| "the in-process sink gave no verdict".to_string()),
+            ),
+            VerdictSource::Remote(ask) => Some(
+                self.senders
+                    .as_ref()
+                    .map(|s| s.flow_reports())
+                    .ok_or_else(|| "no senders".to_string())
+                    .and_then(|flows| ask(&flows)),
+            ),
+        };
+        self.finish(on_tick, verdict)
     }
 
-    fn finish(self, on_tick: &mut dyn FnMut(bool)) -> Result<(), Error> {
+    fn finish(
+        self,
+        on_tick: &mut dyn FnMut(bool),
+        verdict: Option<Result<(String, RunVerdict), String>>,
+    ) -> Result<(), Error> {
         let mut failed = false;
         // Every worker has ended and published its last counters: flush them to the exporter
         // before printing, so scraped values equal the summary.
@@ -229,7 +252,10 @@ impl Session {
                 "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
                 "target_pps": s.target_pps.map(|r| r.round() as u64),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
-            let summary = report::tx_summary_json(&total, duration, extra);
+            let mut summary = report::tx_summary_json(&total, duration, extra);
+            let verdict_line = verdict
+                .as_ref()
+                .map(|v| report::attach_verdict(&mut summary, v));
             eprintln!(
                 "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps",
                 summary["tx_packets"],
@@ -239,6 +265,9 @@ impl Session {
                 summary["pps"],
                 summary["bps"]
             );
+            if let Some(line) = verdict_line {
+                eprintln!("{line}");
+            }
             if self.json {
                 emit_json(&summary);
             }
@@ -248,7 +277,8 @@ impl Session {
             failed |= outcomes
                 .iter()
                 .any(|o| o.as_ref().is_none_or(|o| o.ring_failed));
-            let total = report::total_rx(&rx);
+            let mut total = report::total_rx(&rx);
+            total.traffic.lost += s.registry.unseen_lost();
             let first = outcomes
                 .iter()
                 .flatten()
@@ -278,7 +308,9 @@ impl Session {
                 json!({"min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
                     "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(), "mean_ns": h.mean().round() as u64})
             });
+            let senders = s.registry.rows(true);
             let extra = json!({"queues": s.queues.len(), "latency": latency,
+                "senders": report::senders_json(&senders),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
             let summary = report::rx_summary_json(&total, duration, extra);
             eprintln!(
@@ -294,6 +326,9 @@ impl Session {
                 summary["rx_invalid"],
                 summary["rx_kernel_drops"]
             );
+            for line in report::sender_lines(&senders) {
+                eprintln!("{line}");
+            }
             if self.json {
                 emit_json(&summary);
             }

@@ -112,6 +112,8 @@ pub struct SenderWorker {
     shared: Arc<SenderShared>,
     flows: Vec<TxFlow>,
     next_seq: Vec<u64>,
+    /// Packets per flow whose send failed (stamped into every header).
+    failed: Vec<u64>,
     next_flow: usize,
     counters: WorkerCounters,
     completions: Vec<Completion>,
@@ -161,6 +163,7 @@ impl SenderWorker {
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             flows: vec![TxFlow::default(); n],
             next_seq: vec![config.first_seq; n],
+            failed: vec![0; n],
             next_flow: 0,
             counters: WorkerCounters::default(),
             shared,
@@ -189,9 +192,10 @@ impl SenderWorker {
             let segs = (budget - queued).min(u64::from(self.config.gso)) as u16;
             let flow = self.next_flow;
             let seq = self.next_seq[flow];
-            let (offset, len) = self
-                .slots
-                .stamp(&mut self.engine, slot, flow, segs, seq, now_real);
+            let failed = self.failed[flow];
+            let (offset, len) =
+                self.slots
+                    .stamp(&mut self.engine, slot, flow, segs, seq, failed, now_real);
             let fd = self.fds[flow];
             let user_data = u64::from(slot);
             let ok = match self.config.op {
@@ -235,6 +239,7 @@ impl SenderWorker {
                 f.bytes += c.result as u64;
             } else {
                 f.errors[errno_class(-c.result)] += segs;
+                self.failed[flow] += segs;
             }
             // A zero-copy send keeps its slot until the notification arrives.
             if !c.more() {

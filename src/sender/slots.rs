@@ -35,7 +35,7 @@ impl Slots {
         Self::slot_bytes(config) * config.window as usize
     }
 
-    /// Lays out the slots and zeroes their payloads.
+    /// Lays out the slots (payload bytes stay as the arena was mapped: zero).
     pub(super) fn new(
         config: &SenderConfig,
         engine: &mut Engine,
@@ -106,7 +106,9 @@ impl Slots {
     }
 
     /// Writes `segs` headers (sequence numbers `seq..seq+segs`) into `slot` for flow index
-    /// `flow`; returns the arena offset and length of the send.
+    /// `flow`, each carrying the flow's failed-send count `failed`; returns the arena offset and
+    /// length of the send.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn stamp(
         &mut self,
         engine: &mut Engine,
@@ -114,6 +116,7 @@ impl Slots {
         flow: usize,
         segs: u16,
         seq: u64,
+        failed: u64,
         timestamp_ns: u64,
     ) -> (usize, u32) {
         let offset = slot as usize * self.slot_bytes;
@@ -123,6 +126,7 @@ impl Slots {
         if let Some(bytes) = engine.arena_bytes_mut(offset, len) {
             let mut header = Header {
                 flags: 0,
+                failed: failed as u16,
                 flow: self.flow_ids[flow],
                 epoch: self.epoch,
                 seq,

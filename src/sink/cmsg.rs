@@ -1,6 +1,7 @@
 //! Parsing of the control messages a multishot `RECVMSG` delivers with each datagram:
 //! `UDP_GRO` (the segment size of a coalesced buffer) and `SO_RXQ_OVFL` (the socket's cumulative
-//! drop counter). Pure byte parsing of the `cmsghdr` chain, no pointers.
+//! drop counter), and the sender's address (`sockaddr_in`/`sockaddr_in6`). Pure byte parsing,
+//! no pointers.
 
 /// `SOL_UDP`.
 const SOL_UDP: i32 = 17;
@@ -17,6 +18,23 @@ pub struct ControlInfo {
     pub gro_segment: Option<u16>,
     /// The socket's cumulative drop counter, present once drops have happened.
     pub drops: Option<u32>,
+}
+
+/// The sender's address from the name bytes of a received message, if it is IPv4 or IPv6.
+pub fn parse_source(name: &[u8]) -> Option<std::net::SocketAddr> {
+    let family = i32::from(u16::from_ne_bytes(name.get(0..2)?.try_into().ok()?));
+    let port = u16::from_be_bytes(name.get(2..4)?.try_into().ok()?);
+    match family {
+        libc::AF_INET => {
+            let ip: [u8; 4] = name.get(4..8)?.try_into().ok()?;
+            Some((std::net::Ipv4Addr::from(ip), port).into())
+        }
+        libc::AF_INET6 => {
+            let ip: [u8; 16] = name.get(8..24)?.try_into().ok()?;
+            Some((std::net::Ipv6Addr::from(ip), port).into())
+        }
+        _ => None,
+    }
 }
 
 /// Walks the `cmsghdr` chain in `control`. Malformed trailing bytes are ignored.
@@ -95,5 +113,22 @@ mod tests {
         assert_eq!(parse(&bad), ControlInfo::default());
         let zero_len = vec![0u8; 32];
         assert_eq!(parse(&zero_len), ControlInfo::default());
+    }
+
+    #[test]
+    fn sources_parse_and_junk_is_none() {
+        let mut v4 = vec![0u8; 16];
+        v4[0..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&4242u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[10, 0, 0, 7]);
+        assert_eq!(parse_source(&v4), Some("10.0.0.7:4242".parse().unwrap()));
+        let mut v6 = vec![0u8; 28];
+        v6[0..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&9u16.to_be_bytes());
+        v6[23] = 1;
+        assert_eq!(parse_source(&v6), Some("[::1]:9".parse().unwrap()));
+        assert_eq!(parse_source(&v6[..10]), None);
+        assert_eq!(parse_source(&[]), None);
+        assert_eq!(parse_source(&[0xff; 28]), None);
     }
 }

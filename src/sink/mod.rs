@@ -8,8 +8,10 @@
 //! the loopback receive path) rarely pays for waking it; when traffic is slow it sleeps until
 //! the next completion. The loop never allocates, locks, logs or calls metrics.
 
+pub mod books;
 pub mod cmsg;
-pub mod flows;
+pub mod mailbox;
+pub mod registry;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -17,7 +19,10 @@ use hdrhistogram::Histogram;
 use io_uring::types::RecvMsgOut;
 use socket2::Socket;
 
-use self::flows::FlowTable;
+use self::{
+    books::{Books, Packet, Refused},
+    mailbox::{Mailbox, SessionKey},
+};
 use crate::{
     clock,
     error::Error,
@@ -25,7 +30,8 @@ use crate::{
     net,
     proto::header,
     ring::{
-        BufRingLayout, Completion, Engine, RECV_CONTROL_LEN, RECVMSG_OUT_LEN, RingSize, Wait, probe,
+        BufRingLayout, Completion, Engine, RECV_CONTROL_LEN, RECV_NAME_LEN, RECVMSG_OUT_LEN,
+        RingSize, Wait, probe,
     },
     stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class, latency_cell},
     worker::{Control, Job},
@@ -58,8 +64,14 @@ const DRAIN_IDLE_NS: u64 = 300_000_000;
 /// While draining, stop after this long in any case.
 const DRAIN_MAX_NS: u64 = 3_000_000_000;
 const USER_DATA_RECV: u64 = 1;
+/// Index of the `short` reason in `WorkerCounters::invalid`.
+const INVALID_SHORT: usize = 0;
 /// Index of the `flow_id` reason in `WorkerCounters::invalid`.
 const INVALID_FLOW_ID: usize = 3;
+/// Index of the `table_full` reason in `WorkerCounters::invalid`.
+const INVALID_TABLE_FULL: usize = 4;
+/// How often idle sessions are looked for.
+const SWEEP_EVERY_NS: u64 = 100_000_000;
 
 /// Everything one sink worker needs, resolved before start.
 #[derive(Clone, Debug)]
@@ -74,6 +86,10 @@ pub struct SinkConfig {
     pub buffers: u16,
     /// Flow ids `0..max_flows` are tracked.
     pub max_flows: usize,
+    /// Sessions (sender, epoch, flow) one worker's table holds.
+    pub max_sessions: usize,
+    /// A session without packets for this long is closed and its slot reused.
+    pub session_idle: Duration,
     /// Stop after this long.
     pub duration: Option<Duration>,
     /// Try 2 MiB pages for the arena.
@@ -81,18 +97,7 @@ pub struct SinkConfig {
 }
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
-const BUFFER_BYTES: u32 = 65536 + (RECVMSG_OUT_LEN + RECV_CONTROL_LEN) as u32;
-
-/// Where a sender's flow ended: the first sequence number it never sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlowEnd {
-    /// Session epoch.
-    pub epoch: u32,
-    /// Flow id.
-    pub flow: u32,
-    /// One past the last sequence number sent.
-    pub end: u64,
-}
+const BUFFER_BYTES: u32 = 65536 + (RECVMSG_OUT_LEN + RECV_NAME_LEN + RECV_CONTROL_LEN) as u32;
 
 /// Counters a sink shares with the reporter.
 #[derive(Debug)]
@@ -101,18 +106,17 @@ pub struct SinkShared {
     pub flows: Vec<SharedRxFlow>,
     /// Engine and sink counters.
     pub worker: SharedWorkerCounters,
-    /// Where an in-process sender's flows ended, set before the sink is asked to drain; read
-    /// once when the sink closes its books (never on the hot path).
-    pub flow_ends: std::sync::Mutex<Vec<FlowEnd>>,
+    /// What senders say to this worker, what it answers, and its published sessions.
+    pub mailbox: Mailbox,
 }
 
 impl SinkShared {
-    /// Shared counters for `max_flows` flows.
-    pub fn new(max_flows: usize) -> SinkShared {
+    /// Shared counters for `max_flows` flows and `max_sessions` sessions.
+    pub fn new(max_flows: usize, max_sessions: usize) -> SinkShared {
         SinkShared {
             flows: (0..max_flows).map(|_| SharedRxFlow::default()).collect(),
             worker: SharedWorkerCounters::default(),
-            flow_ends: std::sync::Mutex::new(Vec::new()),
+            mailbox: Mailbox::new(max_sessions),
         }
     }
 }
@@ -134,7 +138,7 @@ pub struct SinkWorker {
     socket: Socket,
     config: SinkConfig,
     shared: Arc<SinkShared>,
-    flows: FlowTable,
+    books: Books,
     counters: WorkerCounters,
     completions: Vec<Completion>,
     latency: Histogram<u64>,
@@ -201,7 +205,7 @@ impl SinkWorker {
         Ok(SinkWorker {
             engine,
             socket,
-            flows: FlowTable::new(config.max_flows, config.gro),
+            books: Books::new(config.max_sessions, config.max_flows, config.gro),
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             counters: WorkerCounters::default(),
             latency,
@@ -214,57 +218,86 @@ impl SinkWorker {
     }
 
     /// Counts the datagram(s) in provided buffer `bid`, `len` bytes long.
-    fn process(&mut self, bid: u16, len: usize, now_real: u64) -> bool {
+    fn process(&mut self, bid: u16, len: usize, now_real: u64, now_ns: u64) -> bool {
         let buffer = self.engine.received_buffer(bid);
         let Some(buffer) = buffer.get(..len) else {
             return false;
         };
         let Ok(out) = RecvMsgOut::parse(buffer, self.engine.recv_msghdr()) else {
-            self.counters.invalid[0] += 1;
+            self.counters.invalid[INVALID_SHORT] += 1;
             return false;
         };
         let control = cmsg::parse(out.control_data());
         if let Some(drops) = control.drops {
             let new = drops.wrapping_sub(self.last_drops);
             self.last_drops = drops;
-            self.flows.add_kernel_drops(u64::from(new));
+            self.books.add_kernel_drops(u64::from(new));
         }
+        let source = cmsg::parse_source(out.name_data());
         let payload = out.payload_data();
+        if payload.is_empty() {
+            // A zero-length datagram: `chunks` would yield nothing.
+            self.counters.invalid[INVALID_SHORT] += 1;
+            return false;
+        }
         let segment = control
             .gro_segment
             .map_or(payload.len(), usize::from)
             .max(1);
         let mut valid = false;
         for datagram in payload.chunks(segment) {
-            match header::parse(datagram) {
-                Ok(h) => {
-                    if self
-                        .flows
-                        .record(h.flow, h.epoch, h.seq, datagram.len() as u64)
-                    {
-                        valid = true;
-                        let delay = now_real.saturating_sub(h.timestamp_ns);
-                        let cell = latency_cell(delay);
-                        self.counters.latency_cells[cell] += 1;
-                        self.counters.latency_sum_ns[cell] += delay;
-                        self.latency.saturating_record(delay.max(1));
-                    } else {
-                        self.counters.invalid[INVALID_FLOW_ID] += 1;
-                    }
+            let h = match header::parse(datagram) {
+                Ok(h) => h,
+                Err(reason) => {
+                    self.counters.invalid[reason as usize] += 1;
+                    continue;
                 }
-                Err(reason) => self.counters.invalid[reason as usize] += 1,
+            };
+            let packet = Packet {
+                key: SessionKey {
+                    epoch: h.epoch,
+                    flow: h.flow,
+                },
+                seq: h.seq,
+                failed16: h.failed,
+                bytes: datagram.len() as u64,
+                source,
+                now_ns,
+            };
+            match self.books.record(packet) {
+                Ok(()) => {
+                    valid = true;
+                    let delay = now_real.saturating_sub(h.timestamp_ns);
+                    let cell = latency_cell(delay);
+                    self.counters.latency_cells[cell] += 1;
+                    self.counters.latency_sum_ns[cell] += delay;
+                    self.latency.saturating_record(delay.max(1));
+                }
+                Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
+                Err(Refused::TableFull) => self.counters.invalid[INVALID_TABLE_FULL] += 1,
             }
         }
         valid
     }
 
+    /// Applies what senders said since the last call (never blocks: a lock-free queue).
+    fn drain_inbox(&mut self) {
+        let now = clock::monotonic_ns();
+        while let Some(message) = self.shared.mailbox.inbox.pop() {
+            self.books.apply(message, &self.shared.mailbox, now);
+        }
+        self.books.retry_closes(now, &self.shared.mailbox);
+    }
+
     fn publish(&mut self) {
+        self.drain_inbox();
         let overflow = self.engine.cq_overflow();
         self.counters.set_ring(&self.engine.counters(), overflow, 1);
-        self.counters.kernel_drops = self.flows.kernel_drops();
+        self.counters.kernel_drops = self.books.kernel_drops();
         for (i, shared) in self.shared.flows.iter().enumerate() {
-            shared.publish(&self.flows.flow(i));
+            shared.publish(&self.books.flow(i));
         }
+        self.books.publish(&self.shared.mailbox);
         self.shared.worker.publish(&self.counters);
     }
 
@@ -275,13 +308,14 @@ impl SinkWorker {
             return (false, true);
         }
         let now_real = clock::realtime_ns();
+        let now_ns = clock::monotonic_ns();
         let mut got = false;
         let mut armed = true;
         for i in 0..n {
             let c = self.completions[i];
             if let Some(bid) = c.buffer_id() {
                 if c.result > 0 {
-                    got |= self.process(bid, c.result as usize, now_real);
+                    got |= self.process(bid, c.result as usize, now_real, now_ns);
                 }
                 self.engine.recycle_buffer(bid);
             } else if c.result == -libc::ENOBUFS {
@@ -301,19 +335,12 @@ impl SinkWorker {
         if let Some(total) = net::socket_drops(&self.socket) {
             let seen = u64::from(self.last_drops);
             if total > seen {
-                self.flows.add_kernel_drops(total - seen);
+                self.books.add_kernel_drops(total - seen);
             }
         }
-        let ends = self
-            .shared
-            .flow_ends
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default();
-        for end in ends {
-            self.flows.close_tail(end.flow, end.epoch, end.end);
-        }
-        self.flows.finish();
+        // Goodbyes that arrived while draining close their sessions first, with their tails.
+        self.drain_inbox();
+        self.books.sweep(None, &self.shared.mailbox);
         self.publish();
     }
 }
@@ -326,6 +353,8 @@ impl Job for SinkWorker {
         let deadline = self.config.duration.map(|d| started + d.as_nanos() as u64);
         let fd = self.socket.as_raw_fd();
         let mut last_publish = started;
+        let mut last_sweep = started;
+        let idle_ns = self.config.session_idle.as_nanos() as u64;
         let mut drain_started = None;
         let mut ring_failed = false;
         loop {
@@ -376,6 +405,11 @@ impl Job for SinkWorker {
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.publish();
                 last_publish = now;
+            }
+            if now - last_sweep >= SWEEP_EVERY_NS {
+                self.books
+                    .sweep(Some(now.saturating_sub(idle_ns)), &self.shared.mailbox);
+                last_sweep = now;
             }
         }
         // Count what already completed before closing the books.

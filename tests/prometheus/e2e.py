@@ -120,7 +120,8 @@ def promtool_check(endpoint):
 def dashboard_queries():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "dashboards/generate.py"), "--exprs"],
                          capture_output=True, text=True, check=True).stdout
-    subst = {"$__rate_interval": "5s", "$__range": "2m", "$instance": ".*", "$node": ".*", "$queue": ".*"}
+    subst = {"$__rate_interval": "5s", "$__range": "2m", "$instance": ".*", "$node": ".*", "$queue": ".*",
+             "$sender": ".*"}
     exprs = []
     for line in out.splitlines():
         for k, v in subst.items():

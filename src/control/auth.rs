@@ -1,0 +1,302 @@
+//! The shared secret and the HMAC-SHA256 mutual challenge–response handshake.
+//!
+//! The client sends `ClientHello{nonce_c}`; the server answers `ServerChallenge{nonce_s,
+//! mac_s = HMAC(secret, "ringblast-sink\0" || nonce_c || nonce_s)}`; the client checks mac_s
+//! in constant time and answers `ClientAuth{mac_c = HMAC(secret, "ringblast-send\0" || nonce_s
+//! || nonce_c)}`; the server checks it in constant time and sends `AuthOk` or `Refused`. Both
+//! nonces are 32 fresh random bytes per connection, so a recorded handshake replayed later
+//! fails. Without a secret on both sides the same exchange runs with no MACs (insecure mode);
+//! a secret on one side only is refused on both. Secrets and MACs never appear in messages.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use rand::Rng;
+use sha2::Sha256;
+use thiserror::Error;
+
+use super::frame::{FrameError, read_frame, write_frame};
+use super::msg::{AuthOk, ClientAuth, ClientHello, Message, Refused, ServerChallenge};
+use crate::error::Error;
+
+const SINK_LABEL: &[u8] = b"ringblast-sink\0";
+const SEND_LABEL: &[u8] = b"ringblast-send\0";
+const WRONG_SECRET: &str = "wrong secret (check --secret-file on both sides)";
+const SINK_NEEDS_SECRET: &str =
+    "this sink requires --secret-file but the sender sent no credentials";
+const SINK_HAS_NO_SECRET: &str = "this sink has no --secret-file but the sender sent credentials (give both sides the same --secret-file, or neither)";
+
+/// A shared secret; its `Debug` never shows the bytes.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Secret {
+    /// A secret from raw bytes; `None` if empty.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Option<Secret> {
+        let b = bytes.into();
+        (!b.is_empty()).then_some(Secret(b))
+    }
+
+    /// Reads a secret file, dropping trailing whitespace (such as the newline `base64` adds).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Secret, Error> {
+        let path = path.as_ref();
+        let hint = format!(
+            "generate one with `head -c32 /dev/urandom | base64 > {}`",
+            path.display()
+        );
+        let mut bytes = std::fs::read(path).map_err(|e| {
+            Error::Usage(format!(
+                "cannot read secret file {}: {e}; {hint}",
+                path.display()
+            ))
+        })?;
+        let keep = bytes.trim_ascii_end().len();
+        bytes.truncate(keep);
+        Secret::new(bytes)
+            .ok_or_else(|| Error::Usage(format!("secret file {} is empty; {hint}", path.display())))
+    }
+
+    fn mac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Hmac<Sha256> {
+        // HMAC accepts keys of any length, so this never fails.
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        m.update(label);
+        m.update(a);
+        m.update(b);
+        m
+    }
+
+    fn tag(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
+        self.mac(label, a, b).finalize().into_bytes().into()
+    }
+
+    /// Constant-time check of `tag`.
+    fn verify(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32], tag: &[u8; 32]) -> bool {
+        self.mac(label, a, b).verify_slice(tag).is_ok()
+    }
+}
+
+/// Why a handshake failed. Messages are one line and never contain secrets or MACs.
+#[derive(Debug, Error)]
+pub enum AuthError {
+    /// The peer proved a different secret (or replayed an old handshake).
+    #[error("{WRONG_SECRET}")]
+    WrongSecret,
+    /// Server side: the sender has no secret but this sink requires one.
+    #[error("sent no credentials but this sink requires --secret-file")]
+    MissingCredentials,
+    /// Server side: the sender has a secret but this sink has none.
+    #[error(
+        "sent credentials but this sink has no --secret-file (give both sides the same --secret-file, or neither)"
+    )]
+    UnexpectedCredentials,
+    /// Client side: the sink proved a secret while this sender has none, or the reverse.
+    #[error("{0}")]
+    Mismatch(String),
+    /// The peer sent `Refused`.
+    #[error("{0}")]
+    Refused(String),
+    /// The peer sent a message out of order.
+    #[error("protocol error: expected {expected}, got {got}")]
+    Unexpected {
+        /// What the handshake needed.
+        expected: &'static str,
+        /// What arrived.
+        got: &'static str,
+    },
+    /// The handshake took longer than allowed.
+    #[error("handshake timed out")]
+    Timeout,
+    /// Framing or I/O failed.
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+}
+
+impl AuthError {
+    /// Whether this is a credentials problem (as opposed to a transport or protocol one).
+    pub fn is_auth(&self) -> bool {
+        matches!(
+            self,
+            AuthError::WrongSecret
+                | AuthError::MissingCredentials
+                | AuthError::UnexpectedCredentials
+                | AuthError::Mismatch(_)
+                | AuthError::Refused(_)
+        )
+    }
+}
+
+impl From<AuthError> for Error {
+    fn from(e: AuthError) -> Error {
+        Error::Unsupported(format!("control handshake failed: {e}"))
+    }
+}
+
+impl From<std::io::Error> for AuthError {
+    fn from(e: std::io::Error) -> AuthError {
+        AuthError::Frame(FrameError::Io(e))
+    }
+}
+
+fn nonce() -> [u8; 32] {
+    let mut n = [0u8; 32];
+    rand::rng().fill(&mut n);
+    n
+}
+
+fn refuse<S: Write + ?Sized>(s: &mut S, reason: &str) {
+    // Best effort: the connection is being dropped anyway.
+    let _ = write_frame(
+        s,
+        &Message::Refused(Refused {
+            reason: reason.to_string(),
+        }),
+    );
+}
+
+/// Runs the client side; returns the sink's session id.
+///
+/// The caller sets the stream's per-read timeouts; `io_timeout` additionally bounds the whole
+/// exchange (checked after each step).
+pub fn client_handshake<S: Read + Write + ?Sized>(
+    stream: &mut S,
+    secret: Option<&Secret>,
+    io_timeout: Duration,
+) -> Result<String, AuthError> {
+    let deadline = Instant::now() + io_timeout;
+    let late = || Instant::now() > deadline;
+    let nonce_c = nonce();
+    write_frame(
+        stream,
+        &Message::ClientHello(ClientHello {
+            nonce: nonce_c,
+            auth: secret.is_some(),
+        }),
+    )?;
+    let challenge = match read_frame(stream)? {
+        Message::ServerChallenge(c) => c,
+        Message::Refused(r) => return Err(AuthError::Refused(r.reason)),
+        m => {
+            return Err(AuthError::Unexpected {
+                expected: "ServerChallenge",
+                got: m.name(),
+            });
+        }
+    };
+    if late() {
+        return Err(AuthError::Timeout);
+    }
+    let mac_c = match (secret, challenge.auth, challenge.mac) {
+        (Some(s), true, Some(mac_s)) => {
+            if !s.verify(SINK_LABEL, &nonce_c, &challenge.nonce, &mac_s) {
+                refuse(stream, WRONG_SECRET);
+                return Err(AuthError::WrongSecret);
+            }
+            Some(s.tag(SEND_LABEL, &challenge.nonce, &nonce_c))
+        }
+        (None, false, None) => None,
+        (Some(_), _, _) => {
+            refuse(stream, SINK_HAS_NO_SECRET);
+            return Err(AuthError::Mismatch(
+                "the sink has no --secret-file but this sender has one (give both sides the same --secret-file, or neither)"
+                    .into(),
+            ));
+        }
+        (None, _, _) => {
+            refuse(stream, SINK_NEEDS_SECRET);
+            return Err(AuthError::Mismatch(
+                "the sink requires a secret but this sender has no --secret-file".into(),
+            ));
+        }
+    };
+    write_frame(stream, &Message::ClientAuth(ClientAuth { mac: mac_c }))?;
+    let ok = match read_frame(stream)? {
+        Message::AuthOk(ok) => ok,
+        Message::Refused(r) => return Err(AuthError::Refused(r.reason)),
+        m => {
+            return Err(AuthError::Unexpected {
+                expected: "AuthOk",
+                got: m.name(),
+            });
+        }
+    };
+    if late() {
+        return Err(AuthError::Timeout);
+    }
+    Ok(ok.sink_session)
+}
+
+/// Runs the server side. The caller bounds it with the stream's read timeouts.
+pub fn server_handshake<S: Read + Write + ?Sized>(
+    stream: &mut S,
+    secret: Option<&Secret>,
+    sink_session: &str,
+) -> Result<(), AuthError> {
+    let hello = match read_frame(stream)? {
+        Message::ClientHello(h) => h,
+        m => {
+            return Err(AuthError::Unexpected {
+                expected: "ClientHello",
+                got: m.name(),
+            });
+        }
+    };
+    match (secret.is_some(), hello.auth) {
+        (true, false) => {
+            refuse(stream, SINK_NEEDS_SECRET);
+            return Err(AuthError::MissingCredentials);
+        }
+        (false, true) => {
+            refuse(stream, SINK_HAS_NO_SECRET);
+            return Err(AuthError::UnexpectedCredentials);
+        }
+        _ => {}
+    }
+    let nonce_s = nonce();
+    let mac_s = secret.map(|s| s.tag(SINK_LABEL, &hello.nonce, &nonce_s));
+    write_frame(
+        stream,
+        &Message::ServerChallenge(ServerChallenge {
+            nonce: nonce_s,
+            auth: secret.is_some(),
+            mac: mac_s,
+        }),
+    )?;
+    let auth = match read_frame(stream)? {
+        Message::ClientAuth(a) => a,
+        // The client found our MAC wrong: a different secret.
+        Message::Refused(r) if r.reason == WRONG_SECRET => return Err(AuthError::WrongSecret),
+        Message::Refused(r) => return Err(AuthError::Refused(r.reason)),
+        m => {
+            return Err(AuthError::Unexpected {
+                expected: "ClientAuth",
+                got: m.name(),
+            });
+        }
+    };
+    let good = match (secret, auth.mac) {
+        (Some(s), Some(mac_c)) => s.verify(SEND_LABEL, &nonce_s, &hello.nonce, &mac_c),
+        (None, None) => true,
+        _ => false,
+    };
+    if !good {
+        refuse(stream, WRONG_SECRET);
+        return Err(AuthError::WrongSecret);
+    }
+    write_frame(
+        stream,
+        &Message::AuthOk(AuthOk {
+            sink_session: sink_session.to_string(),
+        }),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! The sender's side of the control channel, on its own thread.
+//!
+//! [`ControlClient::start`] returns at once; the thread connects (TCP_NODELAY, keepalive),
+//! authenticates, sends a fresh Hello, then Progress every `progress_every` and a Heartbeat
+//! whenever nothing else went out for `heartbeat`. Three heartbeat periods without a frame from
+//! the sink mean the connection is dead; it is rebuilt with capped exponential backoff. Each
+//! state change is reported once through the event callback. [`ControlClient::finish`] sends
+//! the Goodbye (connecting once more if needed) and returns the sink's Verdict within `wait`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use super::auth::Secret;
+use super::msg::{Goodbye, Hello, Progress, Verdict};
+
+mod worker;
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest the thread sleeps in a socket read, so a `finish` is noticed promptly.
+const TICK: Duration = Duration::from_millis(100);
+
+/// How the sender reaches its sink.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The sink's control address.
+    pub addr: SocketAddr,
+    /// Shared secret, if any.
+    pub secret: Option<Arc<Secret>>,
+    /// TCP connect timeout (default 2 s).
+    pub connect_timeout: Duration,
+    /// Bound on the handshake and on each write (default 5 s).
+    pub io_timeout: Duration,
+    /// Heartbeat period (default 1 s); 3 periods of silence mean the sink is gone.
+    pub heartbeat: Duration,
+    /// Progress period (default 1 s).
+    pub progress_every: Duration,
+    /// Reconnect backoff cap (default 5 s).
+    pub backoff_max: Duration,
+}
+
+impl ClientConfig {
+    /// The defaults for `addr`, without a secret.
+    pub fn new(addr: SocketAddr) -> Self {
+        ClientConfig {
+            addr,
+            secret: None,
+            connect_timeout: Duration::from_secs(2),
+            io_timeout: Duration::from_secs(5),
+            heartbeat: Duration::from_secs(1),
+            progress_every: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What the sender's run exposes to the control thread.
+pub trait SenderView: Send + Sync + 'static {
+    /// The Hello to send, built fresh at each (re)connect.
+    fn hello(&self, reconnect: u32) -> Hello;
+    /// Current per-flow progress.
+    fn progress(&self) -> Progress;
+}
+
+/// A change of the connection's state, reported once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// Handshake and Hello/Welcome done.
+    Connected {
+        /// The sink.
+        addr: SocketAddr,
+        /// The sink's session id.
+        sink_session: String,
+        /// Successful connections before this one.
+        reconnect: u32,
+    },
+    /// The sink cannot be reached; retries continue.
+    Unreachable {
+        /// The sink.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+        /// Delay before the next attempt.
+        retry_in: Duration,
+    },
+    /// A live connection died; reconnecting.
+    Lost {
+        /// Why.
+        reason: String,
+    },
+    /// The sink refused us (wrong or missing secret, or busy).
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Why `finish` has no verdict; `Display` is one line for the report's `sink_error` field.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NoVerdict {
+    /// No connection ever succeeded.
+    #[error("never connected to the sink: {0}")]
+    NeverConnected(String),
+    /// The sink refused the connection.
+    #[error("{0}")]
+    Refused(String),
+    /// The connection was lost and could not be rebuilt in time.
+    #[error("lost the sink: {0}")]
+    Lost(String),
+    /// Connected, but no verdict arrived in time.
+    #[error("timed out waiting for the sink's verdict")]
+    Timeout,
+}
+
+pub(super) enum Cmd {
+    Finish {
+        goodbye: Goodbye,
+        deadline: Instant,
+        reply: SyncSender<Result<Verdict, NoVerdict>>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Fail {
+    Unreachable(String),
+    Refused(String),
+    Lost(String),
+}
+
+#[derive(Default)]
+pub(super) struct Status {
+    pub(super) ever_connected: bool,
+    pub(super) last: Option<Fail>,
+}
+
+impl Status {
+    pub(super) fn no_verdict(&self) -> NoVerdict {
+        match (&self.last, self.ever_connected) {
+            (Some(Fail::Refused(r)), _) => NoVerdict::Refused(r.clone()),
+            (Some(Fail::Unreachable(r)), false) => NoVerdict::NeverConnected(r.clone()),
+            (None, false) => {
+                NoVerdict::NeverConnected("no connection attempt finished in time".into())
+            }
+            (Some(Fail::Unreachable(r) | Fail::Lost(r)), true) => NoVerdict::Lost(r.clone()),
+            (Some(Fail::Lost(r)), false) => NoVerdict::Lost(r.clone()),
+            (None, true) => NoVerdict::Timeout,
+        }
+    }
+}
+
+/// Handle to the sender's control thread.
+pub struct ControlClient {
+    tx: Sender<Cmd>,
+    status: Arc<Mutex<Status>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ControlClient {
+    /// Spawns the control thread and returns at once.
+    pub fn start(
+        config: ClientConfig,
+        view: Arc<dyn SenderView>,
+        on_event: Box<dyn Fn(ClientEvent) + Send>,
+    ) -> ControlClient {
+        let (tx, rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(Status::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut w = worker::Worker::new(config, view, on_event, rx, status.clone(), stop.clone());
+        thread::Builder::new()
+            .name("ctl-client".into())
+            .spawn(move || w.run())
+            .expect("spawning the control thread");
+        ControlClient { tx, status, stop }
+    }
+
+    /// Sends the Goodbye and waits for the Verdict; returns within `wait` in every case.
+    pub fn finish(self, goodbye: Goodbye, wait: Duration) -> Result<Verdict, NoVerdict> {
+        let deadline = Instant::now() + wait;
+        let margin = (wait / 5).min(Duration::from_millis(200));
+        let (reply, got) = mpsc::sync_channel(1);
+        let cmd = Cmd::Finish {
+            goodbye,
+            deadline: deadline - margin,
+            reply,
+        };
+        if self.tx.send(cmd).is_ok()
+            && let Ok(r) = got.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            return r;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        Err(self
+            .status
+            .lock()
+            .map(|s| s.no_verdict())
+            .unwrap_or(NoVerdict::Timeout))
+    }
+}
+
+impl Drop for ControlClient {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,348 @@
+//! The sender's control thread: connect, authenticate, run the session, reconnect, finish.
+//!
+//! All state changes are reported through the event callback exactly once per change; the
+//! shared [`Status`] lets `finish` classify a missing verdict even when the thread is busy.
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+
+use super::{
+    ClientConfig, ClientEvent, Cmd, FIRST_BACKOFF, Fail, NoVerdict, SenderView, Status, TICK,
+};
+use crate::control::DeadlineStream;
+use crate::control::auth::client_handshake;
+use crate::control::frame::{FrameReader, read_frame, write_frame};
+use crate::control::msg::{Goodbye, Heartbeat, Message, Verdict};
+
+struct Conn {
+    stream: TcpStream,
+    reader: FrameReader,
+}
+
+enum Goodbyed {
+    Verdict(Verdict),
+    Timeout,
+    Lost(String),
+}
+
+#[derive(PartialEq)]
+enum Shown {
+    Connected,
+    Unreachable,
+    Refused,
+    Lost,
+}
+
+pub(super) struct Worker {
+    cfg: ClientConfig,
+    view: Arc<dyn SenderView>,
+    on_event: Box<dyn Fn(ClientEvent) + Send>,
+    rx: Receiver<Cmd>,
+    status: Arc<Mutex<Status>>,
+    stop: Arc<AtomicBool>,
+    connections: u32,
+    shown: Option<Shown>,
+}
+
+impl Worker {
+    pub(super) fn new(
+        cfg: ClientConfig,
+        view: Arc<dyn SenderView>,
+        on_event: Box<dyn Fn(ClientEvent) + Send>,
+        rx: Receiver<Cmd>,
+        status: Arc<Mutex<Status>>,
+        stop: Arc<AtomicBool>,
+    ) -> Worker {
+        let (connections, shown) = (0, None);
+        Worker {
+            cfg,
+            view,
+            on_event,
+            rx,
+            status,
+            stop,
+            connections,
+            shown,
+        }
+    }
+
+    pub(super) fn run(&mut self) {
+        let mut backoff = FIRST_BACKOFF;
+        while !self.stop.load(Ordering::Relaxed) {
+            let wait = match self.connect(None) {
+                Ok(mut conn) => {
+                    backoff = FIRST_BACKOFF;
+                    match self.session(&mut conn) {
+                        Some(reason) => {
+                            self.failed(Fail::Lost(reason), FIRST_BACKOFF);
+                            FIRST_BACKOFF
+                        }
+                        None => return,
+                    }
+                }
+                Err(Fail::Refused(r)) => {
+                    self.failed(Fail::Refused(r), self.cfg.backoff_max);
+                    self.cfg.backoff_max
+                }
+                Err(f) => {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(self.cfg.backoff_max);
+                    self.failed(f, wait);
+                    wait
+                }
+            };
+            match self.rx.recv_timeout(wait) {
+                Ok(Cmd::Finish {
+                    goodbye,
+                    deadline,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.finish(None, goodbye, deadline));
+                    return;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn emit(&self, e: ClientEvent) {
+        (self.on_event)(e);
+    }
+
+    /// Records a failure and reports it if it is a change of state.
+    fn failed(&mut self, f: Fail, retry_in: Duration) {
+        let (shown, event) = match &f {
+            Fail::Lost(reason) => (
+                Shown::Lost,
+                ClientEvent::Lost {
+                    reason: reason.clone(),
+                },
+            ),
+            Fail::Refused(reason) => (
+                Shown::Refused,
+                ClientEvent::Refused {
+                    reason: reason.clone(),
+                },
+            ),
+            Fail::Unreachable(reason) => (
+                Shown::Unreachable,
+                ClientEvent::Unreachable {
+                    addr: self.cfg.addr,
+                    reason: reason.clone(),
+                    retry_in,
+                },
+            ),
+        };
+        if self.shown.as_ref() != Some(&shown) {
+            self.shown = Some(shown);
+            self.emit(event);
+        }
+        if let Ok(mut s) = self.status.lock() {
+            s.last = Some(f);
+        }
+    }
+
+    /// Connects, authenticates and exchanges Hello/Welcome, all before `deadline` if given.
+    fn connect(&mut self, deadline: Option<Instant>) -> Result<Conn, Fail> {
+        let addr = self.cfg.addr;
+        let cap = |d: Duration| match deadline {
+            Some(dl) => d
+                .min(dl.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1)),
+            None => d,
+        };
+        let unreachable =
+            |e: std::io::Error| Fail::Unreachable(format!("cannot connect to sink at {addr}: {e}"));
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(unreachable)?;
+        let ka = TcpKeepalive::new()
+            .with_time(Duration::from_secs(10))
+            .with_interval(Duration::from_secs(5))
+            .with_retries(3);
+        sock.set_tcp_keepalive(&ka).map_err(unreachable)?;
+        sock.set_tcp_nodelay(true).map_err(unreachable)?;
+        sock.connect_timeout(&SockAddr::from(addr), cap(self.cfg.connect_timeout))
+            .map_err(unreachable)?;
+        let stream = TcpStream::from(sock);
+        let io = cap(self.cfg.io_timeout);
+        stream.set_write_timeout(Some(io)).map_err(unreachable)?;
+        let mut ds = DeadlineStream::new(&stream, Instant::now() + io);
+        let secret = self.cfg.secret.as_deref();
+        let sink_session = client_handshake(&mut ds, secret, io).map_err(|e| {
+            if e.is_auth() {
+                Fail::Refused(format!("sink at {addr} refused: {e}"))
+            } else {
+                Fail::Unreachable(format!("handshake with sink at {addr} failed: {e}"))
+            }
+        })?;
+        let lost = |e: String| Fail::Unreachable(format!("sink at {addr}: {e}"));
+        let hello = self.view.hello(self.connections);
+        write_frame(&mut ds, &Message::Hello(hello)).map_err(|e| lost(e.to_string()))?;
+        match read_frame(&mut ds) {
+            Ok(Message::Welcome(_)) => {}
+            Ok(Message::Refused(r)) => {
+                return Err(Fail::Refused(format!(
+                    "sink at {addr} refused: {}",
+                    r.reason
+                )));
+            }
+            Ok(m) => return Err(lost(format!("expected Welcome, got {}", m.name()))),
+            Err(e) => return Err(lost(e.to_string())),
+        }
+        self.emit(ClientEvent::Connected {
+            addr,
+            sink_session,
+            reconnect: self.connections,
+        });
+        self.shown = Some(Shown::Connected);
+        self.connections += 1;
+        if let Ok(mut s) = self.status.lock() {
+            s.ever_connected = true;
+        }
+        Ok(Conn {
+            stream,
+            reader: FrameReader::new(),
+        })
+    }
+
+    /// Runs a live connection; `None` once `finish` was served or the client is stopping,
+    /// else why the connection died.
+    fn session(&mut self, conn: &mut Conn) -> Option<String> {
+        let addr = self.cfg.addr;
+        let (hb, every) = (self.cfg.heartbeat, self.cfg.progress_every);
+        let silence = hb * 3;
+        let now = Instant::now();
+        let (mut last_rx, mut next_hb, mut next_progress) = (now, now + hb, now + every);
+        loop {
+            match self.rx.try_recv() {
+                Ok(Cmd::Finish {
+                    goodbye,
+                    deadline,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.finish(Some(conn), goodbye, deadline));
+                    return None;
+                }
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            let now = Instant::now();
+            let out = if now >= next_progress {
+                next_progress = now + every;
+                next_hb = now + hb;
+                Some(Message::Progress(self.view.progress()))
+            } else if now >= next_hb {
+                next_hb = now + hb;
+                Some(Message::Heartbeat(Heartbeat {}))
+            } else {
+                None
+            };
+            if let Some(m) = out
+                && let Err(e) = write_frame(&mut &conn.stream, &m)
+            {
+                return Some(format!("sending to sink at {addr} failed: {e}"));
+            }
+            if now >= last_rx + silence {
+                return Some(format!("no heartbeat from sink at {addr} for {silence:?}"));
+            }
+            let wake = next_progress.min(next_hb).min(last_rx + silence);
+            let t = wake
+                .saturating_duration_since(now)
+                .clamp(Duration::from_millis(1), TICK);
+            if let Err(e) = conn.stream.set_read_timeout(Some(t)) {
+                return Some(format!("connection to sink at {addr} failed: {e}"));
+            }
+            match conn.reader.poll(&mut &conn.stream) {
+                Ok(None) => {}
+                Ok(Some(Message::Heartbeat(_))) => last_rx = Instant::now(),
+                Ok(Some(Message::Refused(r))) => {
+                    return Some(format!("sink at {addr} closed the session: {}", r.reason));
+                }
+                Ok(Some(m)) => {
+                    return Some(format!("sink at {addr} sent an unexpected {}", m.name()));
+                }
+                Err(e) => return Some(format!("connection to sink at {addr} lost: {e}")),
+            }
+        }
+    }
+
+    /// Sends `goodbye` and waits for the verdict until `deadline`.
+    fn goodbye(&self, conn: &mut Conn, goodbye: &Goodbye, deadline: Instant) -> Goodbyed {
+        let addr = self.cfg.addr;
+        if let Err(e) = write_frame(&mut &conn.stream, &Message::Goodbye(goodbye.clone())) {
+            return Goodbyed::Lost(format!("sending Goodbye to sink at {addr} failed: {e}"));
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Goodbyed::Timeout;
+            }
+            if let Err(e) = conn.stream.set_read_timeout(Some(left.min(TICK))) {
+                return Goodbyed::Lost(e.to_string());
+            }
+            match conn.reader.poll(&mut &conn.stream) {
+                Ok(Some(Message::Verdict(v))) => return Goodbyed::Verdict(v),
+                Ok(None | Some(Message::Heartbeat(_))) => {}
+                Ok(Some(m)) => {
+                    return Goodbyed::Lost(format!(
+                        "sink at {addr} sent {} instead of a Verdict",
+                        m.name()
+                    ));
+                }
+                Err(e) => {
+                    return Goodbyed::Lost(format!(
+                        "connection to sink at {addr} lost before the verdict: {e}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Gets the verdict: on `live` if given, else (or if it fails) on fresh connections.
+    fn finish(
+        &mut self,
+        live: Option<&mut Conn>,
+        goodbye: Goodbye,
+        deadline: Instant,
+    ) -> Result<Verdict, NoVerdict> {
+        if let Some(conn) = live {
+            match self.goodbye(conn, &goodbye, deadline) {
+                Goodbyed::Verdict(v) => return Ok(v),
+                Goodbyed::Timeout => return Err(NoVerdict::Timeout),
+                Goodbyed::Lost(r) => self.failed(Fail::Lost(r), Duration::ZERO),
+            }
+        }
+        let mut backoff = FIRST_BACKOFF;
+        while Instant::now() < deadline {
+            match self.connect(Some(deadline)) {
+                Ok(mut conn) => match self.goodbye(&mut conn, &goodbye, deadline) {
+                    Goodbyed::Verdict(v) => return Ok(v),
+                    Goodbyed::Timeout => return Err(NoVerdict::Timeout),
+                    Goodbyed::Lost(r) => self.failed(Fail::Lost(r), Duration::ZERO),
+                },
+                Err(Fail::Refused(r)) => {
+                    self.failed(Fail::Refused(r.clone()), Duration::ZERO);
+                    return Err(NoVerdict::Refused(r));
+                }
+                Err(f) => self.failed(f, backoff),
+            }
+            thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+            backoff = (backoff * 2).min(self.cfg.backoff_max);
+        }
+        Err(self
+            .status
+            .lock()
+            .map(|s| s.no_verdict())
+            .unwrap_or(NoVerdict::Timeout))
+    }
+}

@@ -1,0 +1,354 @@
+//! Framing of control messages over any byte stream.
+//!
+//! A frame is `[u32 BE length of the rest][u8 version = 1][u8 message type][JSON payload]`.
+//! The length is checked against [`MAX_FRAME`] before anything is allocated. [`decode`] is the
+//! one pure parser; [`read_frame`] (blocking, for the handshake) and [`FrameReader`] (resumable
+//! across read timeouts, for the long-lived loops) both feed it. Read timeouts are whatever the
+//! caller set on the socket; one surfaces as [`FrameError::Timeout`].
+
+use std::io::{self, Read, Write};
+
+use thiserror::Error;
+
+use super::msg::{LAST_KIND, Message, kind_name};
+
+/// Largest value of the length field (version + type + payload), in bytes.
+pub const MAX_FRAME: usize = 256 * 1024;
+/// The protocol version this build speaks.
+pub const VERSION: u8 = 1;
+const HEADER: usize = 4;
+
+/// Why a frame could not be read.
+#[derive(Debug, Error)]
+pub enum FrameError {
+    /// The length field exceeds [`MAX_FRAME`].
+    #[error("frame of {len} bytes exceeds the {max}-byte cap")]
+    Oversize {
+        /// Announced length.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// The length field is too small to hold the version and type bytes.
+    #[error("frame length {0} is too short for a header")]
+    Runt(usize),
+    /// The version byte is not [`VERSION`].
+    #[error("unknown protocol version {0} (this build speaks version {VERSION})")]
+    UnknownVersion(u8),
+    /// The message type byte is not one this build knows.
+    #[error("unknown message type {0}")]
+    UnknownType(u8),
+    /// Fewer bytes than the frame needs.
+    #[error("truncated frame: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes the whole frame needs (or at least the header).
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+    /// The payload is not valid JSON for its type.
+    #[error("malformed {kind} payload: {detail}")]
+    Malformed {
+        /// Message name.
+        kind: &'static str,
+        /// The parser's complaint.
+        detail: String,
+    },
+    /// The payload parsed but breaks a cap or character set.
+    #[error("invalid {kind}: {detail}")]
+    Invalid {
+        /// Message name.
+        kind: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The read timed out.
+    #[error("timed out waiting for the peer")]
+    Timeout,
+    /// The peer closed the stream between frames.
+    #[error("connection closed by peer")]
+    Closed,
+    /// Any other I/O error.
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Encodes `msg` as one frame.
+pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
+    let payload = msg.to_json();
+    let len = payload.len() + 2;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} frame of {len} bytes exceeds the {MAX_FRAME}-byte cap",
+                msg.name()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(HEADER + len);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    out.push(VERSION);
+    out.push(msg.kind());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+/// Writes `msg` as one frame (one `write_all`, then a flush).
+pub fn write_frame<W: Write + ?Sized>(w: &mut W, msg: &Message) -> io::Result<()> {
+    w.write_all(&encode(msg)?)?;
+    w.flush()
+}
+
+/// Decodes the frame at the start of `bytes`: the message and the bytes it used.
+///
+/// Errors come in stream order: a short header is `Truncated`, then the length is checked
+/// (`Oversize`, `Runt`), then the version and type bytes as soon as they are present, then
+/// `Truncated` if the payload is incomplete, then the JSON and the message's caps.
+pub fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
+    let have = bytes.len();
+    let Some(head) = bytes.first_chunk::<HEADER>() else {
+        return Err(FrameError::Truncated { need: HEADER, have });
+    };
+    let len = u32::from_be_bytes(*head) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::Oversize {
+            len,
+            max: MAX_FRAME,
+        });
+    }
+    if len < 2 {
+        return Err(FrameError::Runt(len));
+    }
+    if let Some(&v) = bytes.get(HEADER)
+        && v != VERSION
+    {
+        return Err(FrameError::UnknownVersion(v));
+    }
+    if let Some(&k) = bytes.get(HEADER + 1)
+        && !(1..=LAST_KIND).contains(&k)
+    {
+        return Err(FrameError::UnknownType(k));
+    }
+    let total = HEADER + len;
+    if have < total {
+        return Err(FrameError::Truncated { need: total, have });
+    }
+    let kind = bytes[HEADER + 1];
+    let payload = &bytes[HEADER + 2..total];
+    let msg = match Message::from_json(kind, payload) {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => {
+            return Err(FrameError::Malformed {
+                kind: kind_name(kind),
+                detail: e.to_string(),
+            });
+        }
+        None => return Err(FrameError::UnknownType(kind)),
+    };
+    msg.validate().map_err(|detail| FrameError::Invalid {
+        kind: msg.name(),
+        detail,
+    })?;
+    Ok((msg, total))
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Fills `buf[at..]`; `need` is the whole frame's size for the Truncated error.
+fn fill<R: Read + ?Sized>(
+    r: &mut R,
+    buf: &mut [u8],
+    mut at: usize,
+    need: usize,
+) -> Result<(), FrameError> {
+    while at < buf.len() {
+        match r.read(&mut buf[at..]) {
+            Ok(0) if at == 0 => return Err(FrameError::Closed),
+            Ok(0) => return Err(FrameError::Truncated { need, have: at }),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => return Err(FrameError::Timeout),
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads exactly one frame, blocking up to the stream's read timeout per read.
+///
+/// A timeout part-way through a frame leaves the stream out of step; callers treat every
+/// error as fatal for the connection (use [`FrameReader`] to survive timeouts).
+pub fn read_frame<R: Read + ?Sized>(r: &mut R) -> Result<Message, FrameError> {
+    let mut head = [0u8; HEADER + 2];
+    fill(r, &mut head[..HEADER], 0, HEADER)?;
+    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::Oversize {
+            len,
+            max: MAX_FRAME,
+        });
+    }
+    if len < 2 {
+        return Err(FrameError::Runt(len));
+    }
+    fill(r, &mut head, HEADER, HEADER + len)?;
+    // Version and type are checked before the payload buffer is allocated.
+    match decode(&head) {
+        Ok(_) | Err(FrameError::Truncated { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let mut buf = vec![0u8; HEADER + len];
+    buf[..HEADER + 2].copy_from_slice(&head);
+    fill(r, &mut buf, HEADER + 2, HEADER + len)?;
+    decode(&buf).map(|(m, _)| m)
+}
+
+/// Accumulates bytes across reads so a read timeout never loses part of a frame.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// An empty reader.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Returns the next complete frame, `Ok(None)` when a read timed out first.
+    pub fn poll<R: Read + ?Sized>(&mut self, r: &mut R) -> Result<Option<Message>, FrameError> {
+        loop {
+            match decode(&self.buf) {
+                Ok((m, used)) => {
+                    self.buf.drain(..used);
+                    return Ok(Some(m));
+                }
+                Err(FrameError::Truncated { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            let mut chunk = [0u8; 4096];
+            match r.read(&mut chunk) {
+                Ok(0) if self.buf.is_empty() => return Err(FrameError::Closed),
+                Ok(0) => {
+                    let have = self.buf.len();
+                    return Err(match decode(&self.buf) {
+                        Err(e @ FrameError::Truncated { .. }) => e,
+                        _ => FrameError::Truncated {
+                            need: have + 1,
+                            have,
+                        },
+                    });
+                }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => return Ok(None),
+                Err(e) => return Err(FrameError::Io(e)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::msg::*;
+    use crate::control::tests::samples;
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in samples() {
+            let bytes = encode(&m).unwrap();
+            let (back, used) = decode(&bytes).unwrap();
+            assert_eq!((back, used), (m.clone(), bytes.len()));
+            let mut cur = io::Cursor::new(bytes.clone());
+            assert_eq!(read_frame(&mut cur).unwrap(), m);
+            let mut fr = FrameReader::new();
+            assert_eq!(fr.poll(&mut io::Cursor::new(bytes)).unwrap(), Some(m));
+        }
+    }
+
+    #[test]
+    fn oversize_rejected_before_reading_payload() {
+        // Only the header exists: an allocating reader would fail with Truncated/Closed instead.
+        let head = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(decode(&head), Err(FrameError::Oversize { .. })));
+        let mut cur = io::Cursor::new(u32::MAX.to_be_bytes().to_vec());
+        assert!(
+            matches!(read_frame(&mut cur), Err(FrameError::Oversize { len, .. }) if len == u32::MAX as usize)
+        );
+        let big = Message::Refused(Refused {
+            reason: "x".repeat(MAX_FRAME),
+        });
+        assert!(write_frame(&mut Vec::new(), &big).is_err());
+    }
+
+    #[test]
+    fn truncated_and_garbage_rejected() {
+        let bytes = encode(&samples()[7]).unwrap();
+        for cut in 0..bytes.len() {
+            assert!(
+                matches!(decode(&bytes[..cut]), Err(FrameError::Truncated { .. })),
+                "cut {cut}"
+            );
+            let e = read_frame(&mut io::Cursor::new(bytes[..cut].to_vec())).unwrap_err();
+            let want = if cut == 0 { "Closed" } else { "Truncated" };
+            assert!(format!("{e:?}").starts_with(want), "cut {cut}: {e:?}");
+        }
+        let mut bad = bytes.clone();
+        bad[4] = 2;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(2))));
+        let mut bad = bytes.clone();
+        bad[5] = 0;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownType(0))));
+        let mut bad = bytes.clone();
+        bad[6] = b'!';
+        assert!(matches!(
+            decode(&bad),
+            Err(FrameError::Malformed { kind: "Hello", .. })
+        ));
+        assert!(matches!(decode(&[0, 0, 0, 1, 1]), Err(FrameError::Runt(1))));
+        assert!(matches!(
+            decode(b"GET / HTTP/1.1\r\n"),
+            Err(FrameError::Oversize { .. })
+        ));
+        let unknown_field = [&[0, 0, 0, 12, 1, 9][..], br#"{"x":1}    "#].concat();
+        assert!(matches!(
+            decode(&unknown_field),
+            Err(FrameError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_name_is_a_protocol_error() {
+        let m = Message::AuthOk(AuthOk {
+            sink_session: "bad name".into(),
+        });
+        let bytes = encode(&m).unwrap();
+        assert!(matches!(
+            decode(&bytes),
+            Err(FrameError::Invalid { kind: "AuthOk", .. })
+        ));
+    }
+
+    #[test]
+    fn messages_are_one_line() {
+        let errs = [
+            FrameError::Oversize { len: 1, max: 2 },
+            FrameError::Runt(0),
+            FrameError::UnknownVersion(9),
+            FrameError::UnknownType(99),
+            FrameError::Truncated { need: 3, have: 1 },
+            FrameError::Timeout,
+            FrameError::Closed,
+        ];
+        for e in errs {
+            assert!(!e.to_string().contains('\n'));
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The TCP control channel between a sender and a sink.
+//!
+//! The sender ([`client::ControlClient`]) connects to the sink ([`server::ControlServer`]),
+//! authenticates with an optional shared secret ([`auth`]), announces its flows, reports
+//! progress and heartbeats while it runs, and at the end sends a Goodbye and receives the
+//! sink's [`msg::Verdict`]. Messages are length-prefixed JSON frames ([`frame`]). Both sides
+//! run on their own threads and never block the data path.
+
+pub mod auth;
+pub mod client;
+pub mod frame;
+pub mod msg;
+pub mod server;
+#[cfg(test)]
+mod tests;
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
+
+/// A stream whose reads all end by one deadline: each read's timeout is the time left.
+pub(crate) struct DeadlineStream<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl<'a> DeadlineStream<'a> {
+    pub(crate) fn new(stream: &'a TcpStream, deadline: Instant) -> Self {
+        DeadlineStream { stream, deadline }
+    }
+}
+
+impl Read for DeadlineStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        s.read(buf)
+    }
+}
+
+impl Write for DeadlineStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut s = self.stream;
+        s.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let mut s = self.stream;
+        s.flush()
+    }
+}

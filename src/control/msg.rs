@@ -1,0 +1,374 @@
+//! The control-channel messages exchanged between a sender and a sink.
+//!
+//! Every payload is a JSON object (serde, unknown fields rejected); the frame's type byte is
+//! derived from the [`Message`] variant by [`Message::kind`]. Decoded messages are checked by
+//! [`Message::validate`]: flow lists are capped at [`MAX_FLOWS`], names at [`MAX_NAME`] bytes of
+//! `[A-Za-z0-9._:/@-]`, free-text reasons at [`MAX_REASON`] printable bytes.
+
+use serde::{Deserialize, Serialize};
+
+mod hex;
+pub use hex::{from_hex32, to_hex};
+use hex::{hex32, hex32_opt};
+
+/// Most flows a Hello, Progress, Goodbye or Verdict may list.
+pub const MAX_FLOWS: usize = 65_536;
+/// Longest sender name or sink session id, in bytes.
+pub const MAX_NAME: usize = 128;
+/// Longest refusal reason, in bytes.
+pub const MAX_REASON: usize = 512;
+
+/// Client's first handshake message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientHello {
+    /// Fresh random client nonce.
+    #[serde(with = "hex32")]
+    pub nonce: [u8; 32],
+    /// Whether the client has a secret.
+    pub auth: bool,
+}
+
+/// Server's reply to [`ClientHello`], proving the secret when `auth` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerChallenge {
+    /// Fresh random server nonce.
+    #[serde(with = "hex32")]
+    pub nonce: [u8; 32],
+    /// Whether the server has a secret.
+    pub auth: bool,
+    /// HMAC over the sink label and both nonces; `None` in insecure mode.
+    #[serde(with = "hex32_opt")]
+    pub mac: Option<[u8; 32]>,
+}
+
+/// Client's proof of the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAuth {
+    /// HMAC over the sender label and both nonces; `None` in insecure mode.
+    #[serde(with = "hex32_opt")]
+    pub mac: Option<[u8; 32]>,
+}
+
+/// Server accepted the handshake.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthOk {
+    /// The sink's session id.
+    pub sink_session: String,
+}
+
+/// Either side refuses the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refused {
+    /// One-line human-readable reason.
+    pub reason: String,
+}
+
+/// One flow's state at (re)connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowStart {
+    /// Flow id.
+    pub flow: u32,
+    /// First sequence number the sender used for this flow.
+    pub first_seq: u64,
+    /// One past the highest sequence number sent.
+    pub next_seq: u64,
+    /// Sends of this flow that failed so far.
+    pub failed: u64,
+}
+
+/// The sender introduces itself after the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    /// Sender name.
+    pub name: String,
+    /// Sender epoch (changes when the sender restarts).
+    pub epoch: u32,
+    /// Flows and their current state.
+    pub flows: Vec<FlowStart>,
+    /// Packet size in bytes.
+    pub size: u32,
+    /// Target rate, if paced.
+    pub rate_pps: Option<f64>,
+    /// Time since the sender's first send; 0 if none yet.
+    pub elapsed_ns: u64,
+    /// Number of reconnects before this connection.
+    pub reconnect: u32,
+}
+
+/// The sink's reply to [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Welcome {
+    /// The sink's session id.
+    pub sink_session: String,
+    /// Time since the sink's sockets were bound.
+    pub uptime_ns: u64,
+}
+
+/// One flow's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowProgress {
+    /// Flow id.
+    pub flow: u32,
+    /// One past the highest sequence number sent.
+    pub next_seq: u64,
+    /// Sends of this flow that failed so far.
+    pub failed: u64,
+}
+
+/// Periodic progress report from the sender.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Progress {
+    /// Per-flow progress.
+    pub flows: Vec<FlowProgress>,
+}
+
+/// Keep-alive, both directions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {}
+
+/// The sender's final progress; the sink answers with a [`Verdict`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Goodbye {
+    /// Final per-flow progress.
+    pub flows: Vec<FlowProgress>,
+}
+
+/// The sink's counts for one flow (or the totals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct FlowVerdict {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_lost: u64,
+    pub rx_reordered: u64,
+    pub rx_duplicates: u64,
+    pub rx_invalid: u64,
+    pub rx_kernel_drops: u64,
+    pub rx_unconfirmed: u64,
+    pub tx_failed: u64,
+}
+
+impl FlowVerdict {
+    /// Adds `other` field by field (saturating).
+    pub fn add(&mut self, other: &FlowVerdict) {
+        self.rx_packets = self.rx_packets.saturating_add(other.rx_packets);
+        self.rx_bytes = self.rx_bytes.saturating_add(other.rx_bytes);
+        self.rx_lost = self.rx_lost.saturating_add(other.rx_lost);
+        self.rx_reordered = self.rx_reordered.saturating_add(other.rx_reordered);
+        self.rx_duplicates = self.rx_duplicates.saturating_add(other.rx_duplicates);
+        self.rx_invalid = self.rx_invalid.saturating_add(other.rx_invalid);
+        self.rx_kernel_drops = self.rx_kernel_drops.saturating_add(other.rx_kernel_drops);
+        self.rx_unconfirmed = self.rx_unconfirmed.saturating_add(other.rx_unconfirmed);
+        self.tx_failed = self.tx_failed.saturating_add(other.tx_failed);
+    }
+}
+
+/// The sink's final account of one sender.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    /// The sink's session id.
+    pub sink_session: String,
+    /// Sender name.
+    pub name: String,
+    /// Sender epoch.
+    pub epoch: u32,
+    /// Sum over all flows.
+    pub totals: FlowVerdict,
+    /// Per-flow counts.
+    pub flows: Vec<(u32, FlowVerdict)>,
+    /// Median one-way latency.
+    pub latency_p50_ns: u64,
+    /// 99th percentile latency.
+    pub latency_p99_ns: u64,
+    /// Largest latency.
+    pub latency_max_ns: u64,
+}
+
+/// Every control-channel message.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum Message {
+    ClientHello(ClientHello),
+    ServerChallenge(ServerChallenge),
+    ClientAuth(ClientAuth),
+    AuthOk(AuthOk),
+    Refused(Refused),
+    Hello(Hello),
+    Welcome(Welcome),
+    Progress(Progress),
+    Heartbeat(Heartbeat),
+    Goodbye(Goodbye),
+    Verdict(Verdict),
+}
+
+/// Highest message type byte in use (types are `1..=LAST_KIND`).
+pub const LAST_KIND: u8 = 11;
+
+impl Message {
+    /// The frame's message type byte.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Message::ClientHello(_) => 1,
+            Message::ServerChallenge(_) => 2,
+            Message::ClientAuth(_) => 3,
+            Message::AuthOk(_) => 4,
+            Message::Refused(_) => 5,
+            Message::Hello(_) => 6,
+            Message::Welcome(_) => 7,
+            Message::Progress(_) => 8,
+            Message::Heartbeat(_) => 9,
+            Message::Goodbye(_) => 10,
+            Message::Verdict(_) => 11,
+        }
+    }
+
+    /// A short name for logs.
+    pub fn name(&self) -> &'static str {
+        kind_name(self.kind())
+    }
+
+    /// The JSON payload.
+    pub fn to_json(&self) -> Vec<u8> {
+        let r = match self {
+            Message::ClientHello(m) => serde_json::to_vec(m),
+            Message::ServerChallenge(m) => serde_json::to_vec(m),
+            Message::ClientAuth(m) => serde_json::to_vec(m),
+            Message::AuthOk(m) => serde_json::to_vec(m),
+            Message::Refused(m) => serde_json::to_vec(m),
+            Message::Hello(m) => serde_json::to_vec(m),
+            Message::Welcome(m) => serde_json::to_vec(m),
+            Message::Progress(m) => serde_json::to_vec(m),
+            Message::Heartbeat(m) => serde_json::to_vec(m),
+            Message::Goodbye(m) => serde_json::to_vec(m),
+            Message::Verdict(m) => serde_json::to_vec(m),
+        };
+        // Plain structs of strings and numbers always serialize (non-finite floats become null).
+        r.unwrap_or_default()
+    }
+
+    /// Parses a payload of type `kind`; `None` for an unknown type.
+    pub fn from_json(kind: u8, payload: &[u8]) -> Option<Result<Message, serde_json::Error>> {
+        fn p<'a, T: Deserialize<'a>>(
+            b: &'a [u8],
+            f: fn(T) -> Message,
+        ) -> Result<Message, serde_json::Error> {
+            serde_json::from_slice(b).map(f)
+        }
+        Some(match kind {
+            1 => p(payload, Message::ClientHello),
+            2 => p(payload, Message::ServerChallenge),
+            3 => p(payload, Message::ClientAuth),
+            4 => p(payload, Message::AuthOk),
+            5 => p(payload, Message::Refused),
+            6 => p(payload, Message::Hello),
+            7 => p(payload, Message::Welcome),
+            8 => p(payload, Message::Progress),
+            9 => p(payload, Message::Heartbeat),
+            10 => p(payload, Message::Goodbye),
+            11 => p(payload, Message::Verdict),
+            _ => return None,
+        })
+    }
+
+    /// Checks the caps and character sets; the error is one line.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Message::AuthOk(m) => check_name("sink_session", &m.sink_session),
+            Message::Refused(m) => check_reason(&m.reason),
+            Message::Hello(m) => {
+                check_name("name", &m.name)?;
+                check_flows(m.flows.len())?;
+                match m.rate_pps {
+                    Some(r) if !(r.is_finite() && r >= 0.0) => {
+                        Err(format!("rate_pps {r} is not a finite non-negative number"))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Message::Welcome(m) => check_name("sink_session", &m.sink_session),
+            Message::Progress(m) => check_flows(m.flows.len()),
+            Message::Goodbye(m) => check_flows(m.flows.len()),
+            Message::Verdict(m) => {
+                check_name("sink_session", &m.sink_session)?;
+                check_name("name", &m.name)?;
+                check_flows(m.flows.len())
+            }
+            Message::ClientHello(_)
+            | Message::ServerChallenge(_)
+            | Message::ClientAuth(_)
+            | Message::Heartbeat(_) => Ok(()),
+        }
+    }
+}
+
+/// The message name for a type byte ("message" for an unknown one).
+pub fn kind_name(kind: u8) -> &'static str {
+    const NAMES: [&str; LAST_KIND as usize] = [
+        "ClientHello",
+        "ServerChallenge",
+        "ClientAuth",
+        "AuthOk",
+        "Refused",
+        "Hello",
+        "Welcome",
+        "Progress",
+        "Heartbeat",
+        "Goodbye",
+        "Verdict",
+    ];
+    NAMES
+        .get(usize::from(kind).wrapping_sub(1))
+        .copied()
+        .unwrap_or("message")
+}
+
+/// Checks a sender name or session id: 1 to [`MAX_NAME`] bytes of `[A-Za-z0-9._:/@-]`.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!(
+            "{what} must be 1 to {MAX_NAME} bytes, got {}",
+            name.len()
+        ));
+    }
+    let ok = |c: u8| c.is_ascii_alphanumeric() || b"._:/@-".contains(&c);
+    match name.bytes().find(|&c| !ok(c)) {
+        Some(c) => Err(format!(
+            "{what} contains byte 0x{c:02x}; allowed are [A-Za-z0-9._:/@-]"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_reason(reason: &str) -> Result<(), String> {
+    if reason.len() > MAX_REASON {
+        return Err(format!(
+            "reason is {} bytes, the cap is {MAX_REASON}",
+            reason.len()
+        ));
+    }
+    if reason.chars().any(char::is_control) {
+        return Err("reason contains control characters".to_string());
+    }
+    Ok(())
+}
+
+fn check_flows(n: usize) -> Result<(), String> {
+    if n > MAX_FLOWS {
+        return Err(format!("{n} flows listed, the cap is {MAX_FLOWS}"));
+    }
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! The sink's side of the control channel: one accept thread, one thread per connection.
+//!
+//! Each connection must finish the handshake within `handshake_timeout`, then send Hello (the
+//! sink answers Welcome), then Progress/Heartbeat frames until its Goodbye, which the sink
+//! answers with the Verdict its books make. The sink sends a Heartbeat every `heartbeat` and
+//! drops a connection that is silent for three periods. Every bad connection (garbage, oversize
+//! frames, wrong secret, replays, timeouts) costs one rate-limited log line, one counter bump
+//! and its own connection, nothing else. Secrets and MACs are never logged.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::auth::Secret;
+use super::msg::{Goodbye, Hello, Progress, Verdict};
+use crate::error::Error;
+
+mod conn;
+
+const POLL: Duration = Duration::from_millis(20);
+const TICK: Duration = Duration::from_millis(100);
+const LOG_PER_SEC: u32 = 5;
+
+/// How the sink listens for senders.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Control address to bind.
+    pub listen: SocketAddr,
+    /// Shared secret, if any.
+    pub secret: Option<Arc<Secret>>,
+    /// This sink's session id, sent in AuthOk and Welcome.
+    pub sink_session: String,
+    /// Most concurrent connections (default 256); more are refused as busy.
+    pub max_connections: usize,
+    /// Time allowed for the handshake and Hello (default 3 s).
+    pub handshake_timeout: Duration,
+    /// Heartbeat period (default 1 s); 3 periods of silence drop the connection.
+    pub heartbeat: Duration,
+}
+
+impl ServerConfig {
+    /// The defaults, without a secret.
+    pub fn new(listen: SocketAddr, sink_session: impl Into<String>) -> Self {
+        ServerConfig {
+            listen,
+            secret: None,
+            sink_session: sink_session.into(),
+            max_connections: 256,
+            handshake_timeout: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The sink's accounting, as the control channel sees it. Called from connection threads.
+pub trait SinkBooks: Send + Sync + 'static {
+    /// A sender said Hello; returns the uptime for Welcome.
+    fn hello(&self, peer: SocketAddr, hello: &Hello) -> u64;
+    /// A sender reported progress.
+    fn progress(&self, peer: SocketAddr, name: &str, epoch: u32, progress: &Progress);
+    /// A sender said Goodbye; returns its verdict (may block up to about a second).
+    fn goodbye(&self, peer: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict;
+    /// A connection that had said Hello ended; `clean` after a Goodbye.
+    fn disconnected(&self, peer: SocketAddr, name: &str, epoch: u32, clean: bool);
+}
+
+/// Connection counters.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Handshakes passed.
+    pub authenticated: AtomicU64,
+    /// Handshakes failed on credentials.
+    pub auth_failed: AtomicU64,
+    /// Connections dropped for bad frames or messages.
+    pub protocol_errors: AtomicU64,
+    /// Connections dropped for silence.
+    pub timeouts: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub rejected_busy: AtomicU64,
+}
+
+pub(super) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A bound, not yet serving, control listener.
+pub struct ControlServer {
+    listener: TcpListener,
+    config: ServerConfig,
+    stats: Arc<ServerStats>,
+}
+
+impl ControlServer {
+    /// Binds `config.listen` (SO_REUSEADDR, no SO_REUSEPORT, IPv6 v6-only).
+    pub fn bind(config: ServerConfig) -> Result<ControlServer, Error> {
+        let addr = config.listen;
+        let ctx = |what: &str| format!("{what} control socket {addr}");
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| Error::io(ctx("creating"), e))?;
+        sock.set_reuse_address(true)
+            .map_err(|e| Error::io(ctx("configuring"), e))?;
+        if addr.is_ipv6() {
+            sock.set_only_v6(true)
+                .map_err(|e| Error::io(ctx("configuring"), e))?;
+        }
+        sock.bind(&addr.into()).map_err(|e| match e.kind() {
+            io::ErrorKind::AddrInUse => Error::Unsupported(format!(
+                "port {} is in use by another process (is another ringblast sink running? stop it or pick another --listen port)",
+                addr.port()
+            )),
+            _ => Error::io(ctx("binding"), e),
+        })?;
+        sock.listen(128)
+            .map_err(|e| Error::io(ctx("listening on"), e))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| Error::io(ctx("configuring"), e))?;
+        Ok(ControlServer {
+            listener: sock.into(),
+            config,
+            stats: Arc::default(),
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.config.listen)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<ServerStats> {
+        self.stats.clone()
+    }
+
+    /// Starts the accept thread.
+    pub fn start(
+        self,
+        books: Arc<dyn SinkBooks>,
+        log: Box<dyn Fn(String) + Send + Sync>,
+    ) -> RunningServer {
+        let addr = self.local_addr();
+        let shared = Arc::new(Shared {
+            config: self.config,
+            stats: self.stats,
+            books,
+            log: Limiter {
+                sink: log,
+                state: Mutex::new((Instant::now(), 0, 0)),
+            },
+            stop: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            conns: Mutex::new(HashMap::new()),
+        });
+        let sh = shared.clone();
+        let listener = self.listener;
+        let accept = thread::Builder::new()
+            .name("ctl-accept".into())
+            .spawn(move || conn::accept_loop(&listener, &sh))
+            .expect("spawning the control accept thread");
+        RunningServer {
+            shared,
+            accept: Some(accept),
+            addr,
+        }
+    }
+}
+
+/// A serving control listener; dropping it stops it too.
+pub struct RunningServer {
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+impl RunningServer {
+    /// The counters.
+    pub fn stats(&self) -> Arc<ServerStats> {
+        self.shared.stats.clone()
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes every connection and joins the threads.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// Rate-limited log: at most [`LOG_PER_SEC`] lines a second, then one count of the rest.
+pub(super) struct Limiter {
+    sink: Box<dyn Fn(String) + Send + Sync>,
+    /// (window start, lines in window, lines suppressed in window)
+    state: Mutex<(Instant, u32, u64)>,
+}
+
+impl Limiter {
+    pub(super) fn line(&self, msg: String) {
+        self.emit(Some(msg));
+    }
+
+    pub(super) fn flush(&self) {
+        self.emit(None);
+    }
+
+    fn emit(&self, msg: Option<String>) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        if now.duration_since(st.0) >= Duration::from_secs(1) {
+            if st.2 > 0 {
+                (self.sink)(format!(
+                    "control: {} more connection errors suppressed",
+                    st.2
+                ));
+            }
+            *st = (now, 0, 0);
+        }
+        if let Some(m) = msg {
+            if st.1 < LOG_PER_SEC {
+                st.1 += 1;
+                (self.sink)(m);
+            } else {
+                st.2 += 1;
+            }
+        }
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) config: ServerConfig,
+    pub(super) stats: Arc<ServerStats>,
+    pub(super) books: Arc<dyn SinkBooks>,
+    pub(super) log: Limiter,
+    pub(super) stop: AtomicBool,
+    pub(super) active: AtomicUsize,
+    pub(super) conns: Mutex<HashMap<u64, TcpStream>>,
+}

@@ -1,0 +1,249 @@
+//! The sink's accept loop and per-connection protocol: handshake, Hello/Welcome, session.
+//!
+//! Every failure ends only its own connection, with one rate-limited log line and one counter.
+
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::{POLL, Shared, TICK, bump};
+use crate::control::DeadlineStream;
+use crate::control::auth::{AuthError, server_handshake};
+use crate::control::frame::{FrameError, FrameReader, read_frame, write_frame};
+use crate::control::msg::{Heartbeat, Hello, Message, Refused, Welcome};
+
+pub(super) fn accept_loop(listener: &TcpListener, sh: &Arc<Shared>) {
+    let mut workers: Vec<JoinHandle<()>> = Vec::new();
+    let mut next_id = 0u64;
+    while !sh.stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                bump(&sh.stats.accepted);
+                if stream.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                if sh.active.load(Ordering::Relaxed) >= sh.config.max_connections {
+                    bump(&sh.stats.rejected_busy);
+                    let _ = stream.set_write_timeout(Some(TICK));
+                    let reason = format!(
+                        "busy: this sink already serves {} control connections",
+                        sh.config.max_connections
+                    );
+                    sh.log.line(format!("control: {peer}: refused: {reason}"));
+                    let _ = write_frame(&mut &stream, &Message::Refused(Refused { reason }));
+                    continue;
+                }
+                let id = next_id;
+                next_id += 1;
+                if let (Ok(clone), Ok(mut conns)) = (stream.try_clone(), sh.conns.lock()) {
+                    conns.insert(id, clone);
+                }
+                sh.active.fetch_add(1, Ordering::Relaxed);
+                let sh2 = sh.clone();
+                let spawned = thread::Builder::new()
+                    .name("ctl-conn".into())
+                    .spawn(move || {
+                        serve(&sh2, &stream, peer);
+                        let _ = stream.shutdown(Shutdown::Both);
+                        if let Ok(mut conns) = sh2.conns.lock() {
+                            conns.remove(&id);
+                        }
+                        sh2.active.fetch_sub(1, Ordering::Relaxed);
+                    });
+                match spawned {
+                    Ok(h) => workers.push(h),
+                    Err(e) => {
+                        sh.active.fetch_sub(1, Ordering::Relaxed);
+                        if let Ok(mut conns) = sh.conns.lock() {
+                            conns.remove(&id);
+                        }
+                        sh.log.line(format!(
+                            "control: {peer}: cannot start a connection thread: {e}"
+                        ));
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(POLL),
+            Err(e) => {
+                sh.log.line(format!("control: accept failed: {e}"));
+                thread::sleep(POLL);
+            }
+        }
+        workers.retain(|h| !h.is_finished());
+        sh.log.flush();
+    }
+    if let Ok(conns) = sh.conns.lock() {
+        for s in conns.values() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+    for h in workers {
+        let _ = h.join();
+    }
+}
+
+/// One line for a failed handshake, and which counter it bumps.
+fn handshake_failure<'a>(
+    sh: &'a Shared,
+    peer: SocketAddr,
+    e: &AuthError,
+) -> (String, &'a AtomicU64) {
+    let st = &sh.stats;
+    match e {
+        AuthError::MissingCredentials => (
+            format!(
+                "control: {peer}: refused: sender {peer} sent no credentials but this sink requires --secret-file"
+            ),
+            &st.auth_failed,
+        ),
+        AuthError::WrongSecret => (
+            format!("control: {peer}: refused: wrong secret"),
+            &st.auth_failed,
+        ),
+        e if e.is_auth() => (
+            format!("control: {peer}: refused: sender {e}"),
+            &st.auth_failed,
+        ),
+        AuthError::Timeout | AuthError::Frame(FrameError::Timeout) => (
+            format!(
+                "control: {peer}: dropped: no handshake within {:?}",
+                sh.config.handshake_timeout
+            ),
+            &st.timeouts,
+        ),
+        AuthError::Frame(FrameError::Closed) => (
+            format!("control: {peer}: closed before completing the handshake"),
+            &st.protocol_errors,
+        ),
+        e => (
+            format!("control: {peer}: handshake failed: {e}"),
+            &st.protocol_errors,
+        ),
+    }
+}
+
+fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr) {
+    let cfg = &sh.config;
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
+    let mut ds = DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout);
+    if let Err(e) = server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
+        if !sh.stop.load(Ordering::Relaxed) {
+            let (line, counter) = handshake_failure(sh, peer, &e);
+            bump(counter);
+            sh.log.line(line);
+        }
+        return;
+    }
+    bump(&sh.stats.authenticated);
+    let hello = match read_frame(&mut ds) {
+        Ok(Message::Hello(h)) => h,
+        Ok(m) => return protocol_error(sh, peer, &format!("expected Hello, got {}", m.name())),
+        Err(FrameError::Timeout) => {
+            bump(&sh.stats.timeouts);
+            return sh.log.line(format!(
+                "control: {peer}: dropped: no Hello within {:?}",
+                cfg.handshake_timeout
+            ));
+        }
+        Err(e) => return protocol_error(sh, peer, &e.to_string()),
+    };
+    let uptime_ns = sh.books.hello(peer, &hello);
+    let welcome = Welcome {
+        sink_session: cfg.sink_session.clone(),
+        uptime_ns,
+    };
+    let clean = match write_frame(&mut ds, &Message::Welcome(welcome)) {
+        Ok(()) => session(sh, stream, peer, &hello),
+        Err(e) => {
+            sh.log
+                .line(format!("control: {peer}: sending Welcome failed: {e}"));
+            false
+        }
+    };
+    sh.books.disconnected(peer, &hello.name, hello.epoch, clean);
+}
+
+fn protocol_error(sh: &Shared, peer: SocketAddr, what: &str) {
+    bump(&sh.stats.protocol_errors);
+    sh.log
+        .line(format!("control: {peer}: protocol error: {what}"));
+}
+
+/// The post-Hello loop; true when it ended with a Goodbye answered.
+fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello) -> bool {
+    let hb = sh.config.heartbeat;
+    let silence = hb * 3;
+    let _ = stream.set_write_timeout(Some(silence));
+    let (name, epoch) = (hello.name.as_str(), hello.epoch);
+    let mut reader = FrameReader::new();
+    let now = Instant::now();
+    let (mut last_rx, mut next_hb) = (now, now + hb);
+    loop {
+        if sh.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= next_hb {
+            next_hb = now + hb;
+            if let Err(e) = write_frame(&mut &*stream, &Message::Heartbeat(Heartbeat {})) {
+                sh.log
+                    .line(format!("control: {peer}: sender {name} lost: {e}"));
+                return false;
+            }
+        }
+        if now >= last_rx + silence {
+            bump(&sh.stats.timeouts);
+            sh.log.line(format!(
+                "control: {peer}: sender {name} silent for {silence:?}, dropped"
+            ));
+            return false;
+        }
+        let wake = next_hb.min(last_rx + silence);
+        let t = wake
+            .saturating_duration_since(now)
+            .clamp(Duration::from_millis(1), TICK);
+        if stream.set_read_timeout(Some(t)).is_err() {
+            return false;
+        }
+        let msg = match reader.poll(&mut &*stream) {
+            Ok(None) => continue,
+            Ok(Some(m)) => m,
+            Err(_) if sh.stop.load(Ordering::Relaxed) => return false,
+            Err(FrameError::Closed) => {
+                sh.log.line(format!(
+                    "control: {peer}: sender {name} disconnected without Goodbye"
+                ));
+                return false;
+            }
+            Err(e) => {
+                protocol_error(sh, peer, &e.to_string());
+                return false;
+            }
+        };
+        last_rx = Instant::now();
+        match msg {
+            Message::Heartbeat(_) => {}
+            Message::Progress(p) => sh.books.progress(peer, name, epoch, &p),
+            Message::Goodbye(g) => {
+                let verdict = sh.books.goodbye(peer, name, epoch, &g);
+                return match write_frame(&mut &*stream, &Message::Verdict(verdict)) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        sh.log.line(format!(
+                            "control: {peer}: sending the verdict to {name} failed: {e}"
+                        ));
+                        false
+                    }
+                };
+            }
+            m => {
+                protocol_error(sh, peer, &format!("unexpected {} after Hello", m.name()));
+                return false;
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Client and server end to end over 127.0.0.1 with fake books: hello, progress, verdict,
+//! restarts, unreachable sinks, wrong secrets, garbage, silent clients and connection floods.
+
+use super::*;
+
+#[test]
+fn end_to_end_hello_progress_verdict() {
+    let s = sink(Some("k"));
+    let (c, ev) = client(s.server.local_addr(), Some("k"));
+    let e = wait_event(&ev, |e| matches!(e, ClientEvent::Connected { .. }));
+    assert!(
+        matches!(e, ClientEvent::Connected { ref sink_session, reconnect: 0, .. } if sink_session == "sink-1")
+    );
+    let h = s.hellos.recv_timeout(WAIT).unwrap();
+    assert_eq!((h.name.as_str(), h.epoch, h.reconnect), ("tx-1", 7, 0));
+    assert_eq!(s.progress.recv_timeout(WAIT).unwrap().flows[0].next_seq, 10);
+    let v = c.finish(goodbye(), WAIT).unwrap();
+    assert_eq!(
+        (
+            v.sink_session.as_str(),
+            v.name.as_str(),
+            v.epoch,
+            v.totals.rx_packets
+        ),
+        ("sink-1", "tx-1", 7, 10)
+    );
+    assert_eq!(s.server.stats().authenticated.load(Ordering::Relaxed), 1);
+    s.server.stop();
+}
+
+#[test]
+fn restart_reconnects_and_new_server_gives_verdict() {
+    let s1 = sink(None);
+    let addr = s1.server.local_addr();
+    let (c, ev) = client(addr, None);
+    wait_event(&ev, |e| matches!(e, ClientEvent::Connected { .. }));
+    s1.server.stop();
+    wait_event(&ev, |e| matches!(e, ClientEvent::Lost { .. }));
+    let s2 = sink_at(addr, "sink-2", None, |_| {});
+    let e = wait_event(&ev, |e| matches!(e, ClientEvent::Connected { .. }));
+    assert!(
+        matches!(e, ClientEvent::Connected { reconnect: 1, ref sink_session, .. } if sink_session == "sink-2")
+    );
+    assert_eq!(s2.hellos.recv_timeout(WAIT).unwrap().reconnect, 1);
+    assert_eq!(c.finish(goodbye(), WAIT).unwrap().sink_session, "sink-2");
+}
+
+#[test]
+fn unreachable_sink_gives_never_connected_within_wait() {
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (c, ev) = client(addr, None);
+    wait_event(&ev, |e| matches!(e, ClientEvent::Unreachable { .. }));
+    let wait = Duration::from_millis(800);
+    let t = Instant::now();
+    let r = c.finish(goodbye(), wait);
+    assert!(
+        t.elapsed() <= wait + Duration::from_millis(50),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(r, Err(NoVerdict::NeverConnected(ref m)) if m.contains("cannot connect")),
+        "{r:?}"
+    );
+    // Several retries happened, but Unreachable was reported once.
+    assert!(
+        ev.try_iter()
+            .all(|e| !matches!(e, ClientEvent::Unreachable { .. }))
+    );
+}
+
+#[test]
+fn wrong_secret_is_refused_and_logged() {
+    let s = sink(Some("right"));
+    let addr = s.server.local_addr();
+    let (c, ev) = client(addr, Some("wrong"));
+    let e = wait_event(&ev, |e| matches!(e, ClientEvent::Refused { .. }));
+    let want = format!("sink at {addr} refused: wrong secret (check --secret-file on both sides)");
+    assert_eq!(
+        e,
+        ClientEvent::Refused {
+            reason: want.clone()
+        }
+    );
+    assert!(wait_log(&s.log, "refused").ends_with(": refused: wrong secret"));
+    assert_eq!(c.finish(goodbye(), WAIT), Err(NoVerdict::Refused(want)));
+    assert!(s.server.stats().auth_failed.load(Ordering::Relaxed) >= 1);
+    // A sender without a secret is named in the sink's log.
+    let (c, ev) = client(addr, None);
+    wait_event(&ev, |e| matches!(e, ClientEvent::Refused { .. }));
+    let l = wait_log(&s.log, "no credentials");
+    assert!(
+        l.contains("sender 127.0.0.1:")
+            && l.ends_with("sent no credentials but this sink requires --secret-file"),
+        "{l}"
+    );
+    drop(c);
+}
+
+#[test]
+fn garbage_and_oversize_frames_are_dropped() {
+    let s = sink(None);
+    let addr = s.server.local_addr();
+    for bytes in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0, 0, 0, 3, 1, 99, 0],
+        &[0, 16, 0, 0, 1, 1],
+    ] {
+        let mut raw = TcpStream::connect(addr).unwrap();
+        raw.write_all(bytes).unwrap();
+        raw.set_read_timeout(Some(WAIT)).unwrap();
+        let _ = raw.read(&mut [0u8; 64]); // the server closes the connection
+    }
+    wait_count(
+        &s.server.stats(),
+        |s| s.protocol_errors.load(Ordering::Relaxed),
+        3,
+    );
+    assert!(wait_log(&s.log, "handshake failed").contains("exceeds"));
+    let (c, _) = client(addr, None);
+    assert!(c.finish(goodbye(), WAIT).is_ok());
+}
+
+#[test]
+fn silent_client_dropped_after_handshake_timeout() {
+    let timeout = Duration::from_millis(300);
+    let s = sink_at("127.0.0.1:0".parse().unwrap(), "sink-1", None, |c| {
+        c.handshake_timeout = timeout
+    });
+    let mut raw = TcpStream::connect(s.server.local_addr()).unwrap();
+    raw.set_read_timeout(Some(WAIT)).unwrap();
+    let t = Instant::now();
+    assert_eq!(raw.read(&mut [0u8; 16]).unwrap(), 0);
+    assert!(t.elapsed() >= timeout - Duration::from_millis(20));
+    assert!(wait_log(&s.log, "dropped").contains("no handshake within 300ms"));
+    assert_eq!(s.server.stats().timeouts.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn thousand_connect_close_then_real_client_served() {
+    let s = sink(None);
+    let addr = s.server.local_addr();
+    for _ in 0..1000 {
+        drop(TcpStream::connect(addr).unwrap());
+    }
+    let stats = s.server.stats();
+    wait_count(&stats, |s| s.accepted.load(Ordering::Relaxed), 1000);
+    wait_count(
+        &stats,
+        |s| s.protocol_errors.load(Ordering::Relaxed) + s.rejected_busy.load(Ordering::Relaxed),
+        1000,
+    );
+    let lines: Vec<String> = s.log.try_iter().collect();
+    assert!(
+        lines.len() < 200,
+        "log not rate-limited: {} lines",
+        lines.len()
+    );
+    let (c, _) = client(addr, None);
+    assert_eq!(c.finish(goodbye(), WAIT).unwrap().sink_session, "sink-1");
+}
+
+#[test]
+fn second_bind_on_same_port_fails_clearly() {
+    let s = sink(None);
+    let addr = s.server.local_addr();
+    let e = ControlServer::bind(ServerConfig::new(addr, "x"))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::Unsupported(ref m) if m.contains(&format!("port {} is in use", addr.port()))),
+        "{e}"
+    );
+    assert_eq!(e.exit_code(), 3);
+}

@@ -1,0 +1,78 @@
+//! The sink's per-sender series: registered by the reporter thread the first time a sender
+//! appears (never by a worker), and set from the registry's books on every flush. The
+//! registry caps the names at `--max-senders` and books the rest as `sender="other"`.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use metrics::{Counter, Gauge, counter, gauge};
+
+use super::names::*;
+use crate::sink::registry::Registry;
+
+struct SenderHandles {
+    packets: Counter,
+    bytes: Counter,
+    lost: Counter,
+    reordered: Counter,
+    duplicates: Counter,
+    kernel_drops: Counter,
+    unconfirmed: Counter,
+    send_failed: Counter,
+    sessions: Counter,
+    active: Gauge,
+}
+
+impl SenderHandles {
+    fn register(name: &str) -> SenderHandles {
+        let l = [("sender", name.to_string())];
+        SenderHandles {
+            packets: counter!(RX_SENDER_PACKETS, &l),
+            bytes: counter!(RX_SENDER_BYTES, &l),
+            lost: counter!(RX_SENDER_LOST, &l),
+            reordered: counter!(RX_SENDER_REORDERED, &l),
+            duplicates: counter!(RX_SENDER_DUPLICATES, &l),
+            kernel_drops: counter!(RX_SENDER_KERNEL_DROPS, &l),
+            unconfirmed: counter!(RX_SENDER_UNCONFIRMED, &l),
+            send_failed: counter!(RX_SENDER_SEND_FAILED, &l),
+            sessions: counter!(RX_SENDER_SESSIONS, &l),
+            active: gauge!(RX_SENDER_ACTIVE, &l),
+        }
+    }
+}
+
+/// Per-sender series of one sink process.
+pub struct SenderSeries {
+    registry: Arc<Registry>,
+    handles: BTreeMap<String, SenderHandles>,
+}
+
+impl SenderSeries {
+    /// Series over `registry`'s books.
+    pub fn new(registry: Arc<Registry>) -> SenderSeries {
+        SenderSeries {
+            registry,
+            handles: BTreeMap::new(),
+        }
+    }
+
+    /// Sets every sender's series from the books, registering new senders' series first.
+    pub fn flush(&mut self) {
+        for row in self.registry.rows(false) {
+            let h = self
+                .handles
+                .entry(row.name.clone())
+                .or_insert_with(|| SenderHandles::register(&row.name));
+            let c = &row.counters;
+            h.packets.absolute(c.packets);
+            h.bytes.absolute(c.bytes);
+            h.lost.absolute(c.lost);
+            h.reordered.absolute(c.reordered);
+            h.duplicates.absolute(c.duplicates);
+            h.kernel_drops.absolute(c.kernel_drops);
+            h.unconfirmed.absolute(c.unconfirmed);
+            h.send_failed.absolute(c.send_failed);
+            h.sessions.absolute(row.sessions);
+            h.active.set(row.active_sessions as f64);
+        }
+    }
+}

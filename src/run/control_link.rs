@@ -1,0 +1,411 @@
+//! Links a run's sender and sink: the sink serves the control channel over its books, the
+//! sender talks to a remote sink over it, and `pair` asks its in-process sink directly. Nothing
+//! here runs on a worker thread, and the data path never waits on any of it.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use super::{
+    roles::{SenderSet, SinkSet},
+    session::{GOODBYE_WAIT, VerdictSource},
+};
+use crate::{
+    clock,
+    control::{
+        auth::Secret,
+        client::{ClientConfig, ClientEvent, ControlClient, SenderView},
+        msg::{FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict},
+        server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks},
+    },
+    error::Error,
+    metrics::names,
+    sender::SenderShared,
+    sink::registry::{self, FlowReport, Registry, RunVerdict},
+    stats::{LATENCY_BOUNDS_NS, SessionCounters, SharedWorkerCounters},
+};
+
+/// How this run's sender and sink talk.
+pub enum Link {
+    /// Nothing to link (the sink of `pair` is linked through `InProcess`).
+    None,
+    /// `pair`: the sender says hello and goodbye to the sink's registry directly.
+    InProcess,
+    /// A sink serving the control channel.
+    Serve {
+        listen: SocketAddr,
+        secret: Option<Arc<Secret>>,
+    },
+    /// A sender talking to a sink.
+    Connect {
+        addr: SocketAddr,
+        secret: Option<Arc<Secret>>,
+        name: String,
+    },
+    /// A sender with `--control off`.
+    Off,
+}
+
+/// What a started link leaves running.
+pub struct Started {
+    /// Where the sender's verdict comes from.
+    pub verdict: VerdictSource,
+    /// The sink's control server, stopped after the run.
+    pub server: Option<RunningServer>,
+    /// The sink refused this sender's credentials (the run exits 3).
+    pub refused: Arc<AtomicBool>,
+}
+
+/// This host's name, for default sender names and sink sessions.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Starts the link for a run whose workers are set up but not released.
+pub fn start(
+    link: Link,
+    senders: Option<&SenderSet>,
+    sinks: Option<&SinkSet>,
+) -> Result<Started, Error> {
+    let refused = Arc::new(AtomicBool::new(false));
+    let mut started = Started {
+        verdict: VerdictSource::None,
+        server: None,
+        refused: Arc::clone(&refused),
+    };
+    match (link, senders, sinks) {
+        (Link::InProcess, Some(s), Some(k)) => {
+            let (_, line) = k.registry.hello(None, &registry_hello("pair", s, 0));
+            eprintln!("{line}");
+            started.verdict = VerdictSource::InProcess;
+        }
+        (Link::Serve { listen, secret }, _, Some(k)) => {
+            let session = format!("{}/{:08x}", hostname(), rand::random::<u32>());
+            let mut config = ServerConfig::new(listen, session.clone());
+            config.secret = secret;
+            let server = ControlServer::bind(config)?;
+            eprintln!("control: listening on tcp {listen} (sink session {session})");
+            let books = Arc::new(Books {
+                registry: Arc::clone(&k.registry),
+                sink_session: session,
+                workers: k.shared.iter().map(|w| Arc::clone(w) as _).collect(),
+            });
+            started.server = Some(server.start(books, Box::new(|line| eprintln!("{line}"))));
+        }
+        (Link::Connect { addr, secret, name }, Some(s), _) => {
+            let view = Arc::new(View {
+                name,
+                epoch: s.epoch,
+                first_seq: s.first_seq,
+                shared: s.shared.clone(),
+                flows: s.flows.clone(),
+                started_ns: clock::monotonic_ns(),
+            });
+            let mut config = ClientConfig::new(addr);
+            config.secret = secret;
+            let client = ControlClient::start(config, view, Box::new(move |e| event(e, &refused)));
+            started.verdict = VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
+                let goodbye = Goodbye {
+                    flows: flows.iter().map(progress_of).collect(),
+                };
+                client
+                    .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
+                    .map(|v| (v.sink_session.clone(), run_verdict(&v)))
+                    .map_err(|e| e.to_string())
+            }));
+        }
+        (Link::Off, Some(_), _) => {
+            started.verdict = VerdictSource::Remote(Box::new(|_: &[FlowReport]| {
+                Err("the control channel is off (--control off): the sink cannot report, and a tail lost on the way is not counted".into())
+            }));
+        }
+        _ => {}
+    }
+    Ok(started)
+}
+
+fn event(e: ClientEvent, refused: &AtomicBool) {
+    match e {
+        ClientEvent::Connected {
+            addr,
+            sink_session,
+            reconnect,
+        } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
+            if reconnect > 0 {
+                metrics::counter!(names::TX_CONTROL_RECONNECTS).increment(1);
+            }
+            eprintln!(
+                "control: connected to sink {sink_session} at {addr} (connection {})",
+                reconnect + 1
+            );
+        }
+        ClientEvent::Unreachable {
+            addr,
+            reason,
+            retry_in,
+        } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            eprintln!(
+                "control: cannot reach the sink at {addr}: {reason}; sending anyway, retrying (next in {:.1}s)",
+                retry_in.as_secs_f64()
+            );
+        }
+        ClientEvent::Lost { reason } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            eprintln!("control: lost the sink: {reason}; sending anyway, reconnecting");
+        }
+        ClientEvent::Refused { reason } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            refused.store(true, Ordering::Relaxed);
+            eprintln!("control: {reason}");
+        }
+    }
+}
+
+fn progress_of(f: &FlowReport) -> FlowProgress {
+    FlowProgress {
+        flow: f.flow,
+        next_seq: f.next_seq,
+        failed: f.failed,
+    }
+}
+
+fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello {
+    registry::Hello {
+        name: name.into(),
+        epoch: s.epoch,
+        flows: s.flow_reports(),
+        elapsed_ns,
+    }
+}
+
+fn flow_verdict(c: &SessionCounters) -> FlowVerdict {
+    FlowVerdict {
+        rx_packets: c.packets,
+        rx_bytes: c.bytes,
+        rx_lost: c.lost,
+        rx_reordered: c.reordered,
+        rx_duplicates: c.duplicates,
+        rx_invalid: 0,
+        rx_kernel_drops: c.kernel_drops,
+        rx_unconfirmed: c.unconfirmed,
+        tx_failed: c.send_failed,
+    }
+}
+
+fn counters_of(f: &FlowVerdict) -> SessionCounters {
+    SessionCounters {
+        packets: f.rx_packets,
+        bytes: f.rx_bytes,
+        lost: f.rx_lost,
+        reordered: f.rx_reordered,
+        duplicates: f.rx_duplicates,
+        kernel_drops: f.rx_kernel_drops,
+        unconfirmed: f.rx_unconfirmed,
+        send_failed: f.tx_failed,
+        late: 0,
+    }
+}
+
+fn run_verdict(v: &Verdict) -> RunVerdict {
+    RunVerdict {
+        totals: counters_of(&v.totals),
+        flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
+        complete: true,
+    }
+}
+
+/// The sink's books as the control server sees them.
+struct Books {
+    registry: Arc<Registry>,
+    sink_session: String,
+    workers: Vec<Arc<dyn WorkerLatency>>,
+}
+
+/// Latency cells of a sink worker (sink-wide, not per sender).
+trait WorkerLatency: Send + Sync {
+    fn cells(&self) -> [u64; 20];
+}
+
+impl WorkerLatency for crate::sink::SinkShared {
+    fn cells(&self) -> [u64; 20] {
+        let w: &SharedWorkerCounters = &self.worker;
+        w.load().latency_cells
+    }
+}
+
+/// The upper bound of the cell holding quantile `q` (the cells' resolution).
+fn quantile_bound(cells: &[u64; 20], q: f64) -> u64 {
+    let total: u64 = cells.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let want = (total as f64 * q).ceil() as u64;
+    let mut seen = 0;
+    for (i, n) in cells.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            return LATENCY_BOUNDS_NS.get(i).copied().unwrap_or(u64::MAX);
+        }
+    }
+    u64::MAX
+}
+
+impl SinkBooks for Books {
+    fn hello(&self, peer: SocketAddr, hello: &Hello) -> u64 {
+        let h = registry::Hello {
+            name: hello.name.clone(),
+            epoch: hello.epoch,
+            flows: hello
+                .flows
+                .iter()
+                .map(|f: &FlowStart| FlowReport {
+                    flow: f.flow,
+                    first_seq: f.first_seq,
+                    next_seq: f.next_seq,
+                    failed: f.failed,
+                })
+                .collect(),
+            elapsed_ns: hello.elapsed_ns,
+        };
+        let (uptime, line) = self.registry.hello(Some(peer), &h);
+        eprintln!("{line}");
+        uptime
+    }
+
+    fn progress(&self, _peer: SocketAddr, _name: &str, epoch: u32, progress: &Progress) {
+        let flows: Vec<FlowReport> = progress
+            .flows
+            .iter()
+            .map(|f| FlowReport {
+                flow: f.flow,
+                first_seq: 0,
+                next_seq: f.next_seq,
+                failed: f.failed,
+            })
+            .collect();
+        self.registry.progress(epoch, &flows);
+    }
+
+    fn goodbye(&self, _peer: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict {
+        let flows: Vec<FlowReport> = goodbye
+            .flows
+            .iter()
+            .map(|f| FlowReport {
+                flow: f.flow,
+                first_seq: 0,
+                next_seq: f.next_seq,
+                failed: f.failed,
+            })
+            .collect();
+        let v = self.registry.goodbye(epoch, &flows, GOODBYE_WAIT);
+        let mut cells = [0u64; 20];
+        for w in &self.workers {
+            for (a, b) in cells.iter_mut().zip(w.cells()) {
+                *a += b;
+            }
+        }
+        Verdict {
+            sink_session: self.sink_session.clone(),
+            name: name.into(),
+            epoch,
+            totals: flow_verdict(&v.totals),
+            flows: v.flows.iter().map(|(f, c)| (*f, flow_verdict(c))).collect(),
+            latency_p50_ns: quantile_bound(&cells, 0.5),
+            latency_p99_ns: quantile_bound(&cells, 0.99),
+            latency_max_ns: quantile_bound(&cells, 1.0),
+        }
+    }
+
+    fn disconnected(&self, peer: SocketAddr, name: &str, _epoch: u32, clean: bool) {
+        if !clean {
+            eprintln!(
+                "sink: sender {name} ({peer}) went away without a goodbye; its sessions close when idle, the tail after its last progress report counted as unconfirmed"
+            );
+        }
+    }
+}
+
+/// What the sender's control thread reads: its flows' progress.
+struct View {
+    name: String,
+    epoch: u32,
+    first_seq: u64,
+    shared: Vec<Arc<SenderShared>>,
+    flows: Vec<Vec<u32>>,
+    started_ns: u64,
+}
+
+impl View {
+    fn reports(&self) -> Vec<FlowReport> {
+        let mut out = Vec::new();
+        for (shared, ids) in self.shared.iter().zip(&self.flows) {
+            for (c, &flow) in shared.flows.iter().zip(ids) {
+                let c = c.load();
+                let failed: u64 = c.errors.iter().sum();
+                out.push(FlowReport {
+                    flow,
+                    first_seq: self.first_seq,
+                    next_seq: self.first_seq + c.packets + failed,
+                    failed,
+                });
+            }
+        }
+        out
+    }
+}
+
+impl SenderView for View {
+    fn hello(&self, reconnect: u32) -> Hello {
+        Hello {
+            name: self.name.clone(),
+            epoch: self.epoch,
+            flows: self
+                .reports()
+                .iter()
+                .map(|f| FlowStart {
+                    flow: f.flow,
+                    first_seq: f.first_seq,
+                    next_seq: f.next_seq,
+                    failed: f.failed,
+                })
+                .collect(),
+            size: 0,
+            rate_pps: None,
+            elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
+            reconnect,
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            flows: self.reports().iter().map(progress_of).collect(),
+        }
+    }
+}
+
+/// Copies the control server's counters into `ringblast_rx_control_connections_total`.
+pub fn export_server_stats(stats: &ServerStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (result, value) in [
+        ("accepted", &stats.accepted),
+        ("authenticated", &stats.authenticated),
+        ("auth_failed", &stats.auth_failed),
+        ("protocol_error", &stats.protocol_errors),
+        ("timeout", &stats.timeouts),
+        ("busy", &stats.rejected_busy),
+    ] {
+        metrics::counter!(names::RX_CONTROL_CONNECTIONS, "result" => result)
+            .absolute(value.load(Relaxed));
+    }
+}

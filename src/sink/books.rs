@@ -1,0 +1,520 @@
+//! The sink worker's books: a fixed-capacity, open-addressed table of sessions keyed by
+//! (epoch, flow), one sequence tracker each, allocated at set-up and never grown. Two senders
+//! that both use flow 0 have different epochs, so they never close each other's session; a
+//! restarted sender is a new epoch, so it never shows as false loss or reordering.
+//!
+//! Gaps are attributed in this order, each never counted twice:
+//! 1. **failed sends**: every header carries its flow's failed-send count (mod 2^16), so a gap
+//!    the sender could not send is netted out as `send_failed`, live, without a control
+//!    channel. The count is known within [`MAX_SEND_LAG`] packets, long before a gap settles
+//!    at the back of the reorder window, so netting only settled gaps keeps `lost` monotonic;
+//! 2. **kernel drops** on this socket (`SO_RXQ_OVFL`): a gap that opens while the counter
+//!    moved is charged to them (with GRO one dropped buffer may hold 64 datagrams, so this is a
+//!    heuristic; without GRO charges never exceed the counter);
+//! 3. what remains is `lost`.
+//!
+//! A goodbye closes a session with its true end, so a dropped tail is lost exactly. A session
+//! idle for `--session-idle` is closed; its tail after the last packet, up to the sender's last
+//! progress report, is `unconfirmed`: its fate is unknown, so it is neither lost nor nothing.
+
+use std::net::SocketAddr;
+
+use super::mailbox::{CloseCause, FromWorker, Mailbox, SessionKey, SessionView, ToWorker};
+use crate::{
+    proto::seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
+    stats::{RxFlow, SessionCounters},
+};
+
+/// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
+/// within this many sequence numbers (the sender refuses a larger `--window` × `--gso`).
+pub const MAX_SEND_LAG: u64 = WINDOW / 2;
+/// Bytes of memory one session takes (tracker bitmap included).
+pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
+const EMPTY: u32 = u32::MAX;
+const PENDING_STARTS: usize = 1024;
+/// A goodbye whose tail has not all arrived waits until its flow has been quiet this long ...
+const CLOSE_QUIET_NS: u64 = 50_000_000;
+/// ... or this long after the goodbye, so packets still on the way are counted, not lost.
+const CLOSE_WAIT_NS: u64 = 1_000_000_000;
+const DEFERRED_CLOSES: usize = 4096;
+
+/// One session's state.
+#[derive(Debug)]
+struct Session {
+    key: SessionKey,
+    generation: u64,
+    tracker: SeqTracker,
+    folded: SeqCounters,
+    /// Settled gaps net of failed sends, as far as counted.
+    netted: u64,
+    /// The last failed-send count (mod 2^16) seen at the highest sequence number.
+    failed16: u16,
+    /// Failed sends reported since the session's first packet.
+    failed: u64,
+    /// The start was stated by the sender (its failures all lie inside the session).
+    stated_start: bool,
+    /// The failed-send count (mod 2^16) of the first packet: failures before it.
+    first_failed16: u16,
+    drops_mark: u64,
+    kernel_budget: u64,
+    counters: SessionCounters,
+    source: Option<SocketAddr>,
+    first_ns: u64,
+    last_ns: u64,
+    progress: Option<(u64, u64)>,
+    dirty: bool,
+}
+
+/// Why a packet was not counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The flow id is outside `0..max_flows`.
+    FlowId,
+    /// Every session slot is taken.
+    TableFull,
+}
+
+/// One valid packet, as the worker parsed it.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet {
+    pub key: SessionKey,
+    pub seq: u64,
+    pub failed16: u16,
+    pub bytes: u64,
+    pub source: Option<SocketAddr>,
+    pub now_ns: u64,
+}
+
+/// The sessions one sink worker sees.
+#[derive(Debug)]
+pub struct Books {
+    sessions: Vec<Session>,
+    index: Vec<u32>,
+    free: Vec<u32>,
+    live: Vec<u32>,
+    per_flow: Vec<RxFlow>,
+    pending: Vec<(SessionKey, u64)>,
+    pending_next: usize,
+    /// Goodbyes waiting for their tail: key, end, failed, deadline.
+    deferred: Vec<(SessionKey, u64, u64, u64)>,
+    next_generation: u64,
+    socket_drops: u64,
+    charged_drops: u64,
+    gro: bool,
+}
+
+fn hash(key: SessionKey) -> usize {
+    let x = (u64::from(key.epoch) << 32 | u64::from(key.flow)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 32) as usize
+}
+
+impl Books {
+    /// Books for `capacity` sessions and flow ids `0..max_flows`; allocates everything now.
+    pub fn new(capacity: usize, max_flows: usize, gro: bool) -> Books {
+        Books {
+            sessions: (0..capacity)
+                .map(|_| Session {
+                    key: SessionKey { epoch: 0, flow: 0 },
+                    generation: 0,
+                    tracker: SeqTracker::new(),
+                    folded: SeqCounters::default(),
+                    netted: 0,
+                    failed16: 0,
+                    failed: 0,
+                    stated_start: false,
+                    first_failed16: 0,
+                    drops_mark: 0,
+                    kernel_budget: 0,
+                    counters: SessionCounters::default(),
+                    source: None,
+                    first_ns: 0,
+                    last_ns: 0,
+                    progress: None,
+                    dirty: false,
+                })
+                .collect(),
+            index: vec![EMPTY; (capacity * 2).next_power_of_two().max(2)],
+            free: (0..capacity as u32).rev().collect(),
+            live: Vec::with_capacity(capacity),
+            per_flow: vec![RxFlow::default(); max_flows],
+            pending: Vec::with_capacity(PENDING_STARTS),
+            pending_next: 0,
+            deferred: Vec::with_capacity(DEFERRED_CLOSES),
+            next_generation: 1,
+            socket_drops: 0,
+            charged_drops: 0,
+            gro,
+        }
+    }
+
+    /// Tells the books the kernel dropped `n` more buffers on this socket.
+    pub fn add_kernel_drops(&mut self, n: u64) {
+        self.socket_drops += n;
+    }
+
+    /// Datagrams the kernel dropped on this socket: the gaps charged to it, or its own counter
+    /// when that is larger (drops after the last packet leave no gap).
+    pub fn kernel_drops(&self) -> u64 {
+        self.charged_drops.max(self.socket_drops)
+    }
+
+    /// Counters of flow id `flow`, summed over its sessions.
+    pub fn flow(&self, flow: usize) -> RxFlow {
+        self.per_flow.get(flow).copied().unwrap_or_default()
+    }
+
+    /// Live sessions.
+    pub fn live(&self) -> usize {
+        self.live.len()
+    }
+
+    fn find(&self, key: SessionKey) -> Option<usize> {
+        let mask = self.index.len() - 1;
+        let mut at = hash(key) & mask;
+        loop {
+            let slot = self.index[at];
+            if slot == EMPTY {
+                return None;
+            }
+            if self.sessions[slot as usize].key == key {
+                return Some(at);
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    fn insert(&mut self, key: SessionKey, source: Option<SocketAddr>) -> Option<u32> {
+        let slot = self.free.pop()?;
+        let mask = self.index.len() - 1;
+        let mut at = hash(key) & mask;
+        while self.index[at] != EMPTY {
+            at = (at + 1) & mask;
+        }
+        self.index[at] = slot;
+        self.live.push(slot);
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let hint = self
+            .pending
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, start)| *start);
+        let s = &mut self.sessions[slot as usize];
+        s.key = key;
+        s.generation = generation;
+        s.tracker.reset();
+        s.folded = SeqCounters::default();
+        s.netted = 0;
+        s.failed = 0;
+        s.stated_start = hint.is_some();
+        if let Some(start) = hint {
+            s.tracker.extend_start(start);
+        }
+        s.drops_mark = self.socket_drops;
+        s.kernel_budget = 0;
+        s.counters = SessionCounters::default();
+        s.source = source;
+        s.progress = None;
+        s.dirty = true;
+        Some(slot)
+    }
+
+    /// Removes the session at index position `at` (backward-shift deletion keeps probes short).
+    fn remove(&mut self, at: usize) {
+        let mask = self.index.len() - 1;
+        let slot = self.index[at];
+        self.index[at] = EMPTY;
+        let mut hole = at;
+        let mut next = (at + 1) & mask;
+        while self.index[next] != EMPTY {
+            let home = hash(self.sessions[self.index[next] as usize].key) & mask;
+            if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(hole) & mask) {
+                self.index[hole] = self.index[next];
+                self.index[next] = EMPTY;
+                hole = next;
+            }
+            next = (next + 1) & mask;
+        }
+        if let Some(pos) = self.live.iter().position(|&s| s == slot) {
+            self.live.swap_remove(pos);
+        }
+        self.sessions[slot as usize].generation = 0;
+        self.free.push(slot);
+    }
+
+    /// Counts one valid packet.
+    pub fn record(&mut self, p: Packet) -> Result<(), Refused> {
+        if p.key.flow as usize >= self.per_flow.len() {
+            return Err(Refused::FlowId);
+        }
+        let slot = match self.find(p.key) {
+            Some(at) => self.index[at],
+            None => self.insert(p.key, p.source).ok_or(Refused::TableFull)?,
+        };
+        let s = &mut self.sessions[slot as usize];
+        let first = s.tracker.highest().is_none();
+        let ahead = s.tracker.highest().map_or(0, |h| p.seq.saturating_sub(h));
+        if first {
+            s.failed16 = p.failed16;
+            s.first_failed16 = p.failed16;
+            if s.stated_start {
+                s.failed = u64::from(p.failed16);
+            }
+            s.first_ns = p.now_ns;
+        } else if ahead > 0 {
+            let mut delta = u64::from(p.failed16.wrapping_sub(s.failed16));
+            while delta + 65_536 <= ahead + MAX_SEND_LAG {
+                delta += 65_536;
+            }
+            s.failed += delta;
+            s.failed16 = p.failed16;
+        }
+        s.last_ns = p.now_ns;
+        if let Outcome::Gap(missing) = s.tracker.observe(p.seq)
+            && self.socket_drops > s.drops_mark
+        {
+            let charged = chargeable(self.gro, self.socket_drops, self.charged_drops, missing);
+            s.kernel_budget += charged;
+            self.charged_drops += charged;
+        }
+        s.drops_mark = self.socket_drops;
+        s.counters.bytes += p.bytes;
+        self.per_flow[p.key.flow as usize].bytes += p.bytes;
+        fold(s, &mut self.per_flow);
+        Ok(())
+    }
+
+    /// Applies one message from the inbox at monotonic time `now`. A close answers into the
+    /// outbox at once, or once its tail has arrived or gone quiet (see `retry_closes`).
+    pub fn apply(&mut self, message: ToWorker, mailbox: &Mailbox, now: u64) {
+        match message {
+            ToWorker::Start { key, start } => match self.find(key) {
+                Some(at) => {
+                    let s = &mut self.sessions[self.index[at] as usize];
+                    s.tracker.extend_start(start);
+                    if !s.stated_start {
+                        s.stated_start = true;
+                        s.failed += u64::from(s.first_failed16);
+                    }
+                    fold(s, &mut self.per_flow);
+                }
+                None => {
+                    if self.pending.len() < PENDING_STARTS {
+                        self.pending.push((key, start));
+                    } else {
+                        self.pending[self.pending_next] = (key, start);
+                        self.pending_next = (self.pending_next + 1) % PENDING_STARTS;
+                    }
+                }
+            },
+            ToWorker::Progress {
+                key,
+                next_seq,
+                failed,
+            } => {
+                if let Some(at) = self.find(key) {
+                    self.sessions[self.index[at] as usize].progress = Some((next_seq, failed));
+                }
+            }
+            ToWorker::Close { key, end, failed } => {
+                self.pending.retain(|(k, _)| *k != key);
+                self.pending_next = 0;
+                match self.find(key) {
+                    Some(at) => {
+                        let s = &self.sessions[self.index[at] as usize];
+                        let complete = s.tracker.highest().is_some_and(|h| h + 1 >= end);
+                        let quiet = now.saturating_sub(s.last_ns) >= CLOSE_QUIET_NS;
+                        if complete || quiet || self.deferred.len() == DEFERRED_CLOSES {
+                            self.close(at, Some((end, failed)), CloseCause::Goodbye, mailbox);
+                        } else {
+                            self.deferred.push((key, end, failed, now + CLOSE_WAIT_NS));
+                        }
+                    }
+                    // The outbox holds one answer per session slot plus room for these.
+                    None => {
+                        let _ = mailbox.outbox.push(FromWorker::NotMine { key });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the session at index position `at`. With `end`, the sender's true end and its
+    /// failed-send total, the tail is lost; otherwise the tail up to its last progress report
+    /// is unconfirmed. The final books go to the outbox and the shared slot is freed.
+    fn close(&mut self, at: usize, end: Option<(u64, u64)>, cause: CloseCause, mailbox: &Mailbox) {
+        let slot = self.index[at];
+        let s = &mut self.sessions[slot as usize];
+        s.tracker.finish();
+        fold(s, &mut self.per_flow);
+        if let (Some((tail_end, failed_total)), Some(highest)) =
+            (end.or(s.progress), s.tracker.highest())
+        {
+            let tail = tail_end.saturating_sub(highest.saturating_add(1));
+            // Failures the sink has not heard of: the sender's total less those before the
+            // first packet and those since, resolved modulo 2^16 within what the tail allows.
+            let mut late = u64::from((failed_total as u16).wrapping_sub(s.failed16));
+            let room = failed_total
+                .saturating_sub(s.failed)
+                .min(tail + MAX_SEND_LAG);
+            while late + 65_536 <= room {
+                late += 65_536;
+            }
+            let in_session = if s.stated_start {
+                failed_total
+            } else {
+                s.failed + late
+            };
+            let gaps = s.tracker.counters().lost + tail;
+            let net = gaps.saturating_sub(in_session);
+            let new = net.saturating_sub(s.netted);
+            s.netted += new;
+            s.counters.send_failed = s.counters.send_failed.max(in_session.min(gaps));
+            if end.is_some() {
+                let charged = if self.socket_drops > s.drops_mark {
+                    chargeable(self.gro, self.socket_drops, self.charged_drops, new)
+                } else {
+                    0
+                };
+                self.charged_drops += charged;
+                s.counters.kernel_drops += charged;
+                s.counters.lost += new - charged;
+                self.per_flow[s.key.flow as usize].lost += new - charged;
+            } else {
+                s.counters.unconfirmed += new;
+            }
+        }
+        let answer = FromWorker::Closed {
+            slot,
+            generation: s.generation,
+            key: s.key,
+            source: s.source,
+            counters: s.counters,
+            active_ns: (s.first_ns, s.last_ns),
+            cause,
+        };
+        let _ = mailbox.outbox.push(answer);
+        if let Some(shared) = mailbox.sessions.get(slot as usize) {
+            shared.clear();
+        }
+        self.remove(at);
+    }
+
+    /// Closes the deferred goodbyes whose tail arrived, whose flow went quiet, or whose wait
+    /// is over.
+    pub fn retry_closes(&mut self, now: u64, mailbox: &Mailbox) {
+        let mut i = 0;
+        while i < self.deferred.len() {
+            let (key, end, failed, deadline) = self.deferred[i];
+            let Some(at) = self.find(key) else {
+                self.deferred.swap_remove(i);
+                continue;
+            };
+            let s = &self.sessions[self.index[at] as usize];
+            let complete = s.tracker.highest().is_some_and(|h| h + 1 >= end);
+            let quiet = now.saturating_sub(s.last_ns) >= CLOSE_QUIET_NS;
+            if complete || quiet || now >= deadline {
+                self.deferred.swap_remove(i);
+                self.close(at, Some((end, failed)), CloseCause::Goodbye, mailbox);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Closes sessions idle since before `idle_before` (all of them with `None`), answering into
+    /// the outbox. A session whose answer does not fit stays open until the next sweep.
+    pub fn sweep(&mut self, idle_before: Option<u64>, mailbox: &Mailbox) {
+        if idle_before.is_none() {
+            self.retry_closes(u64::MAX, mailbox);
+        }
+        let mut i = 0;
+        while i < self.live.len() {
+            let slot = self.live[i] as usize;
+            let s = &self.sessions[slot];
+            let expired = idle_before.is_none_or(|t| s.last_ns < t);
+            if expired && mailbox.outbox.len() < mailbox.outbox.capacity() {
+                let cause = if idle_before.is_some() {
+                    CloseCause::Idle
+                } else {
+                    CloseCause::End
+                };
+                if let Some(at) = self.find(s.key) {
+                    self.close(at, None, cause, mailbox);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Publishes every session whose books changed into its shared slot.
+    pub fn publish(&mut self, mailbox: &Mailbox) {
+        for &slot in &self.live {
+            let s = &mut self.sessions[slot as usize];
+            if !s.dirty {
+                continue;
+            }
+            s.dirty = false;
+            if let Some(shared) = mailbox.sessions.get(slot as usize) {
+                shared.publish(
+                    s.generation,
+                    &SessionView {
+                        generation: s.generation,
+                        key: s.key,
+                        source: s.source,
+                        active_ns: (s.first_ns, s.last_ns),
+                        counters: s.counters,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// How many of `missing` datagrams a kernel drop can explain: all of them with GRO (one
+/// dropped buffer may hold many), otherwise no more than the drops not yet charged.
+fn chargeable(gro: bool, socket_drops: u64, charged: u64, missing: u64) -> u64 {
+    if gro {
+        missing
+    } else {
+        missing.min(socket_drops.saturating_sub(charged))
+    }
+}
+
+/// Moves the tracker's new counts into the session (and its flow id's totals): settled gaps
+/// net of the failed sends heard of so far, then the kernel-drop budget, then lost.
+fn fold(s: &mut Session, per_flow: &mut [RxFlow]) {
+    let now = s.tracker.counters();
+    let before = s.folded;
+    let net = now.lost.saturating_sub(s.failed).max(s.netted);
+    let new = net - s.netted;
+    s.netted = net;
+    let by_kernel = new.min(s.kernel_budget);
+    s.kernel_budget -= by_kernel;
+    let c = &mut s.counters;
+    let packets = now.received - before.received;
+    let reordered = now.reordered - before.reordered;
+    let duplicates = now.duplicates - before.duplicates;
+    let late = now.late_beyond_window - before.late_beyond_window;
+    c.packets += packets;
+    c.lost += new - by_kernel;
+    c.kernel_drops += by_kernel;
+    c.reordered += reordered;
+    c.duplicates += duplicates;
+    c.late += late;
+    c.send_failed = c.send_failed.max(s.failed.min(now.lost));
+    if let Some(f) = per_flow.get_mut(s.key.flow as usize) {
+        f.packets += packets;
+        f.lost += new - by_kernel;
+        f.reordered += reordered;
+        f.duplicates += duplicates;
+        f.late += late;
+    }
+    s.folded = now;
+    s.dirty = true;
+}
+
+#[cfg(test)]
+#[path = "books_tests.rs"]
+mod tests;

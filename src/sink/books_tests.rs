@@ -1,0 +1,234 @@
+//! Unit tests of the sink's books: every count is checked against what the test sent.
+
+use super::*;
+
+fn key(epoch: u32, flow: u32) -> SessionKey {
+    SessionKey { epoch, flow }
+}
+
+fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
+    Packet {
+        key: key(epoch, flow),
+        seq,
+        failed16: failed as u16,
+        bytes: 64,
+        source: None,
+        now_ns: seq + 1,
+    }
+}
+
+fn closed(mailbox: &Mailbox) -> Vec<SessionCounters> {
+    let mut out = Vec::new();
+    while let Some(m) = mailbox.outbox.pop() {
+        if let FromWorker::Closed { counters, .. } = m {
+            out.push(counters);
+        }
+    }
+    out
+}
+
+#[test]
+fn two_senders_on_flow_zero_keep_separate_books() {
+    let mailbox = Mailbox::new(8);
+    let mut b = Books::new(8, 4, false);
+    for seq in 0..1000 {
+        b.record(packet(11, 0, seq, 0)).unwrap();
+        b.record(packet(22, 0, 5_000_000 + seq, 0)).unwrap();
+    }
+    b.sweep(None, &mailbox);
+    let c = closed(&mailbox);
+    assert_eq!(c.len(), 2);
+    for s in c {
+        assert_eq!(
+            (s.packets, s.lost, s.reordered, s.duplicates),
+            (1000, 0, 0, 0)
+        );
+    }
+    assert_eq!(b.flow(0).packets, 2000);
+    assert_eq!(b.live(), 0);
+}
+
+#[test]
+fn failed_sends_in_headers_are_never_lost() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    // Sequence numbers 100..150 failed at the sender; later headers say so (with lag).
+    let mut failed = 0;
+    for seq in 0..3 * WINDOW {
+        if (100..150).contains(&seq) {
+            continue;
+        }
+        if seq == 160 {
+            failed = 50;
+        }
+        if seq % 997 == 0 {
+            continue; // really lost
+        }
+        b.record(packet(1, 0, seq, failed)).unwrap();
+    }
+    b.sweep(None, &mailbox);
+    let s = closed(&mailbox)[0];
+    let lost = (0..3 * WINDOW).filter(|s| s % 997 == 0 && *s != 0).count() as u64;
+    assert_eq!(s.send_failed, 50);
+    assert_eq!(s.lost, lost);
+}
+
+#[test]
+fn failed_counts_beyond_two_to_the_16_follow_the_gap() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.record(packet(1, 0, 0, 0)).unwrap();
+    // A link down for 100 000 sends: all failed, then traffic again.
+    b.record(packet(1, 0, 100_001, 100_000)).unwrap();
+    b.record(packet(1, 0, 100_002, 100_000)).unwrap();
+    b.sweep(None, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.send_failed), (3, 0, 100_000));
+}
+
+#[test]
+fn goodbye_makes_a_dropped_tail_lost_exactly() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.apply(
+        ToWorker::Start {
+            key: key(5, 1),
+            start: 0,
+        },
+        &mailbox,
+        u64::MAX,
+    );
+    for seq in 3..90 {
+        b.record(packet(5, 1, seq, 2)).unwrap();
+    }
+    // Sent 0..100, sends 0 and 1 failed (before the first packet), 90..100 dropped on the way,
+    // and one more failed send (95) the sink never heard of.
+    b.apply(
+        ToWorker::Close {
+            key: key(5, 1),
+            end: 100,
+            failed: 3,
+        },
+        &mailbox,
+    );
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.send_failed), (87, 10 + 1 - 1, 3));
+    b.apply(
+        ToWorker::Close {
+            key: key(5, 1),
+            end: 100,
+            failed: 3,
+        },
+        &mailbox,
+    );
+    assert!(matches!(
+        mailbox.outbox.pop(),
+        Some(FromWorker::NotMine { .. })
+    ));
+}
+
+#[test]
+fn a_vanished_sender_leaves_an_unconfirmed_tail() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    for seq in 0..50 {
+        b.record(packet(9, 0, seq, 0)).unwrap();
+    }
+    b.apply(
+        ToWorker::Progress {
+            key: key(9, 0),
+            next_seq: 80,
+            failed: 0,
+        },
+        &mailbox,
+    );
+    b.sweep(Some(1_000), &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.unconfirmed), (50, 0, 30));
+}
+
+#[test]
+fn a_full_table_refuses_and_idle_sessions_free_their_slot() {
+    let mailbox = Mailbox::new(2);
+    let mut b = Books::new(2, 8, false);
+    b.record(packet(1, 0, 0, 0)).unwrap();
+    b.record(packet(1, 1, 0, 0)).unwrap();
+    assert_eq!(b.record(packet(1, 2, 0, 0)), Err(Refused::TableFull));
+    assert_eq!(b.record(packet(1, 9, 0, 0)), Err(Refused::FlowId));
+    b.sweep(Some(10), &mailbox);
+    assert_eq!(closed(&mailbox).len(), 2);
+    b.record(packet(1, 2, 0, 0)).unwrap();
+    assert_eq!(b.live(), 1);
+}
+
+#[test]
+fn many_sessions_probe_and_delete_consistently() {
+    let mailbox = Mailbox::new(256);
+    let mut b = Books::new(256, 65_536, false);
+    for round in 0..20u32 {
+        for flow in 0..200 {
+            b.record(packet(round, flow, 0, 0)).unwrap();
+            b.record(packet(round, flow, 1, 0)).unwrap();
+        }
+        for flow in (0..200).step_by(2) {
+            b.apply(
+                ToWorker::Close {
+                    key: key(round, flow),
+                    end: 2,
+                    failed: 0,
+                },
+                &mailbox,
+            );
+        }
+        b.sweep(None, &mailbox);
+        let c = closed(&mailbox);
+        assert_eq!(c.len(), 200, "round {round}");
+        assert!(c.iter().all(|s| s.packets == 2 && s.lost == 0));
+        assert_eq!(b.live(), 0);
+    }
+}
+
+#[test]
+fn gaps_explained_by_kernel_drops_are_not_lost() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, true);
+    for seq in 0..10 {
+        b.record(packet(7, 1, seq, 0)).unwrap();
+    }
+    b.add_kernel_drops(3);
+    for seq in 15..20 {
+        b.record(packet(7, 1, seq, 0)).unwrap();
+    }
+    b.sweep(None, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.kernel_drops), (15, 0, 5));
+    assert_eq!(
+        b.kernel_drops(),
+        5,
+        "one GRO buffer may hold several datagrams"
+    );
+}
+
+#[test]
+fn without_gro_charges_never_exceed_the_kernel_counter() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(1, 1, false);
+    b.record(packet(1, 0, 0, 0)).unwrap();
+    b.add_kernel_drops(2);
+    b.record(packet(1, 0, 10, 0)).unwrap();
+    b.sweep(None, &mailbox);
+    assert_eq!(b.kernel_drops(), 2);
+    assert_eq!(closed(&mailbox)[0].lost, 7);
+}
+
+#[test]
+fn duplicates_are_never_netted_against_loss() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(1, 1, false);
+    for seq in [0, 0, 2] {
+        b.record(packet(1, 0, seq, 0)).unwrap();
+    }
+    b.sweep(None, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.duplicates), (2, 1, 1));
+}

@@ -1,0 +1,477 @@
+//! The sink's books per sender, kept beside the workers (never on them): what each sender said
+//! on the control channel (or the in-process `pair` sender), the sessions the workers closed,
+//! and the live sessions they publish. Senders are known by the name they give on the control
+//! channel, or by the source address of a sender without one. A sender restarted under the same
+//! name is a new session (epoch) of the same sender, so its series continue.
+//!
+//! Workers are reached only through their lock-free mailboxes; the lock here is taken by the
+//! reporter and the control threads alone.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use super::{
+    SinkShared,
+    mailbox::{FromWorker, SessionKey, ToWorker},
+};
+use crate::{clock, stats::SessionCounters};
+
+/// A session younger than this whose sender has not said hello yet is not attributed to its
+/// source address yet, so a named sender's counts never move between two series.
+const ATTRIBUTE_AFTER_NS: u64 = 2_000_000_000;
+
+/// One flow as the sender reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowReport {
+    /// Flow id.
+    pub flow: u32,
+    /// The flow's first sequence number this run.
+    pub first_seq: u64,
+    /// One past the highest sequence number sent.
+    pub next_seq: u64,
+    /// Sends of the flow that failed so far.
+    pub failed: u64,
+}
+
+/// A sender's hello.
+#[derive(Clone, Debug)]
+pub struct Hello {
+    /// The sender's name.
+    pub name: String,
+    /// Its run's epoch.
+    pub epoch: u32,
+    /// Its flows.
+    pub flows: Vec<FlowReport>,
+    /// Nanoseconds since its first send (0 before it).
+    pub elapsed_ns: u64,
+}
+
+/// What the sink saw of one sender run, after its goodbye.
+#[derive(Clone, Debug, Default)]
+pub struct RunVerdict {
+    /// Sum over the flows.
+    pub totals: SessionCounters,
+    /// Per flow id.
+    pub flows: Vec<(u32, SessionCounters)>,
+    /// Every worker answered for every flow in time.
+    pub complete: bool,
+}
+
+/// One sender's books, as the reporter shows them.
+#[derive(Clone, Debug, Default)]
+pub struct SenderRow {
+    /// Name, or source address.
+    pub name: String,
+    /// Closed plus live sessions.
+    pub counters: SessionCounters,
+    /// Sessions (epochs) seen.
+    pub sessions: u64,
+    /// Sessions with packets still being counted.
+    pub active_sessions: u64,
+    /// Nanoseconds during which its sessions received packets (gaps between sessions excluded).
+    pub active_ns: u64,
+}
+
+#[derive(Debug)]
+struct Epoch {
+    name: String,
+    /// Flow id → (start, next at hello).
+    flows: HashMap<u32, (u64, u64)>,
+    sink_predates: bool,
+    span: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct SenderBook {
+    closed: SessionCounters,
+    epochs: Vec<u32>,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    answers: usize,
+    found: Option<SessionCounters>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    senders: BTreeMap<String, SenderBook>,
+    epochs: HashMap<u32, Epoch>,
+    closed_generation: Vec<Vec<u64>>,
+    waiting: HashMap<SessionKey, Waiting>,
+    unseen_lost: u64,
+}
+
+/// The sink's per-sender books.
+#[derive(Debug)]
+pub struct Registry {
+    workers: Vec<Arc<SinkShared>>,
+    max_senders: usize,
+    started_ns: u64,
+    inner: Mutex<Inner>,
+}
+
+fn span_union(a: Option<(u64, u64)>, b: (u64, u64)) -> Option<(u64, u64)> {
+    if b.0 == 0 {
+        return a;
+    }
+    Some(a.map_or(b, |a| (a.0.min(b.0), a.1.max(b.1))))
+}
+
+impl Registry {
+    /// Books over these workers' mailboxes; `started_ns` is when their sockets were bound.
+    pub fn new(workers: Vec<Arc<SinkShared>>, max_senders: usize, started_ns: u64) -> Registry {
+        let inner = Inner {
+            closed_generation: workers
+                .iter()
+                .map(|w| vec![0; w.mailbox.sessions.len()])
+                .collect(),
+            ..Inner::default()
+        };
+        Registry {
+            workers,
+            max_senders: max_senders.max(1),
+            started_ns,
+            inner: Mutex::new(inner),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sender name to book under: itself, or `other` once `--max-senders` are known.
+    fn book_name(&self, inner: &Inner, name: &str) -> String {
+        if inner.senders.contains_key(name) || inner.senders.len() < self.max_senders {
+            name.to_string()
+        } else {
+            "other".to_string()
+        }
+    }
+
+    /// Sends one message to every worker (their inboxes are bounded: wait a little when full).
+    fn broadcast(&self, message: ToWorker) {
+        for worker in &self.workers {
+            let mut message = message;
+            for _ in 0..1000 {
+                match worker.mailbox.inbox.push(message) {
+                    Ok(()) => break,
+                    Err(back) => {
+                        message = back;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A sender said hello; returns the sink's uptime for the reply and a line to log.
+    pub fn hello(&self, peer: Option<SocketAddr>, hello: &Hello) -> (u64, String) {
+        let uptime = clock::monotonic_ns().saturating_sub(self.started_ns);
+        // The sink was listening before the sender's first packet: its flows start where the
+        // sender says. Otherwise the sink joined a running stream and counts from what it sees.
+        let sink_predates = uptime > hello.elapsed_ns;
+        let mut inner = self.lock();
+        let name = self.book_name(&inner, &hello.name);
+        let from = peer.map_or_else(|| "this process".to_string(), |p| p.to_string());
+        let known = inner.senders.contains_key(&name);
+        let book = inner.senders.entry(name.clone()).or_default();
+        let new_epoch = !book.epochs.contains(&hello.epoch);
+        if new_epoch {
+            book.epochs.push(hello.epoch);
+        }
+        let sessions = book.epochs.len();
+        let line = match (known, new_epoch) {
+            (false, _) => format!(
+                "sink: sender {name} from {from}: session 1 (epoch {:08x}, {} flows)",
+                hello.epoch,
+                hello.flows.len()
+            ),
+            (true, true) => format!(
+                "sink: sender {name} from {from}: restarted, session {sessions} (epoch {:08x})",
+                hello.epoch
+            ),
+            (true, false) => format!(
+                "sink: sender {name} from {from}: reconnected (epoch {:08x})",
+                hello.epoch
+            ),
+        };
+        let epoch = inner.epochs.entry(hello.epoch).or_insert_with(|| Epoch {
+            name,
+            flows: HashMap::new(),
+            sink_predates,
+            span: None,
+        });
+        for f in &hello.flows {
+            epoch
+                .flows
+                .entry(f.flow)
+                .or_insert((f.first_seq, f.next_seq));
+        }
+        let predates = epoch.sink_predates;
+        drop(inner);
+        if predates {
+            for f in &hello.flows {
+                self.broadcast(ToWorker::Start {
+                    key: SessionKey {
+                        epoch: hello.epoch,
+                        flow: f.flow,
+                    },
+                    start: f.first_seq,
+                });
+            }
+        }
+        (uptime, line)
+    }
+
+    /// A sender's progress: lets a vanished sender's tail be bounded (`unconfirmed`).
+    pub fn progress(&self, epoch: u32, flows: &[FlowReport]) {
+        for f in flows {
+            self.broadcast(ToWorker::Progress {
+                key: SessionKey {
+                    epoch,
+                    flow: f.flow,
+                },
+                next_seq: f.next_seq,
+                failed: f.failed,
+            });
+        }
+    }
+
+    /// A sender's goodbye: closes its flows with their true ends and returns what the sink saw,
+    /// waiting up to `wait` for every worker's answer.
+    pub fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunVerdict {
+        {
+            let mut inner = self.lock();
+            for f in flows {
+                inner.waiting.insert(
+                    SessionKey {
+                        epoch,
+                        flow: f.flow,
+                    },
+                    Waiting::default(),
+                );
+            }
+        }
+        for f in flows {
+            self.broadcast(ToWorker::Close {
+                key: SessionKey {
+                    epoch,
+                    flow: f.flow,
+                },
+                end: f.next_seq,
+                failed: f.failed,
+            });
+        }
+        let deadline = clock::monotonic_ns() + wait.as_nanos() as u64;
+        let mut verdict = RunVerdict::default();
+        loop {
+            let mut inner = self.lock();
+            self.drain(&mut inner);
+            let done = flows.iter().all(|f| {
+                inner
+                    .waiting
+                    .get(&SessionKey {
+                        epoch,
+                        flow: f.flow,
+                    })
+                    .is_some_and(|w| w.found.is_some() || w.answers >= self.workers.len())
+            });
+            if done || clock::monotonic_ns() >= deadline {
+                verdict.complete = done;
+                for f in flows {
+                    let key = SessionKey {
+                        epoch,
+                        flow: f.flow,
+                    };
+                    let w = inner.waiting.remove(&key).unwrap_or_default();
+                    let counters = match w.found {
+                        Some(c) => c,
+                        None if w.answers >= self.workers.len() => {
+                            self.never_seen(&mut inner, epoch, f)
+                        }
+                        None => SessionCounters::default(),
+                    };
+                    verdict.totals.add(&counters);
+                    verdict.flows.push((f.flow, counters));
+                }
+                return verdict;
+            }
+            drop(inner);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A flow no worker ever saw a packet of: everything it sent from where the sink could
+    /// have seen it is lost, less its failed sends. Booked under its sender.
+    fn never_seen(&self, inner: &mut Inner, epoch: u32, f: &FlowReport) -> SessionCounters {
+        let Some(e) = inner.epochs.get(&epoch) else {
+            return SessionCounters::default();
+        };
+        let (start, next_at_hello) = e.flows.get(&f.flow).copied().unwrap_or((f.first_seq, 0));
+        let from = if e.sink_predates {
+            start
+        } else {
+            next_at_hello
+        };
+        let sent = f.next_seq.saturating_sub(from);
+        let counters = SessionCounters {
+            lost: sent.saturating_sub(f.failed),
+            send_failed: f.failed.min(sent),
+            ..SessionCounters::default()
+        };
+        let name = e.name.clone();
+        inner.unseen_lost += counters.lost;
+        inner.senders.entry(name).or_default().closed.add(&counters);
+        counters
+    }
+
+    /// Moves the workers' answers into the books.
+    fn drain(&self, inner: &mut Inner) {
+        for (w, worker) in self.workers.iter().enumerate() {
+            while let Some(answer) = worker.mailbox.outbox.pop() {
+                match answer {
+                    FromWorker::NotMine { key } => {
+                        if let Some(wait) = inner.waiting.get_mut(&key) {
+                            wait.answers += 1;
+                        }
+                    }
+                    FromWorker::Closed {
+                        slot,
+                        generation,
+                        key,
+                        source,
+                        counters,
+                        active_ns,
+                        ..
+                    } => {
+                        if let Some(g) = inner.closed_generation[w].get_mut(slot as usize) {
+                            *g = (*g).max(generation);
+                        }
+                        if let Some(wait) = inner.waiting.get_mut(&key) {
+                            wait.answers += 1;
+                            wait.found = Some(counters);
+                        }
+                        let name = self.sender_of(inner, key.epoch, source);
+                        let book = inner.senders.entry(name).or_default();
+                        book.closed.add(&counters);
+                        if !book.epochs.contains(&key.epoch) {
+                            book.epochs.push(key.epoch);
+                        }
+                        self.note_span(inner, key.epoch, source, active_ns);
+                    }
+                }
+            }
+        }
+    }
+
+    fn sender_of(&self, inner: &Inner, epoch: u32, source: Option<SocketAddr>) -> String {
+        let name = match inner.epochs.get(&epoch) {
+            Some(e) => e.name.clone(),
+            None => source.map_or_else(|| "unknown".to_string(), |s| s.to_string()),
+        };
+        self.book_name(inner, &name)
+    }
+
+    fn note_span(
+        &self,
+        inner: &mut Inner,
+        epoch: u32,
+        source: Option<SocketAddr>,
+        span: (u64, u64),
+    ) {
+        if !inner.epochs.contains_key(&epoch) {
+            let name = self.sender_of(inner, epoch, source);
+            inner.epochs.insert(
+                epoch,
+                Epoch {
+                    name,
+                    flows: HashMap::new(),
+                    sink_predates: false,
+                    span: None,
+                },
+            );
+        }
+        if let Some(e) = inner.epochs.get_mut(&epoch) {
+            e.span = span_union(e.span, span);
+        }
+    }
+
+    /// Packets lost in flows no sink queue ever saw (booked per sender, not per queue).
+    pub fn unseen_lost(&self) -> u64 {
+        self.lock().unseen_lost
+    }
+
+    /// Every sender's books now. With `all`, sessions too young to attribute are attributed
+    /// anyway (the final summary).
+    pub fn rows(&self, all: bool) -> Vec<SenderRow> {
+        let mut inner = self.lock();
+        self.drain(&mut inner);
+        let now = clock::monotonic_ns();
+        let mut live: BTreeMap<String, (SessionCounters, Vec<u32>)> = BTreeMap::new();
+        let mut spans: Vec<(u32, Option<SocketAddr>, (u64, u64))> = Vec::new();
+        for (w, worker) in self.workers.iter().enumerate() {
+            for (slot, shared) in worker.mailbox.sessions.iter().enumerate() {
+                let Some(view) = shared.load() else { continue };
+                if view.generation <= inner.closed_generation[w][slot] {
+                    continue;
+                }
+                let named = inner.epochs.contains_key(&view.key.epoch);
+                if !named && !all && now.saturating_sub(view.active_ns.0) < ATTRIBUTE_AFTER_NS {
+                    continue;
+                }
+                let name = self.sender_of(&inner, view.key.epoch, view.source);
+                let entry = live.entry(name).or_default();
+                entry.0.add(&view.counters);
+                if !entry.1.contains(&view.key.epoch) {
+                    entry.1.push(view.key.epoch);
+                }
+                spans.push((view.key.epoch, view.source, view.active_ns));
+            }
+        }
+        for (epoch, source, span) in spans {
+            self.note_span(&mut inner, epoch, source, span);
+        }
+        for (name, (_, epochs)) in &live {
+            let book = inner.senders.entry(name.clone()).or_default();
+            for e in epochs {
+                if !book.epochs.contains(e) {
+                    book.epochs.push(*e);
+                }
+            }
+        }
+        inner
+            .senders
+            .iter()
+            .map(|(name, book)| {
+                let mut counters = book.closed;
+                let mut active_sessions = 0;
+                if let Some((c, epochs)) = live.get(name) {
+                    counters.add(c);
+                    active_sessions = epochs.len() as u64;
+                }
+                let active_ns = book
+                    .epochs
+                    .iter()
+                    .filter_map(|e| inner.epochs.get(e).and_then(|e| e.span))
+                    .map(|(a, b)| b - a)
+                    .sum();
+                SenderRow {
+                    name: name.clone(),
+                    counters,
+                    sessions: book.epochs.len() as u64,
+                    active_sessions,
+                    active_ns,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;

@@ -1,0 +1,111 @@
+//! Registry tests: a real `Books` plays the worker, reached only through its mailbox.
+
+use super::*;
+use crate::sink::books::{Books, Packet};
+
+fn worker() -> Arc<SinkShared> {
+    Arc::new(SinkShared::new(16, 64))
+}
+
+/// Plays one worker round: applies the inbox, publishes, as the sink loop does.
+fn round(books: &mut Books, shared: &SinkShared) {
+    while let Some(m) = shared.mailbox.inbox.pop() {
+        books.apply(m, &shared.mailbox, u64::MAX);
+    }
+    books.publish(&shared.mailbox);
+}
+
+fn packet(epoch: u32, seq: u64) -> Packet {
+    Packet {
+        key: SessionKey { epoch, flow: 0 },
+        seq,
+        failed16: 0,
+        bytes: 10,
+        source: Some("10.9.0.2:4000".parse().unwrap()),
+        now_ns: 1,
+    }
+}
+
+#[test]
+fn restarts_under_one_name_add_up_and_goodbye_gives_the_tail() {
+    let shared = worker();
+    let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
+    let mut books = Books::new(64, 16, false);
+    for (run, epoch) in [(0u64, 7u32), (1, 8), (2, 9)] {
+        let flows = |next| {
+            vec![FlowReport {
+                flow: 0,
+                first_seq: 0,
+                next_seq: next,
+                failed: 0,
+            }]
+        };
+        let hello = Hello {
+            name: "edge-1".into(),
+            epoch,
+            flows: flows(0),
+            elapsed_ns: 0,
+        };
+        let (_, line) = registry.hello(None, &hello);
+        assert!(
+            line.contains(&format!("session {}", run + 1)) || run == 0,
+            "{line}"
+        );
+        round(&mut books, &shared);
+        for seq in 0..100 {
+            books.record(packet(epoch, seq)).unwrap();
+        }
+        // The worker answers while the registry waits.
+        let r = Arc::clone(&registry);
+        let bye = std::thread::spawn(move || r.goodbye(epoch, &flows(105), Duration::from_secs(5)));
+        while !bye.is_finished() {
+            round(&mut books, &shared);
+            std::thread::yield_now();
+        }
+        let verdict = bye.join().unwrap();
+        assert!(verdict.complete);
+        assert_eq!((verdict.totals.packets, verdict.totals.lost), (100, 5));
+    }
+    let rows = registry.rows(true);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].name, "edge-1");
+    assert_eq!((rows[0].counters.packets, rows[0].counters.lost), (300, 15));
+    assert_eq!(rows[0].sessions, 3);
+}
+
+#[test]
+fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_address() {
+    let shared = worker();
+    let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
+    let mut books = Books::new(64, 16, false);
+    let f = |next| FlowReport {
+        flow: 3,
+        first_seq: 0,
+        next_seq: next,
+        failed: 2,
+    };
+    registry.hello(
+        None,
+        &Hello {
+            name: "s".into(),
+            epoch: 1,
+            flows: vec![f(0)],
+            elapsed_ns: 0,
+        },
+    );
+    let r = Arc::clone(&registry);
+    let bye = std::thread::spawn(move || r.goodbye(1, &[f(50)], Duration::from_secs(5)));
+    while !bye.is_finished() {
+        round(&mut books, &shared);
+        std::thread::yield_now();
+    }
+    let v = bye.join().unwrap();
+    assert_eq!((v.totals.lost, v.totals.send_failed), (48, 2));
+    books.record(packet(99, 0)).unwrap();
+    round(&mut books, &shared);
+    let rows = registry.rows(true);
+    assert!(
+        rows.iter()
+            .any(|r| r.name == "10.9.0.2:4000" && r.counters.packets == 1)
+    );
+}
