@@ -34,6 +34,8 @@ echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --release --all-targets -- -D warnings
 echo "== cargo test --release"
 cargo test --release -- --test-threads=2
+echo "== control-message decoder: 10 M random and structured inputs"
+RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
 echo "== cargo bench --no-run"
 cargo bench --no-run --quiet
 echo "== exporter against a real Prometheus (and every dashboard query)"

@@ -86,6 +86,7 @@ pub fn start(
         (Link::InProcess, Some(s), Some(k)) => {
             let (_, line) = k.registry.hello(None, &registry_hello("pair", s, 0));
             eprintln!("{line}");
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
             started.verdict = VerdictSource::InProcess;
         }
         (Link::Serve { listen, secret }, _, Some(k)) => {

@@ -22,6 +22,11 @@ use crate::{
     worker::Control,
 };
 
+/// The sink's session name and its books for one sender run, or why none came.
+pub type VerdictResult = Result<(String, RunVerdict), String>;
+/// Asks a remote sink for its verdict, given the flows' ends.
+pub type AskSink = Box<dyn FnOnce(&[FlowReport]) -> VerdictResult>;
+
 /// Where a sender's verdict comes from: the sink's books for this sender run.
 pub enum VerdictSource {
     /// This run does not send.
@@ -30,7 +35,7 @@ pub enum VerdictSource {
     InProcess,
     /// A sink elsewhere: given the flows' ends, says goodbye and waits for the verdict
     /// (the sink's session name and its books), or says why none came.
-    Remote(Box<dyn FnOnce(&[FlowReport]) -> Result<(String, RunVerdict), String>>),
+    Remote(AskSink),
 }
 
 const TICK: Duration = Duration::from_millis(20);
@@ -222,7 +227,7 @@ impl Session {
     fn finish(
         self,
         on_tick: &mut dyn FnMut(bool),
-        verdict: Option<Result<(String, RunVerdict), String>>,
+        verdict: Option<VerdictResult>,
     ) -> Result<(), Error> {
         let mut failed = false;
         // Every worker has ended and published its last counters: flush them to the exporter

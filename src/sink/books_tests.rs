@@ -110,6 +110,7 @@ fn goodbye_makes_a_dropped_tail_lost_exactly() {
             failed: 3,
         },
         &mailbox,
+        u64::MAX,
     );
     let s = closed(&mailbox)[0];
     assert_eq!((s.packets, s.lost, s.send_failed), (87, 10 + 1 - 1, 3));
@@ -120,6 +121,7 @@ fn goodbye_makes_a_dropped_tail_lost_exactly() {
             failed: 3,
         },
         &mailbox,
+        u64::MAX,
     );
     assert!(matches!(
         mailbox.outbox.pop(),
@@ -141,6 +143,7 @@ fn a_vanished_sender_leaves_an_unconfirmed_tail() {
             failed: 0,
         },
         &mailbox,
+        u64::MAX,
     );
     b.sweep(Some(1_000), &mailbox);
     let s = closed(&mailbox)[0];
@@ -178,6 +181,7 @@ fn many_sessions_probe_and_delete_consistently() {
                     failed: 0,
                 },
                 &mailbox,
+                u64::MAX,
             );
         }
         b.sweep(None, &mailbox);

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: run the real binary, read its JSON Lines summaries.
 #![allow(dead_code)]
 
+pub mod proc;
+
 use std::{
     process::{Command, Output, Stdio},
     sync::{Mutex, MutexGuard},
@@ -126,17 +128,20 @@ pub struct Lab {
     pub tx: String,
     /// Sink side namespace.
     pub rx: String,
+    /// The sender side's veth device.
+    pub tx_dev: String,
 }
 
 impl Lab {
     /// Creates `rb<tag>tx<pid>` at `10.<net>.0.1/24` and `rb<tag>rx<pid>` at `10.<net>.0.2/24`.
     pub fn create(tag: &str, net: u8) -> Lab {
         let id = std::process::id() % 100_000;
+        let (va, vb) = (format!("rb{tag}{id}a"), format!("rb{tag}{id}b"));
         let lab = Lab {
             tx: format!("rb{tag}tx{id}"),
             rx: format!("rb{tag}rx{id}"),
+            tx_dev: va.clone(),
         };
-        let (va, vb) = (format!("rb{tag}{id}a"), format!("rb{tag}{id}b"));
         let (a, b) = (format!("10.{net}.0.1/24"), format!("10.{net}.0.2/24"));
         let ok = ip(&["netns", "add", &lab.tx])
             && ip(&["netns", "add", &lab.rx])
@@ -168,8 +173,11 @@ impl Lab {
     /// bound to `port`, runs a sender (`send_args` after `send --json`) in the sender namespace,
     /// and returns both summaries after both exit successfully.
     pub fn run(&self, port: u16, sink_args: &[&str], send_args: &[&str]) -> (Value, Value) {
+        let secret = secret_file();
+        let secret = secret.path().to_str().unwrap();
         let sink = std::process::Command::new("ip")
             .args(["netns", "exec", &self.rx, bin(), "sink", "--json"])
+            .args(["--secret-file", secret])
             .args(sink_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -178,6 +186,7 @@ impl Lab {
         wait_bound(Some(&self.rx), port);
         let send = std::process::Command::new("ip")
             .args(["netns", "exec", &self.tx, bin(), "send", "--json"])
+            .args(["--secret-file", secret])
             .args(send_args)
             .output()
             .unwrap();
@@ -189,6 +198,20 @@ impl Lab {
             summaries(&sunk).sink.unwrap(),
         )
     }
+}
+
+/// A fresh secret file for a sink and its senders.
+pub fn secret_file() -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    use std::io::Write;
+    writeln!(f, "test-secret-{}-{}", std::process::id(), rand_word()).unwrap();
+    f
+}
+
+fn rand_word() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Runs `ringblast pair ARGS --json --no-metrics`, checks it succeeded, returns both summaries

@@ -1,0 +1,98 @@
+//! A child process whose stderr lines can be waited for (events, not sleeps), whose stdout is
+//! collected, and which can be interrupted by PID.
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::mpsc::{Receiver, channel},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+/// A started child.
+pub struct Proc {
+    child: Child,
+    lines: Receiver<String>,
+    /// Every stderr line read so far.
+    pub seen: Vec<String>,
+    stdout: Option<JoinHandle<String>>,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout and stderr piped.
+    pub fn spawn(mut cmd: Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the process");
+        let (tx, lines) = channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut out = child.stdout.take().unwrap();
+        let stdout = Some(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        }));
+        Proc {
+            child,
+            lines,
+            seen: Vec::new(),
+            stdout,
+        }
+    }
+
+    /// Waits (at most `timeout`) for a stderr line containing `needle`; returns it.
+    pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let until = Instant::now() + timeout;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "no line with {needle:?} within {timeout:?}; saw:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    /// Sends SIGINT to the child (a clean stop: it prints its summary).
+    pub fn interrupt(&self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Waits for the exit; returns the status, stdout and every stderr line.
+    pub fn finish(mut self) -> (ExitStatus, String, String) {
+        let status = self.child.wait().unwrap();
+        let out = self.stdout.take().unwrap().join().unwrap();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+            self.seen.push(line);
+        }
+        (status, out, self.seen.join("\n"))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.stdout.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
