@@ -349,20 +349,7 @@ struct View {
 
 impl View {
     fn reports(&self) -> Vec<FlowReport> {
-        let mut out = Vec::new();
-        for (shared, ids) in self.shared.iter().zip(&self.flows) {
-            for (c, &flow) in shared.flows.iter().zip(ids) {
-                let c = c.load();
-                let failed: u64 = c.errors.iter().sum();
-                out.push(FlowReport {
-                    flow,
-                    first_seq: self.first_seq,
-                    next_seq: self.first_seq + c.packets + failed,
-                    failed,
-                });
-            }
-        }
-        out
+        super::roles::flow_reports(&self.shared, &self.flows, self.first_seq)
     }
 }
 

@@ -278,23 +278,32 @@ impl SenderSet {
     }
 }
 
+/// Where every flow of these sender queues stands: first and next sequence numbers, failed sends.
+pub fn flow_reports(
+    shared: &[Arc<SenderShared>],
+    flows: &[Vec<u32>],
+    first_seq: u64,
+) -> Vec<FlowReport> {
+    let mut out = Vec::new();
+    for (shared, flow_ids) in shared.iter().zip(flows) {
+        for (counters, &flow) in shared.flows.iter().zip(flow_ids) {
+            let c = counters.load();
+            let failed: u64 = c.errors.iter().sum();
+            out.push(FlowReport {
+                flow,
+                first_seq,
+                next_seq: first_seq + c.packets + failed,
+                failed,
+            });
+        }
+    }
+    out
+}
+
 impl SenderSet {
     /// Where every flow stands: its first and next sequence numbers and its failed sends.
     pub fn flow_reports(&self) -> Vec<FlowReport> {
-        let mut out = Vec::new();
-        for (shared, flow_ids) in self.shared.iter().zip(&self.flows) {
-            for (counters, &flow) in shared.flows.iter().zip(flow_ids) {
-                let c = counters.load();
-                let failed: u64 = c.errors.iter().sum();
-                out.push(FlowReport {
-                    flow,
-                    first_seq: self.first_seq,
-                    next_seq: self.first_seq + c.packets + failed,
-                    failed,
-                });
-            }
-        }
-        out
+        flow_reports(&self.shared, &self.flows, self.first_seq)
     }
 }
 
