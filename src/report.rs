@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 
 use crate::{
     sink::registry::{RunVerdict, SenderRow},
-    stats::{ERRNO_LABELS, INVALID_LABELS, RxFlow, SessionCounters, TxFlow, WorkerCounters},
+    stats::{
+        ERRNO_LABELS, INVALID_LABELS, Latency, RxFlow, SessionCounters, TxFlow, WorkerCounters,
+    },
 };
 
 /// Where a queue runs.
@@ -246,6 +248,31 @@ fn counters_json(c: &SessionCounters) -> Value {
         "send_failed": c.send_failed})
 }
 
+/// Latency quantiles as upper bounds of the sink's latency cells.
+fn latency_json(l: &Latency) -> Value {
+    json!({"p50_ns_at_most": l.p50_ns, "p99_ns_at_most": l.p99_ns, "max_ns_at_most": l.max_ns})
+}
+
+/// A cell bound for people: `<=20us`, `>1s` for the open top cell, `-` when nothing was seen.
+fn bound_text(ns: u64) -> String {
+    match ns {
+        0 => "-".into(),
+        u64::MAX => ">1s".into(),
+        n if n >= 1_000_000_000 => format!("<={}s", n / 1_000_000_000),
+        n if n >= 1_000_000 => format!("<={}ms", n / 1_000_000),
+        n => format!("<={}us", n / 1_000),
+    }
+}
+
+fn latency_text(l: &Latency) -> String {
+    format!(
+        "latency p50 {} p99 {} max {}",
+        bound_text(l.p50_ns),
+        bound_text(l.p99_ns),
+        bound_text(l.max_ns)
+    )
+}
+
 /// Adds the sink's verdict (or why none came) to a sender summary; returns the human line.
 pub fn attach_verdict(
     summary: &mut Value,
@@ -267,9 +294,10 @@ pub fn attach_verdict(
                     })
                     .collect(),
             );
+            sink["latency"] = latency_json(&v.latency);
             summary["sink"] = sink;
             format!(
-                "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}{}",
+                "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}",
                 t.packets,
                 t.lost,
                 loss_percent(t.packets, t.lost),
@@ -277,6 +305,7 @@ pub fn attach_verdict(
                 t.duplicates,
                 t.kernel_drops,
                 t.send_failed,
+                latency_text(&v.latency),
                 if v.complete {
                     ""
                 } else {
@@ -303,6 +332,7 @@ pub fn senders_json(rows: &[SenderRow]) -> Value {
                 v["sessions"] = json!(r.sessions);
                 v["active_s"] = json!(round3(active_s));
                 v["pps"] = json!(rate(r.counters.packets, active_s));
+                v["latency"] = latency_json(&Latency::from_cells(&r.counters.latency_cells));
                 v
             })
             .collect(),
@@ -316,7 +346,7 @@ pub fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
             let c = &r.counters;
             let active_s = r.active_ns as f64 / 1e9;
             format!(
-                "  sender {}: {} packets in {:.3}s active ({}pps), lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, unconfirmed {}, sessions {}",
+                "  sender {}: {} packets in {:.3}s active ({}pps), lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, unconfirmed {}, sessions {}, {}",
                 r.name,
                 c.packets,
                 active_s,
@@ -328,7 +358,8 @@ pub fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
                 c.kernel_drops,
                 c.send_failed,
                 c.unconfirmed,
-                r.sessions
+                r.sessions,
+                latency_text(&Latency::from_cells(&c.latency_cells))
             )
         })
         .collect()

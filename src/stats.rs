@@ -161,6 +161,48 @@ counter_set! {
         /// Sent after the last packet received, by the sender's last progress report, by a
         /// sender that vanished without a goodbye: fate unknown, neither lost nor received.
         unconfirmed:,
+        /// One-way latency observations per cell of [`LATENCY_BOUNDS_NS`].
+        latency_cells: 20,
+    }
+}
+
+/// The upper bound (ns) of the latency cell that holds quantile `q` of `cells`: the cells'
+/// resolution, `u64::MAX` for the open top cell, 0 when nothing was observed.
+pub fn latency_quantile_bound(cells: &[u64; LATENCY_CELLS], q: f64) -> u64 {
+    let total: u64 = cells.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let want = ((total as f64 * q).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for (i, n) in cells.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            return LATENCY_BOUNDS_NS.get(i).copied().unwrap_or(u64::MAX);
+        }
+    }
+    u64::MAX
+}
+
+/// Latency quantiles at the cells' resolution (upper bounds of the cells that hold them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// Median.
+    pub p50_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// Maximum.
+    pub max_ns: u64,
+}
+
+impl Latency {
+    /// The quantiles of `cells`.
+    pub fn from_cells(cells: &[u64; LATENCY_CELLS]) -> Latency {
+        Latency {
+            p50_ns: latency_quantile_bound(cells, 0.5),
+            p99_ns: latency_quantile_bound(cells, 0.99),
+            max_ns: latency_quantile_bound(cells, 1.0),
+        }
     }
 }
 
@@ -248,6 +290,17 @@ mod tests {
         total.add(&local);
         assert_eq!(total.packets, 10);
         assert_eq!(total.errors[1], 4);
+    }
+
+    #[test]
+    fn latency_quantiles_are_cell_bounds() {
+        let mut cells = [0; LATENCY_CELLS];
+        assert_eq!(Latency::from_cells(&cells), Latency::default());
+        cells[latency_cell(1_500)] = 98;
+        cells[latency_cell(30_000)] = 1;
+        cells[latency_cell(5_000_000_000)] = 1;
+        let l = Latency::from_cells(&cells);
+        assert_eq!((l.p50_ns, l.p99_ns, l.max_ns), (2_000, 50_000, u64::MAX));
     }
 
     #[test]

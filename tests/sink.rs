@@ -18,6 +18,10 @@ fn free_port() -> u16 {
 }
 
 fn start_sink(port: u16, duration: &str) -> Child {
+    start_sink_with(port, duration, &[])
+}
+
+fn start_sink_with(port: u16, duration: &str, extra: &[&str]) -> Child {
     let child = Command::new(bin())
         .args([
             "sink",
@@ -27,6 +31,7 @@ fn start_sink(port: u16, duration: &str) -> Child {
             duration,
             "--json",
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -146,4 +151,47 @@ fn sink_reports_interval_lines_then_the_summary_last() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("q0 n0 "), "{stderr}");
     assert!(stderr.contains("kdrops: 0"), "{stderr}");
+}
+
+#[test]
+fn a_full_session_table_counts_table_full_and_says_so_once() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let sink = start_sink_with(port, "3s", &["--max-sessions", "1"]);
+    let to = format!("127.0.0.1:{port}");
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        let run = ringblast(&[
+            "send",
+            "--to",
+            &to,
+            "--count",
+            "500",
+            "--rate",
+            "20kpps",
+            "--json",
+            "--control",
+            "off",
+        ]);
+        assert_ok(&run);
+        sent.push(u(&summaries(&run).send.unwrap(), "tx_packets"));
+    }
+    let out = sink.wait_with_output().unwrap();
+    assert_ok(&out);
+    let sink = summaries(&out).sink.unwrap();
+    // The first run holds the only slot (idle sessions close after --session-idle, 10 s).
+    assert_eq!(u(&sink, "rx_packets"), sent[0], "{sink}");
+    assert_eq!(
+        sink["rx_invalid_by_reason"]["table_full"],
+        sent[1] + sent[2],
+        "{sink}"
+    );
+    assert_eq!(u(&sink, "rx_lost"), 0, "{sink}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("session table full"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(said[0].contains("raise --max-sessions"), "{stderr}");
 }

@@ -25,7 +25,7 @@ mod conn;
 
 const POLL: Duration = Duration::from_millis(20);
 const TICK: Duration = Duration::from_millis(100);
-const LOG_PER_SEC: u32 = 5;
+const LOG_PER_SEC: u32 = 20;
 
 /// How the sink listens for senders.
 #[derive(Debug, Clone)]

@@ -27,7 +27,7 @@ use crate::{
     metrics::names,
     sender::SenderShared,
     sink::registry::{self, FlowReport, Registry, RunVerdict},
-    stats::{LATENCY_BOUNDS_NS, SessionCounters, SharedWorkerCounters},
+    stats::{Latency, SessionCounters},
 };
 
 /// How this run's sender and sink talk.
@@ -98,7 +98,6 @@ pub fn start(
             let books = Arc::new(Books {
                 registry: Arc::clone(&k.registry),
                 sink_session: session,
-                workers: k.shared.iter().map(|w| Arc::clone(w) as _).collect(),
             });
             started.server = Some(server.start(books, Box::new(|line| eprintln!("{line}"))));
         }
@@ -110,6 +109,8 @@ pub fn start(
                 shared: s.shared.clone(),
                 flows: s.flows.clone(),
                 started_ns: clock::monotonic_ns(),
+                size: u32::try_from(s.size).unwrap_or(u32::MAX),
+                rate_pps: s.target_pps,
             });
             let mut config = ClientConfig::new(addr);
             config.secret = secret;
@@ -214,7 +215,7 @@ fn counters_of(f: &FlowVerdict) -> SessionCounters {
         kernel_drops: f.rx_kernel_drops,
         unconfirmed: f.rx_unconfirmed,
         send_failed: f.tx_failed,
-        late: 0,
+        ..SessionCounters::default()
     }
 }
 
@@ -223,6 +224,11 @@ fn run_verdict(v: &Verdict) -> RunVerdict {
         totals: counters_of(&v.totals),
         flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
         complete: true,
+        latency: Latency {
+            p50_ns: v.latency_p50_ns,
+            p99_ns: v.latency_p99_ns,
+            max_ns: v.latency_max_ns,
+        },
     }
 }
 
@@ -230,36 +236,6 @@ fn run_verdict(v: &Verdict) -> RunVerdict {
 struct Books {
     registry: Arc<Registry>,
     sink_session: String,
-    workers: Vec<Arc<dyn WorkerLatency>>,
-}
-
-/// Latency cells of a sink worker (sink-wide, not per sender).
-trait WorkerLatency: Send + Sync {
-    fn cells(&self) -> [u64; 20];
-}
-
-impl WorkerLatency for crate::sink::SinkShared {
-    fn cells(&self) -> [u64; 20] {
-        let w: &SharedWorkerCounters = &self.worker;
-        w.load().latency_cells
-    }
-}
-
-/// The upper bound of the cell holding quantile `q` (the cells' resolution).
-fn quantile_bound(cells: &[u64; 20], q: f64) -> u64 {
-    let total: u64 = cells.iter().sum();
-    if total == 0 {
-        return 0;
-    }
-    let want = (total as f64 * q).ceil() as u64;
-    let mut seen = 0;
-    for (i, n) in cells.iter().enumerate() {
-        seen += n;
-        if seen >= want {
-            return LATENCY_BOUNDS_NS.get(i).copied().unwrap_or(u64::MAX);
-        }
-    }
-    u64::MAX
 }
 
 impl SinkBooks for Books {
@@ -280,7 +256,10 @@ impl SinkBooks for Books {
             elapsed_ns: hello.elapsed_ns,
         };
         let (uptime, line) = self.registry.hello(Some(peer), &h);
-        eprintln!("{line}");
+        let rate = hello
+            .rate_pps
+            .map_or_else(|| "unpaced".to_string(), |r| format!("{r:.0}pps"));
+        eprintln!("{line} ({} B, {rate})", hello.size);
         uptime
     }
 
@@ -310,21 +289,15 @@ impl SinkBooks for Books {
             })
             .collect();
         let v = self.registry.goodbye(epoch, &flows, GOODBYE_WAIT);
-        let mut cells = [0u64; 20];
-        for w in &self.workers {
-            for (a, b) in cells.iter_mut().zip(w.cells()) {
-                *a += b;
-            }
-        }
         Verdict {
             sink_session: self.sink_session.clone(),
             name: name.into(),
             epoch,
             totals: flow_verdict(&v.totals),
             flows: v.flows.iter().map(|(f, c)| (*f, flow_verdict(c))).collect(),
-            latency_p50_ns: quantile_bound(&cells, 0.5),
-            latency_p99_ns: quantile_bound(&cells, 0.99),
-            latency_max_ns: quantile_bound(&cells, 1.0),
+            latency_p50_ns: v.latency.p50_ns,
+            latency_p99_ns: v.latency.p99_ns,
+            latency_max_ns: v.latency.max_ns,
         }
     }
 
@@ -345,6 +318,8 @@ struct View {
     shared: Vec<Arc<SenderShared>>,
     flows: Vec<Vec<u32>>,
     started_ns: u64,
+    size: u32,
+    rate_pps: Option<f64>,
 }
 
 impl View {
@@ -368,8 +343,8 @@ impl SenderView for View {
                     failed: f.failed,
                 })
                 .collect(),
-            size: 0,
-            rate_pps: None,
+            size: self.size,
+            rate_pps: self.rate_pps,
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
             reconnect,
         }

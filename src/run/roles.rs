@@ -12,7 +12,7 @@ use crate::{
     sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
     sink::books::MAX_SEND_LAG,
     sink::{
-        SinkConfig, SinkOutcome, SinkShared, SinkWorker,
+        INVALID_TABLE_FULL, SinkConfig, SinkOutcome, SinkShared, SinkWorker,
         registry::{FlowReport, Registry},
     },
     stats::{RxFlow, TxFlow},
@@ -40,6 +40,8 @@ pub struct SenderSet {
     pub target_pps: Option<f64>,
     /// First sequence number of every flow.
     pub first_seq: u64,
+    /// UDP payload bytes of every datagram.
+    pub size: usize,
 }
 
 /// Running sinks.
@@ -52,6 +54,8 @@ pub struct SinkSet {
     pub group: Group<SinkOutcome>,
     /// Books per sender, beside the workers.
     pub registry: Arc<Registry>,
+    /// Session slots per queue.
+    pub max_sessions: usize,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
@@ -160,6 +164,7 @@ pub fn start_senders(
 ) -> Result<SenderSet, Error> {
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
+    let size = configs.first().map_or(0, |(c, _)| c.size);
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     let mut flows = Vec::new();
@@ -186,6 +191,7 @@ pub fn start_senders(
         flows,
         target_pps,
         first_seq,
+        size,
     })
 }
 
@@ -234,6 +240,7 @@ pub fn start_sinks(
     config: SinkConfig,
     max_senders: usize,
 ) -> Result<SinkSet, Error> {
+    let max_sessions = config.max_sessions;
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     for q in &queues {
@@ -254,6 +261,7 @@ pub fn start_sinks(
         shared,
         group,
         registry,
+        max_sessions,
     })
 }
 
@@ -308,6 +316,19 @@ impl SenderSet {
 }
 
 impl SinkSet {
+    /// The line that says a queue's session table is full, if one is (print it once).
+    pub fn table_full_line(&self, rx: &[RxSample]) -> Option<String> {
+        let (q, _) = self
+            .queues
+            .iter()
+            .zip(rx)
+            .find(|(_, r)| r.worker.invalid[INVALID_TABLE_FULL] > 0)?;
+        Some(format!(
+            "sink: queue {} session table full ({} sessions): datagrams of new sessions count as invalid table_full; raise --max-sessions or lower --session-idle",
+            q.queue, self.max_sessions
+        ))
+    }
+
     /// Current counters per queue.
     pub fn samples(&self) -> Vec<RxSample> {
         self.shared

@@ -177,6 +177,7 @@ impl Session {
         let mut last_report = start;
         let (mut tx0, mut rx0) = self.samples();
         let mut in_process_verdict = None;
+        let mut table_full_said = false;
         loop {
             std::thread::sleep(TICK);
             if signal.load(Ordering::Relaxed) {
@@ -195,6 +196,12 @@ impl Session {
             }
             on_tick(false);
             let (tx, rx) = self.samples();
+            if !table_full_said
+                && let Some(line) = self.sinks.as_ref().and_then(|s| s.table_full_line(&rx))
+            {
+                eprintln!("{line}");
+                table_full_said = true;
+            }
             let now = clock::monotonic_ns();
             let since = now - last_report;
             if !self.interval.is_zero() && since >= self.interval.as_nanos() as u64 {

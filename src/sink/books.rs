@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use super::mailbox::{CloseCause, FromWorker, Mailbox, SessionKey, SessionView, ToWorker};
 use crate::{
     proto::seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
-    stats::{RxFlow, SessionCounters},
+    stats::{RxFlow, SessionCounters, latency_cell},
 };
 
 /// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
@@ -30,6 +30,8 @@ use crate::{
 pub const MAX_SEND_LAG: u64 = WINDOW / 2;
 /// Bytes of memory one session takes (tracker bitmap included).
 pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
+// The README states about 2.5 KiB per session: keep it true.
+const _: () = assert!(SESSION_BYTES <= 2_600);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
 /// A goodbye whose tail has not all arrived waits until its flow has been quiet this long ...
@@ -83,6 +85,8 @@ pub struct Packet {
     pub bytes: u64,
     pub source: Option<SocketAddr>,
     pub now_ns: u64,
+    /// One-way latency (the sink's clock less the sender's stamp).
+    pub latency_ns: u64,
 }
 
 /// The sessions one sink worker sees.
@@ -279,6 +283,7 @@ impl Books {
         }
         s.drops_mark = self.socket_drops;
         s.counters.bytes += p.bytes;
+        s.counters.latency_cells[latency_cell(p.latency_ns)] += 1;
         self.per_flow[p.key.flow as usize].bytes += p.bytes;
         fold(s, &mut self.per_flow);
         Ok(())

@@ -1,6 +1,7 @@
 //! Unit tests of the sink's books: every count is checked against what the test sent.
 
 use super::*;
+use crate::stats::Latency;
 
 fn key(epoch: u32, flow: u32) -> SessionKey {
     SessionKey { epoch, flow }
@@ -14,6 +15,7 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
         bytes: 64,
         source: None,
         now_ns: seq + 1,
+        latency_ns: 1_500,
     }
 }
 
@@ -46,6 +48,27 @@ fn two_senders_on_flow_zero_keep_separate_books() {
     }
     assert_eq!(b.flow(0).packets, 2000);
     assert_eq!(b.live(), 0);
+}
+
+#[test]
+fn each_session_keeps_its_own_latency() {
+    let mailbox = Mailbox::new(8);
+    let mut b = Books::new(8, 4, false);
+    for seq in 0..100 {
+        b.record(packet(11, 0, seq, 0)).unwrap();
+        let slow = Packet {
+            latency_ns: 30_000_000,
+            ..packet(22, 0, seq, 0)
+        };
+        b.record(slow).unwrap();
+    }
+    b.sweep(None, &mailbox);
+    let mut bounds: Vec<u64> = closed(&mailbox)
+        .iter()
+        .map(|c| Latency::from_cells(&c.latency_cells).p99_ns)
+        .collect();
+    bounds.sort();
+    assert_eq!(bounds, [2_000, 50_000_000]);
 }
 
 #[test]

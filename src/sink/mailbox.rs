@@ -57,6 +57,9 @@ pub enum CloseCause {
 
 /// A worker's answer about a session.
 #[derive(Clone, Copy, Debug)]
+// Closed is large (final books with latency cells), but the outbox is allocated at set-up:
+// boxing it would allocate on the worker.
+#[allow(clippy::large_enum_variant)]
 pub enum FromWorker {
     /// The worker closed the session in `slot` with these final books.
     Closed {

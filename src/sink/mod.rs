@@ -69,7 +69,7 @@ const INVALID_SHORT: usize = 0;
 /// Index of the `flow_id` reason in `WorkerCounters::invalid`.
 const INVALID_FLOW_ID: usize = 3;
 /// Index of the `table_full` reason in `WorkerCounters::invalid`.
-const INVALID_TABLE_FULL: usize = 4;
+pub const INVALID_TABLE_FULL: usize = 4;
 /// How often idle sessions are looked for.
 const SWEEP_EVERY_NS: u64 = 100_000_000;
 
@@ -253,6 +253,7 @@ impl SinkWorker {
                     continue;
                 }
             };
+            let delay = now_real.saturating_sub(h.timestamp_ns);
             let packet = Packet {
                 key: SessionKey {
                     epoch: h.epoch,
@@ -263,11 +264,11 @@ impl SinkWorker {
                 bytes: datagram.len() as u64,
                 source,
                 now_ns,
+                latency_ns: delay,
             };
             match self.books.record(packet) {
                 Ok(()) => {
                     valid = true;
-                    let delay = now_real.saturating_sub(h.timestamp_ns);
                     let cell = latency_cell(delay);
                     self.counters.latency_cells[cell] += 1;
                     self.counters.latency_sum_ns[cell] += delay;

@@ -18,7 +18,10 @@ use super::{
     SinkShared,
     mailbox::{FromWorker, SessionKey, ToWorker},
 };
-use crate::{clock, stats::SessionCounters};
+use crate::{
+    clock,
+    stats::{Latency, SessionCounters},
+};
 
 /// A session younger than this whose sender has not said hello yet is not attributed to its
 /// source address yet, so a named sender's counts never move between two series.
@@ -59,6 +62,8 @@ pub struct RunVerdict {
     pub flows: Vec<(u32, SessionCounters)>,
     /// Every worker answered for every flow in time.
     pub complete: bool,
+    /// One-way latency of this sender's packets (the sink's latency cells' resolution).
+    pub latency: Latency,
 }
 
 /// One sender's books, as the reporter shows them.
@@ -299,6 +304,7 @@ impl Registry {
                     verdict.totals.add(&counters);
                     verdict.flows.push((f.flow, counters));
                 }
+                verdict.latency = Latency::from_cells(&verdict.totals.latency_cells);
                 return verdict;
             }
             drop(inner);

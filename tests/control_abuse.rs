@@ -1,0 +1,326 @@
+//! Abuse of a sink's control port while a paced, authenticated sender is being counted: a
+//! wrong secret, no secret, a recorded handshake replayed, an oversized frame, garbage bytes,
+//! a client that connects and says nothing, and 1000 connection attempts. Each gets its own
+//! clear line at the sink (and exit 3 where a `ringblast send` is refused); all the while the
+//! paced run is counted exactly, and its control connection is never dropped. A sink on a
+//! non-loopback address with no secret refuses to start. All on loopback.
+
+mod common;
+
+use std::{
+    io::{Read, Write},
+    net::{Shutdown, TcpListener, TcpStream, UdpSocket},
+    sync::{Arc, Mutex},
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::{proc::Proc, *};
+use serde_json::Value;
+
+fn free_port() -> u16 {
+    // The sink binds UDP and TCP on one port number: find one free for both.
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A TCP relay in front of the sink's control port that records what the client sent on its
+/// first connection: a real handshake, to replay later.
+fn recording_relay(to: u16) -> (u16, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let rec = Arc::clone(&recorded);
+    thread::spawn(move || {
+        for (n, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                return;
+            };
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let rec = (n == 0).then(|| Arc::clone(&rec));
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(k) = c_in.read(&mut buf) {
+                    if k == 0 || s_out.write_all(&buf[..k]).is_err() {
+                        break;
+                    }
+                    if let Some(r) = &rec {
+                        r.lock().unwrap().extend_from_slice(&buf[..k]);
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Write);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            thread::spawn(move || {
+                let _ = std::io::copy(&mut s_in, &mut c_out);
+                let _ = c_out.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (port, recorded)
+}
+
+/// Writes `bytes` to a fresh control connection and waits (at most 6 s) for the sink to close
+/// it; returns the local address the sink logs the connection under.
+fn send_and_wait_close(port: u16, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let local = s.local_addr().unwrap().to_string();
+    s.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+    if !bytes.is_empty() {
+        s.write_all(bytes).unwrap();
+    }
+    let started = Instant::now();
+    let mut sink = [0u8; 4096];
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!(
+                "the sink kept {local} open ({e}) after {:?}",
+                started.elapsed()
+            ),
+        }
+    }
+    local
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn series(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+fn last_json(stdout: &str, role: &str) -> Value {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|v| v["type"] == "summary" && v["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
+}
+
+fn send_cmd(port: u16, extra: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(bin());
+    c.args(["send", "--to", &format!("127.0.0.1:{port}"), "--json"])
+        .args(extra);
+    c
+}
+
+#[test]
+fn control_port_abuse_never_disturbs_a_counted_run() {
+    let _guard = traffic_lock();
+    let secret = secret_file();
+    let wrong = secret_file();
+    let secret_path = secret.path().to_str().unwrap();
+    let (port, metrics_port) = (free_port(), free_port());
+    let mut sink = Proc::spawn({
+        let mut c = std::process::Command::new(bin());
+        c.args(["sink", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--secret-file", secret_path, "--json"])
+            .args(["--metrics", &format!("127.0.0.1:{metrics_port}")]);
+        c
+    });
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let (relay, recorded) = recording_relay(port);
+
+    let relay_addr = format!("127.0.0.1:{relay}");
+    let mut paced = Proc::spawn(send_cmd(
+        port,
+        &[
+            "--name",
+            "paced",
+            "--rate",
+            "4kpps",
+            "--duration",
+            "12s",
+            "--secret-file",
+            secret_path,
+            "--control",
+            &relay_addr,
+        ],
+    ));
+    paced.wait_line("control: connected to sink", Duration::from_secs(10));
+    sink.wait_line("sink: sender paced", Duration::from_secs(10));
+
+    // A wrong secret, and no secret at all: each sender is told in one line and exits 3.
+    for (name, extra) in [
+        (
+            "intruder",
+            vec!["--secret-file", wrong.path().to_str().unwrap()],
+        ),
+        ("nosecret", vec![]),
+    ] {
+        let mut args = vec!["--name", name, "--count", "200", "--rate", "2kpps"];
+        args.extend(extra);
+        let (status, _, err) = Proc::spawn(send_cmd(port, &args)).finish();
+        assert_eq!(status.code(), Some(3), "{name}: {err}");
+        assert!(
+            err.contains(
+                "the sink refused this sender's credentials: give both sides the same --secret-file"
+            ),
+            "{name}: {err}"
+        );
+    }
+    sink.wait_line("refused: wrong secret", Duration::from_secs(5));
+    sink.wait_line(
+        "sent no credentials but this sink requires --secret-file",
+        Duration::from_secs(5),
+    );
+
+    // The paced sender's own handshake, recorded on the way, replayed: the sink's fresh nonce
+    // makes the recorded MAC worthless.
+    let replay = recorded.lock().unwrap().clone();
+    assert!(
+        replay.len() > 64,
+        "the relay recorded {} bytes",
+        replay.len()
+    );
+    let peer = send_and_wait_close(port, &replay);
+    sink.wait_line(
+        &format!("control: {peer}: refused: wrong secret"),
+        Duration::from_secs(5),
+    );
+
+    // A length of 4 GiB − 1: refused before anything is allocated.
+    let peer = send_and_wait_close(port, &[0xFF, 0xFF, 0xFF, 0xFF, 1, 2]);
+    sink.wait_line(
+        &format!("control: {peer}: handshake failed: frame of"),
+        Duration::from_secs(5),
+    );
+
+    // Garbage that parses as a small frame of an unknown version.
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mut framed = vec![0, 0, 0, 64];
+    framed.extend_from_slice(&garbage);
+    let peer = send_and_wait_close(port, &framed);
+    sink.wait_line(
+        &format!("control: {peer}: handshake failed"),
+        Duration::from_secs(5),
+    );
+
+    // Connects and says nothing: dropped at the handshake timeout.
+    let peer = send_and_wait_close(port, &[]);
+    sink.wait_line(
+        &format!("control: {peer}: dropped: no handshake within"),
+        Duration::from_secs(5),
+    );
+
+    // 1000 connection attempts, each closed at once.
+    for _ in 0..1000 {
+        drop(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    let metrics = {
+        // The counters reach the exporter on the reporter's tick: wait for the 1000th.
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let m = scrape(metrics_port);
+            let accepted = series(
+                &m,
+                "ringblast_rx_control_connections_total{result=\"accepted\"}",
+            );
+            if accepted >= 1006 || Instant::now() > until {
+                break m;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let c = |result: &str| {
+        series(
+            &metrics,
+            &format!("ringblast_rx_control_connections_total{{result=\"{result}\"}}"),
+        )
+    };
+    // paced, intruder, nosecret, replay, oversize, garbage, silent, and the 1000.
+    assert!(c("accepted") >= 1007, "{metrics}");
+    assert_eq!(
+        c("authenticated"),
+        1,
+        "only the paced sender gets in: {metrics}"
+    );
+    assert_eq!(c("timeout"), 1, "{metrics}");
+    assert!(c("auth_failed") >= 3, "{metrics}");
+    assert_eq!(
+        c("accepted"),
+        c("authenticated") + c("auth_failed") + c("protocol_error") + c("timeout") + c("busy"),
+        "every connection is accounted for once: {metrics}"
+    );
+
+    let (status, out, err) = paced.finish();
+    assert!(status.success(), "{err}");
+    assert!(
+        !err.contains("control: lost the sink") && !err.contains("connection 2"),
+        "the paced sender's control connection was disturbed: {err}"
+    );
+    let send = last_json(&out, "send");
+    let tx = send["tx_packets"].as_u64().unwrap();
+    assert!(tx >= 40_000, "{send}");
+    assert_eq!(send["tx_errors"], 0, "{send}");
+    let verdict = &send["sink"];
+    assert_eq!(verdict["rx_packets"].as_u64(), Some(tx), "{send}");
+    for key in [
+        "rx_lost",
+        "rx_reordered",
+        "rx_duplicates",
+        "rx_kernel_drops",
+        "rx_unconfirmed",
+    ] {
+        assert_eq!(verdict[key], 0, "{key}: {send}");
+    }
+
+    sink.interrupt();
+    let (status, out, err) = sink.finish();
+    assert!(status.success(), "{err}");
+    let summary = last_json(&out, "sink");
+    let row = summary["senders"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "paced"))
+        .unwrap_or_else(|| panic!("no sender paced in {summary}"));
+    assert_eq!(row["rx_packets"].as_u64(), Some(tx), "{summary}");
+    assert_eq!(row["rx_lost"], 0, "{summary}");
+}
+
+#[test]
+fn a_sink_off_loopback_without_a_secret_refuses_to_start() {
+    let port = free_port();
+    let started = Instant::now();
+    let out = ringblast(&[
+        "sink",
+        "--listen",
+        &format!("0.0.0.0:{port}"),
+        "--duration",
+        "5s",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("--secret-file") && lines[0].contains("--insecure-control"),
+        "{err}"
+    );
+}
