@@ -142,6 +142,18 @@ pub struct TrafficArgs {
     /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
     #[arg(long, default_value_t = 0, hide = true)]
     pub first_seq: u64,
+    /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI).
+    #[arg(long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
+    pub min_rate_ratio: Option<f64>,
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a ratio in (0, 1]: give the share of --rate a run must reach, e.g. 0.95"
+        )),
+    }
 }
 
 /// `ringblast send`.

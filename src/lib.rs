@@ -16,6 +16,7 @@ pub mod error;
 pub mod mem;
 pub mod metrics;
 pub mod net;
+pub mod output;
 pub mod pacing;
 pub mod proto {
     //! The wire format and the sink's sequence accounting.

@@ -2,8 +2,13 @@
 
 use clap::Parser;
 
+use ringblast::output;
+
 fn fail(err: ringblast::error::Error) -> ! {
-    eprintln!("ringblast: error: {err}");
+    if output::closed() {
+        std::process::exit(output::EXIT_BROKEN_PIPE);
+    }
+    output::error_line(format_args!("ringblast: error: {err}"));
     std::process::exit(err.exit_code());
 }
 
@@ -13,5 +18,8 @@ fn main() {
     let cli = ringblast::cli::Cli::parse_from(argv);
     if let Err(err) = ringblast::run::execute(cli) {
         fail(err);
+    }
+    if output::closed() {
+        std::process::exit(output::EXIT_BROKEN_PIPE);
     }
 }

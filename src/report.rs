@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use crate::{
     sink::registry::{RunVerdict, SenderRow},
     stats::{
-        ERRNO_LABELS, INVALID_LABELS, Latency, RxFlow, SessionCounters, TxFlow, WorkerCounters,
+        ERRNO_CLASSES, ERRNO_LABELS, INVALID_LABELS, Latency, RxFlow, SessionCounters, TxFlow,
+        WorkerCounters,
     },
 };
 
@@ -79,6 +80,8 @@ fn rate_text(packets: u64, bytes: u64, seconds: f64) -> String {
 
 /// One sender line: `q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0`.
 pub fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> String {
+    let errors: [u64; ERRNO_CLASSES] =
+        std::array::from_fn(|i| now.traffic.errors[i] - before.traffic.errors[i]);
     format!(
         "{label}  {} errors: {}",
         rate_text(
@@ -86,8 +89,24 @@ pub fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> 
             now.traffic.bytes - before.traffic.bytes,
             seconds
         ),
-        now.errors() - before.errors()
+        errors_text(&errors)
     )
+}
+
+/// Failed sends with their errno breakdown: `5030 (ECONNREFUSED 5000, ENOBUFS 30)`.
+pub fn errors_text(errors: &[u64; ERRNO_CLASSES]) -> String {
+    let total: u64 = errors.iter().sum();
+    let named: Vec<String> = ERRNO_LABELS
+        .iter()
+        .zip(errors)
+        .filter(|(_, n)| **n > 0)
+        .map(|(label, n)| format!("{label} {n}"))
+        .collect();
+    if named.is_empty() {
+        total.to_string()
+    } else {
+        format!("{total} ({})", named.join(", "))
+    }
 }
 
 /// One sink line: the sender's fields plus lost, reordered, dup, invalid and kernel drops.
@@ -103,6 +122,19 @@ pub fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f64) -> 
         now.invalid() - before.invalid(),
         now.worker.kernel_drops - before.worker.kernel_drops,
     )
+}
+
+/// The header line above the interval lines, naming their columns (as iperf3 does).
+pub fn interval_header() -> String {
+    format!(
+        "{:<15} {:<11} pps, payload bit rate, and counts within the interval",
+        "interval", "queue"
+    )
+}
+
+/// The label of an interval line: its time span since the start, then the queue.
+pub fn interval_label(start_s: f64, end_s: f64, queue: &str) -> String {
+    format!("{:<15} {queue:<11}", format!("{start_s:.2}-{end_s:.2} s"))
 }
 
 /// The label of a queue line: `q0 n0`.

@@ -4,10 +4,10 @@
 //! | offset | size | field                                          |
 //! |-------:|-----:|------------------------------------------------|
 //! | 0      | 4    | magic `0x52424C53` ("RBLS")                    |
-//! | 4      | 1    | version (1)                                    |
+//! | 4      | 1    | version (2)                                    |
 //! | 5      | 1    | flags                                          |
-//! | 6      | 2    | failed sends of this flow so far, mod 2^16     |
-//! | 8      | 4    | flow                                           |
+//! | 6      | 4    | failed sends of this flow so far, mod 2^32     |
+//! | 10     | 2    | flow (flow ids are below 65536)                |
 //! | 12     | 4    | epoch (random per sender run)                  |
 //! | 16     | 8    | sequence number                                |
 //! | 24     | 8    | send timestamp, ns since the Unix epoch (CLOCK_REALTIME) |
@@ -24,13 +24,13 @@ pub const HEADER_LEN: usize = 32;
 /// First four bytes of every ringblast datagram: "RBLS".
 pub const MAGIC: u32 = 0x5242_4C53;
 /// Header layout version written by this build.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 const MAGIC_AT: Range<usize> = 0..4;
 const VERSION_AT: usize = 4;
 const FLAGS_AT: usize = 5;
-const FAILED_AT: Range<usize> = 6..8;
-const FLOW_AT: Range<usize> = 8..12;
+const FAILED_AT: Range<usize> = 6..10;
+const FLOW_AT: Range<usize> = 10..12;
 const EPOCH_AT: Range<usize> = 12..16;
 const SEQ_AT: Range<usize> = 16..24;
 const TIMESTAMP_AT: Range<usize> = 24..32;
@@ -39,8 +39,9 @@ const TIMESTAMP_AT: Range<usize> = 24..32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub flags: u8,
-    /// Sends of this flow that failed before this packet was queued, modulo 2^16.
-    pub failed: u16,
+    /// Sends of this flow that failed before this packet was queued, modulo 2^32.
+    pub failed: u32,
+    /// Flow id, below 65536 (the wire has 16 bits for it; the sender never plans more).
     pub flow: u32,
     pub epoch: u32,
     pub seq: u64,
@@ -80,7 +81,8 @@ impl Header {
         bytes[VERSION_AT] = VERSION;
         bytes[FLAGS_AT] = self.flags;
         bytes[FAILED_AT].copy_from_slice(&self.failed.to_be_bytes());
-        bytes[FLOW_AT].copy_from_slice(&self.flow.to_be_bytes());
+        debug_assert!(self.flow <= u32::from(u16::MAX), "flow id beyond 16 bits");
+        bytes[FLOW_AT].copy_from_slice(&(self.flow as u16).to_be_bytes());
         bytes[EPOCH_AT].copy_from_slice(&self.epoch.to_be_bytes());
         bytes[SEQ_AT].copy_from_slice(&self.seq.to_be_bytes());
         bytes[TIMESTAMP_AT].copy_from_slice(&self.timestamp_ns.to_be_bytes());
@@ -122,8 +124,8 @@ pub fn parse(buf: &[u8]) -> Result<Header, Invalid> {
     }
     Ok(Header {
         flags: header[FLAGS_AT],
-        failed: u16::from_be_bytes(field::<{ FAILED_AT.start }, 2>(header)),
-        flow: u32::from_be_bytes(field::<{ FLOW_AT.start }, 4>(header)),
+        failed: u32::from_be_bytes(field::<{ FAILED_AT.start }, 4>(header)),
+        flow: u32::from(u16::from_be_bytes(field::<{ FLOW_AT.start }, 2>(header))),
         epoch: u32::from_be_bytes(field::<{ EPOCH_AT.start }, 4>(header)),
         seq: u64::from_be_bytes(field::<{ SEQ_AT.start }, 8>(header)),
         timestamp_ns: u64::from_be_bytes(field::<{ TIMESTAMP_AT.start }, 8>(header)),
@@ -149,8 +151,8 @@ mod tests {
     fn sample() -> Header {
         Header {
             flags: 0xA5,
-            failed: 0xFEDC,
-            flow: 0x0102_0304,
+            failed: 0xFEDC_BA98,
+            flow: 0x0304,
             epoch: 0xDEAD_BEEF,
             seq: 0x1122_3344_5566_7788,
             timestamp_ns: 1_700_000_000_123_456_789,
@@ -175,8 +177,8 @@ mod tests {
         assert_eq!(&bytes[0..4], b"RBLS");
         assert_eq!(bytes[4], VERSION);
         assert_eq!(bytes[5], sample().flags);
-        assert_eq!(&bytes[6..8], &[0xFE, 0xDC]);
-        assert_eq!(&bytes[8..12], &sample().flow.to_be_bytes());
+        assert_eq!(&bytes[6..10], &[0xFE, 0xDC, 0xBA, 0x98]);
+        assert_eq!(&bytes[10..12], &[0x03, 0x04]);
         assert_eq!(&bytes[12..16], &sample().epoch.to_be_bytes());
         assert_eq!(&bytes[16..24], &sample().seq.to_be_bytes());
         assert_eq!(&bytes[24..32], &sample().timestamp_ns.to_be_bytes());
@@ -223,8 +225,8 @@ mod tests {
         for _ in 0..10_000 {
             let header = Header {
                 flags: rng.next() as u8,
-                failed: rng.next() as u16,
-                flow: rng.next() as u32,
+                failed: rng.next() as u32,
+                flow: u32::from(rng.next() as u16),
                 epoch: rng.next() as u32,
                 seq: rng.next(),
                 timestamp_ns: rng.next(),

@@ -2,6 +2,7 @@
 //! sender talks to a remote sink over it, and `pair` asks its in-process sink directly. Nothing
 //! here runs on a worker thread, and the data path never waits on any of it.
 
+use crate::say;
 use std::{
     net::SocketAddr,
     sync::{
@@ -85,7 +86,7 @@ pub fn start(
     match (link, senders, sinks) {
         (Link::InProcess, Some(s), Some(k)) => {
             let (_, line) = k.registry.hello(None, &registry_hello("pair", s, 0));
-            eprintln!("{line}");
+            say!("{line}");
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
             started.verdict = VerdictSource::InProcess;
         }
@@ -94,12 +95,12 @@ pub fn start(
             let mut config = ServerConfig::new(listen, session.clone());
             config.secret = secret;
             let server = ControlServer::bind(config)?;
-            eprintln!("control: listening on tcp {listen} (sink session {session})");
+            say!("control: listening on tcp {listen} (sink session {session})");
             let books = Arc::new(Books {
                 registry: Arc::clone(&k.registry),
                 sink_session: session,
             });
-            started.server = Some(server.start(books, Box::new(|line| eprintln!("{line}"))));
+            started.server = Some(server.start(books, Box::new(|line| say!("{line}"))));
         }
         (Link::Connect { addr, secret, name }, Some(s), _) => {
             let view = Arc::new(View {
@@ -146,7 +147,7 @@ fn event(e: ClientEvent, refused: &AtomicBool) {
             if reconnect > 0 {
                 metrics::counter!(names::TX_CONTROL_RECONNECTS).increment(1);
             }
-            eprintln!(
+            say!(
                 "control: connected to sink {sink_session} at {addr} (connection {})",
                 reconnect + 1
             );
@@ -157,19 +158,19 @@ fn event(e: ClientEvent, refused: &AtomicBool) {
             retry_in,
         } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            eprintln!(
+            say!(
                 "control: cannot reach the sink at {addr}: {reason}; sending anyway, retrying (next in {:.1}s)",
                 retry_in.as_secs_f64()
             );
         }
         ClientEvent::Lost { reason } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            eprintln!("control: lost the sink: {reason}; sending anyway, reconnecting");
+            say!("control: lost the sink: {reason}; sending anyway, reconnecting");
         }
         ClientEvent::Refused { reason } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
             refused.store(true, Ordering::Relaxed);
-            eprintln!("control: {reason}");
+            say!("control: {reason}");
         }
     }
 }
@@ -259,7 +260,7 @@ impl SinkBooks for Books {
         let rate = hello
             .rate_pps
             .map_or_else(|| "unpaced".to_string(), |r| format!("{r:.0}pps"));
-        eprintln!("{line} ({} B, {rate})", hello.size);
+        say!("{line} ({} B, {rate})", hello.size);
         uptime
     }
 
@@ -303,7 +304,7 @@ impl SinkBooks for Books {
 
     fn disconnected(&self, peer: SocketAddr, name: &str, _epoch: u32, clean: bool) {
         if !clean {
-            eprintln!(
+            say!(
                 "sink: sender {name} ({peer}) went away without a goodbye; its sessions close when idle, the tail after its last progress report counted as unconfirmed"
             );
         }

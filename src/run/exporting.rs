@@ -2,6 +2,7 @@
 //! any worker starts, registers every worker's handles while the workers wait at their start
 //! barrier, and keeps the endpoint up for `--metrics-linger` after the run.
 
+use crate::say;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
@@ -29,7 +30,7 @@ pub struct Plan {
 pub fn install(plan: &Plan) -> Result<(), Error> {
     let series = metrics::check_cardinality(&plan.shape, plan.max_series)?;
     metrics::install(plan.addr)?;
-    eprintln!("metrics: http://{}/metrics ({series} series)", plan.addr);
+    say!("metrics: http://{}/metrics ({series} series)", plan.addr);
     Ok(())
 }
 
@@ -78,7 +79,7 @@ pub fn linger(linger: Duration, signal: &AtomicBool) {
     if linger.is_zero() {
         return;
     }
-    eprintln!(
+    say!(
         "metrics: serving final values for {}s",
         linger.as_secs_f64()
     );

@@ -4,10 +4,12 @@
 
 pub mod control_link;
 pub mod exporting;
+pub mod judge;
 pub mod placement;
 pub mod roles;
 pub mod session;
 
+use crate::say;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use self::{
@@ -34,6 +36,13 @@ pub const PAIR_DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
 /// Runs one command to completion.
 pub fn execute(cli: Cli) -> Result<(), Error> {
+    let json = match &cli.command {
+        Command::Send(a) => a.common.json,
+        Command::Sink(a) => a.common.json,
+        Command::Pair(a) => a.common.json,
+        Command::Topo(_) => false,
+    };
+    crate::output::json_on_stdout(json);
     match cli.command {
         Command::Send(args) => send(args),
         Command::Sink(args) => sink(args),
@@ -63,7 +72,7 @@ fn placement_args<'a>(
 /// Plans a role's queues and prints the plan to stderr (placement is never silent).
 fn planned(role: &str, args: &PlacementArgs<'_>) -> Result<Vec<QueueView>, Error> {
     let (queues, text) = plan_queues(role, args)?;
-    eprint!("{text}");
+    crate::output::human_text(&text);
     Ok(queues)
 }
 
@@ -80,6 +89,8 @@ struct RunSpec {
     max_senders: usize,
     /// How the sender and the sink talk.
     link: control_link::Link,
+    /// A sender run below this share of its target fails.
+    min_rate_ratio: Option<f64>,
 }
 
 fn run_spec(spec: RunSpec) -> Result<(), Error> {
@@ -145,7 +156,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         }
     };
     if let (Some(s), Some(k)) = (&senders, &sinks) {
-        eprintln!(
+        say!(
             "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",
             k.queues.len(),
             s.queues.len(),
@@ -184,6 +195,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         json: spec.common.json,
         interval: spec.common.interval,
         verdict: link.verdict,
+        min_rate_ratio: spec.min_rate_ratio,
     };
     let result = session.run(&signal, &mut |force| {
         if let Some(e) = exporter.as_mut() {
@@ -240,6 +252,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
         metrics,
         max_senders: 0,
         link,
+        min_rate_ratio: args.traffic.min_rate_ratio,
     })
 }
 
@@ -266,6 +279,7 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
             listen: args.listen,
             secret,
         },
+        min_rate_ratio: None,
     })
 }
 
@@ -321,6 +335,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         metrics,
         max_senders: args.tuning.max_senders,
         link: control_link::Link::InProcess,
+        min_rate_ratio: args.traffic.min_rate_ratio,
     })
 }
 

@@ -42,6 +42,8 @@ pub struct SenderSet {
     pub first_seq: u64,
     /// UDP payload bytes of every datagram.
     pub size: usize,
+    /// Where the datagrams go.
+    pub to: SocketAddr,
 }
 
 /// Running sinks.
@@ -165,6 +167,9 @@ pub fn start_senders(
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
+    let to = configs
+        .first()
+        .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |(c, _)| c.to);
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     let mut flows = Vec::new();
@@ -192,6 +197,7 @@ pub fn start_senders(
         target_pps,
         first_seq,
         size,
+        to,
     })
 }
 

@@ -2,8 +2,8 @@
 //! SIGINT/SIGTERM into a clean stop, and prints the final summaries after every worker has
 //! ended and published its last counters (so nothing counted is lost).
 
+use crate::say;
 use std::{
-    io::Write,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -11,9 +11,12 @@ use std::{
     time::Duration,
 };
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::roles::{SenderSet, SinkSet};
+use super::{
+    judge::Judge,
+    roles::{SenderSet, SinkSet},
+};
 use crate::{
     clock,
     error::Error,
@@ -60,6 +63,8 @@ pub struct Session {
     pub prefix_roles: bool,
     /// Where the sender's verdict comes from.
     pub verdict: VerdictSource,
+    /// A sender run below this share of its target fails (`--min-rate-ratio`).
+    pub min_rate_ratio: Option<f64>,
 }
 
 /// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
@@ -73,23 +78,21 @@ pub fn install_signals() -> Result<Arc<AtomicBool>, Error> {
     Ok(flag)
 }
 
-fn emit_json(value: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{value}");
-    let _ = out.flush();
-}
-
 impl Session {
     fn print_interval(
         &self,
         elapsed: f64,
         seconds: f64,
-        tx: &[TxSample],
-        tx0: &[TxSample],
-        rx: &[RxSample],
-        rx0: &[RxSample],
+        header: bool,
+        (tx, rx): (&[TxSample], &[RxSample]),
+        (tx0, rx0): (&[TxSample], &[RxSample]),
     ) {
         let mut lines = String::new();
+        if header {
+            lines += &report::interval_header();
+            lines.push('\n');
+        }
+        let start = (elapsed - seconds).max(0.0);
         let prefix = |role: &str| {
             if self.prefix_roles {
                 format!("{role} ")
@@ -97,15 +100,18 @@ impl Session {
                 String::new()
             }
         };
+        let label = |role: &str, queue: &str| {
+            report::interval_label(start, elapsed, &format!("{}{queue}", prefix(role)))
+        };
         if let Some(s) = &self.senders {
             for (q, (n, b)) in s.queues.iter().zip(tx.iter().zip(tx0)) {
-                let label = format!("{}{}", prefix("send"), report::queue_label(q));
+                let label = label("send", &report::queue_label(q));
                 lines += &report::tx_line(&label, n, b, seconds);
                 lines.push('\n');
             }
             if s.queues.len() > 1 {
                 lines += &report::tx_line(
-                    &format!("{}total", prefix("send")),
+                    &label("send", "total"),
                     &report::total_tx(tx),
                     &report::total_tx(tx0),
                     seconds,
@@ -113,20 +119,20 @@ impl Session {
                 lines.push('\n');
             }
             if self.json {
-                emit_json(&report::tx_interval_json(
+                crate::output::json_line(&report::tx_interval_json(
                     elapsed, &s.queues, tx, tx0, seconds,
                 ));
             }
         }
         if let Some(s) = &self.sinks {
             for (q, (n, b)) in s.queues.iter().zip(rx.iter().zip(rx0)) {
-                let label = format!("{}{}", prefix("sink"), report::queue_label(q));
+                let label = label("sink", &report::queue_label(q));
                 lines += &report::rx_line(&label, n, b, seconds);
                 lines.push('\n');
             }
             if s.queues.len() > 1 {
                 lines += &report::rx_line(
-                    &format!("{}total", prefix("sink")),
+                    &label("sink", "total"),
                     &report::total_rx(rx),
                     &report::total_rx(rx0),
                     seconds,
@@ -134,12 +140,12 @@ impl Session {
                 lines.push('\n');
             }
             if self.json {
-                emit_json(&report::rx_interval_json(
+                crate::output::json_line(&report::rx_interval_json(
                     elapsed, &s.queues, rx, rx0, seconds,
                 ));
             }
         }
-        eprint!("{lines}");
+        crate::output::human_text(&lines);
     }
 
     /// The in-process sender says goodbye to the in-process sink: its flows close with their
@@ -178,9 +184,15 @@ impl Session {
         let (mut tx0, mut rx0) = self.samples();
         let mut in_process_verdict = None;
         let mut table_full_said = false;
+        let mut header_due = true;
+        let mut judge = self
+            .senders
+            .as_ref()
+            .map(|s| Judge::new(s.to, s.target_pps, self.min_rate_ratio, start));
         loop {
             std::thread::sleep(TICK);
-            if signal.load(Ordering::Relaxed) {
+            // A closed stdout (`| head`) stops the run like SIGINT, quietly.
+            if signal.load(Ordering::Relaxed) || crate::output::closed() {
                 // Senders stop at once; sinks stop too, or, when this process also sends,
                 // drain what is still on the way so the books close.
                 self.send_control.request_stop();
@@ -199,14 +211,22 @@ impl Session {
             if !table_full_said
                 && let Some(line) = self.sinks.as_ref().and_then(|s| s.table_full_line(&rx))
             {
-                eprintln!("{line}");
+                say!("{line}");
                 table_full_said = true;
             }
             let now = clock::monotonic_ns();
+            if let Some(line) = judge
+                .as_mut()
+                .and_then(|j| j.tick(now, &report::total_tx(&tx)))
+            {
+                say!("{line}");
+            }
             let since = now - last_report;
             if !self.interval.is_zero() && since >= self.interval.as_nanos() as u64 {
                 let seconds = since as f64 / 1e9;
-                self.print_interval((now - start) as f64 / 1e9, seconds, &tx, &tx0, &rx, &rx0);
+                let elapsed = (now - start) as f64 / 1e9;
+                self.print_interval(elapsed, seconds, header_due, (&tx, &rx), (&tx0, &rx0));
+                header_due = false;
                 (tx0, rx0, last_report) = (tx, rx, now);
             }
             if senders_done && sinks_done {
@@ -228,15 +248,17 @@ impl Session {
                     .and_then(|flows| ask(&flows)),
             ),
         };
-        self.finish(on_tick, verdict)
+        self.finish(on_tick, verdict, judge)
     }
 
     fn finish(
         self,
         on_tick: &mut dyn FnMut(bool),
         verdict: Option<VerdictResult>,
+        judge: Option<Judge>,
     ) -> Result<(), Error> {
         let mut failed = false;
+        let mut judged = None;
         // Every worker has ended and published its last counters: flush them to the exporter
         // before printing, so scraped values equal the summary.
         on_tick(true);
@@ -265,23 +287,34 @@ impl Session {
                 "target_pps": s.target_pps.map(|r| r.round() as u64),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
             let mut summary = report::tx_summary_json(&total, duration, extra);
+            let judgement = judge
+                .map(|j| j.finish(&total, duration))
+                .unwrap_or_default();
+            if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
+                into.extend(more.clone());
+            }
             let verdict_line = verdict
                 .as_ref()
                 .map(|v| report::attach_verdict(&mut summary, v));
-            eprintln!(
-                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps",
+            say!(
+                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}",
                 summary["tx_packets"],
                 summary["tx_bytes"],
-                summary["tx_errors"],
+                report::errors_text(&total.traffic.errors),
                 duration,
                 summary["pps"],
-                summary["bps"]
+                summary["bps"],
+                judgement.rate_words
             );
             if let Some(line) = verdict_line {
-                eprintln!("{line}");
+                say!("{line}");
             }
+            for line in &judgement.warnings {
+                say!("{line}");
+            }
+            judged = judgement.failure;
             if self.json {
-                emit_json(&summary);
+                crate::output::json_line(&summary);
             }
         }
         if let Some(s) = self.sinks {
@@ -325,7 +358,7 @@ impl Session {
                 "senders": report::senders_json(&senders),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
             let summary = report::rx_summary_json(&total, duration, extra);
-            eprintln!(
+            say!(
                 "sink summary: {} packets, {} bytes in {:.3}s: {}pps {}bps; lost {} reordered {} dup {} invalid {} kernel drops {}",
                 summary["rx_packets"],
                 summary["rx_bytes"],
@@ -339,11 +372,14 @@ impl Session {
                 summary["rx_kernel_drops"]
             );
             for line in report::sender_lines(&senders) {
-                eprintln!("{line}");
+                say!("{line}");
             }
             if self.json {
-                emit_json(&summary);
+                crate::output::json_line(&summary);
             }
+        }
+        if let Some(why) = judged {
+            return Err(Error::io("the run failed", std::io::Error::other(why)));
         }
         if failed {
             return Err(Error::io(

@@ -126,7 +126,7 @@ impl Slots {
         if let Some(bytes) = engine.arena_bytes_mut(offset, len) {
             let mut header = Header {
                 flags: 0,
-                failed: failed as u16,
+                failed: failed as u32,
                 flow: self.flow_ids[flow],
                 epoch: self.epoch,
                 seq,

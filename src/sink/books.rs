@@ -4,7 +4,7 @@
 //! restarted sender is a new epoch, so it never shows as false loss or reordering.
 //!
 //! Gaps are attributed in this order, each never counted twice:
-//! 1. **failed sends**: every header carries its flow's failed-send count (mod 2^16), so a gap
+//! 1. **failed sends**: every header carries its flow's failed-send count (mod 2^32), so a gap
 //!    the sender could not send is netted out as `send_failed`, live, without a control
 //!    channel. The count is known within [`MAX_SEND_LAG`] packets, long before a gap settles
 //!    at the back of the reorder window, so netting only settled gaps keeps `lost` monotonic;
@@ -49,14 +49,14 @@ struct Session {
     folded: SeqCounters,
     /// Settled gaps net of failed sends, as far as counted.
     netted: u64,
-    /// The last failed-send count (mod 2^16) seen at the highest sequence number.
-    failed16: u16,
+    /// The last failed-send count (mod 2^32) seen at the highest sequence number.
+    failed32: u32,
     /// Failed sends reported since the session's first packet.
     failed: u64,
     /// The start was stated by the sender (its failures all lie inside the session).
     stated_start: bool,
-    /// The failed-send count (mod 2^16) of the first packet: failures before it.
-    first_failed16: u16,
+    /// The failed-send count (mod 2^32) of the first packet: failures before it.
+    first_failed32: u32,
     drops_mark: u64,
     kernel_budget: u64,
     counters: SessionCounters,
@@ -81,7 +81,7 @@ pub enum Refused {
 pub struct Packet {
     pub key: SessionKey,
     pub seq: u64,
-    pub failed16: u16,
+    pub failed32: u32,
     pub bytes: u64,
     pub source: Option<SocketAddr>,
     pub now_ns: u64,
@@ -123,10 +123,10 @@ impl Books {
                     tracker: SeqTracker::new(),
                     folded: SeqCounters::default(),
                     netted: 0,
-                    failed16: 0,
+                    failed32: 0,
                     failed: 0,
                     stated_start: false,
-                    first_failed16: 0,
+                    first_failed32: 0,
                     drops_mark: 0,
                     kernel_budget: 0,
                     counters: SessionCounters::default(),
@@ -259,19 +259,16 @@ impl Books {
         let first = s.tracker.highest().is_none();
         let ahead = s.tracker.highest().map_or(0, |h| p.seq.saturating_sub(h));
         if first {
-            s.failed16 = p.failed16;
-            s.first_failed16 = p.failed16;
+            s.failed32 = p.failed32;
+            s.first_failed32 = p.failed32;
             if s.stated_start {
-                s.failed = u64::from(p.failed16);
+                s.failed = u64::from(p.failed32);
             }
             s.first_ns = p.now_ns;
         } else if ahead > 0 {
-            let mut delta = u64::from(p.failed16.wrapping_sub(s.failed16));
-            while delta + 65_536 <= ahead + MAX_SEND_LAG {
-                delta += 65_536;
-            }
-            s.failed += delta;
-            s.failed16 = p.failed16;
+            // 32 bits never wrap within one gap (that would take 2^32 failed sends).
+            s.failed += u64::from(p.failed32.wrapping_sub(s.failed32));
+            s.failed32 = p.failed32;
         }
         s.last_ns = p.now_ns;
         if let Outcome::Gap(missing) = s.tracker.observe(p.seq)
@@ -299,7 +296,7 @@ impl Books {
                     s.tracker.extend_start(start);
                     if !s.stated_start {
                         s.stated_start = true;
-                        s.failed += u64::from(s.first_failed16);
+                        s.failed += u64::from(s.first_failed32);
                     }
                     fold(s, &mut self.per_flow);
                 }
@@ -356,15 +353,9 @@ impl Books {
             (end.or(s.progress), s.tracker.highest())
         {
             let tail = tail_end.saturating_sub(highest.saturating_add(1));
-            // Failures the sink has not heard of: the sender's total less those before the
-            // first packet and those since, resolved modulo 2^16 within what the tail allows.
-            let mut late = u64::from((failed_total as u16).wrapping_sub(s.failed16));
-            let room = failed_total
-                .saturating_sub(s.failed)
-                .min(tail + MAX_SEND_LAG);
-            while late + 65_536 <= room {
-                late += 65_536;
-            }
+            // Failures the sink has not heard of: the sender's total since the last packet
+            // (32 bits never wrap within one tail).
+            let late = u64::from((failed_total as u32).wrapping_sub(s.failed32));
             let in_session = if s.stated_start {
                 failed_total
             } else {

@@ -11,7 +11,7 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
     Packet {
         key: key(epoch, flow),
         seq,
-        failed16: failed as u16,
+        failed32: failed as u32,
         bytes: 64,
         source: None,
         now_ns: seq + 1,
@@ -107,6 +107,25 @@ fn failed_counts_beyond_two_to_the_16_follow_the_gap() {
     b.sweep(None, &mailbox);
     let s = closed(&mailbox)[0];
     assert_eq!((s.packets, s.lost, s.send_failed), (3, 0, 100_000));
+}
+
+#[test]
+fn a_long_real_loss_is_never_taken_for_failed_sends() {
+    // Regression: 16-bit counts were resolved to the most failures the gap allowed, so a gap
+    // of 200 000 lost packets with no failed send became 196 608 "failed sends".
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.record(packet(1, 0, 0, 7)).unwrap();
+    b.record(packet(1, 0, 200_001, 7)).unwrap();
+    b.record(packet(1, 0, 200_002, 7 + 70_000)).unwrap();
+    b.record(packet(1, 0, 270_003, 7 + 70_000)).unwrap();
+    b.sweep(None, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!(
+        (s.packets, s.lost, s.send_failed),
+        (4, 200_000, 70_000),
+        "{s:?}"
+    );
 }
 
 #[test]

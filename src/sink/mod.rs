@@ -260,7 +260,7 @@ impl SinkWorker {
                     flow: h.flow,
                 },
                 seq: h.seq,
-                failed16: h.failed,
+                failed32: h.failed,
                 bytes: datagram.len() as u64,
                 source,
                 now_ns,

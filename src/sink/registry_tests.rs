@@ -19,7 +19,7 @@ fn packet(epoch: u32, seq: u64) -> Packet {
     Packet {
         key: SessionKey { epoch, flow: 0 },
         seq,
-        failed16: 0,
+        failed32: 0,
         bytes: 10,
         source: Some("10.9.0.2:4000".parse().unwrap()),
         now_ns: 1,

@@ -1,0 +1,72 @@
+//! Where a run's lines go, following iperf3 and ripgrep: human-readable lines on stdout, or on
+//! stderr when `--json` gives stdout to JSON Lines; errors always on stderr. A closed pipe on
+//! either stream never panics: it is remembered, the run stops as if interrupted, and the
+//! process ends quietly with the status a shell shows for SIGPIPE ([`EXIT_BROKEN_PIPE`]).
+
+use std::{
+    fmt,
+    io::{self, Write},
+    sync::atomic::{AtomicBool, Ordering::Relaxed},
+};
+
+/// Exit status after a closed pipe: 128 + SIGPIPE, what a shell reports for `cmd | head`.
+pub const EXIT_BROKEN_PIPE: i32 = 128 + libc::SIGPIPE;
+
+static JSON_ON_STDOUT: AtomicBool = AtomicBool::new(false);
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Gives stdout to JSON Lines (`--json`): human lines move to stderr.
+pub fn json_on_stdout(json: bool) {
+    JSON_ON_STDOUT.store(json, Relaxed);
+}
+
+/// A write failed because the reader went away.
+pub fn closed() -> bool {
+    CLOSED.load(Relaxed)
+}
+
+fn write_to(mut out: impl Write, args: fmt::Arguments<'_>) {
+    if closed() {
+        return;
+    }
+    let result = out.write_fmt(args).and_then(|()| out.flush());
+    if let Err(e) = result
+        && e.kind() == io::ErrorKind::BrokenPipe
+    {
+        CLOSED.store(true, Relaxed);
+    }
+}
+
+/// Writes one human-readable line (a newline is added).
+pub fn human(args: fmt::Arguments<'_>) {
+    if JSON_ON_STDOUT.load(Relaxed) {
+        write_to(io::stderr().lock(), format_args!("{args}\n"));
+    } else {
+        write_to(io::stdout().lock(), format_args!("{args}\n"));
+    }
+}
+
+/// Writes human-readable text as it is (it carries its own newlines).
+pub fn human_text(text: &str) {
+    if JSON_ON_STDOUT.load(Relaxed) {
+        write_to(io::stderr().lock(), format_args!("{text}"));
+    } else {
+        write_to(io::stdout().lock(), format_args!("{text}"));
+    }
+}
+
+/// Writes one JSON Line to stdout.
+pub fn json_line(value: &serde_json::Value) {
+    write_to(io::stdout().lock(), format_args!("{value}\n"));
+}
+
+/// Writes one error line to stderr.
+pub fn error_line(args: fmt::Arguments<'_>) {
+    write_to(io::stderr().lock(), format_args!("{args}\n"));
+}
+
+/// `say!("...", args)`: one human-readable line, see [`human`].
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::output::human(format_args!($($arg)*)) };
+}

@@ -1,0 +1,197 @@
+//! What a run tells a person, and where: human lines on stdout (stderr under `--json`), a
+//! closed pipe ends quietly, a missed target and a dead destination are named, and each fails
+//! the run where it should. Real sends on loopback; the receiver is a plain socket.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    net::UdpSocket,
+    process::{Command, Stdio},
+};
+
+use common::*;
+
+/// A plain UDP socket that receives (and never reads): a destination with a listener.
+fn listener() -> (UdpSocket, String) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = s.local_addr().unwrap().to_string();
+    (s, addr)
+}
+
+/// An address on which nothing listens (bound, then closed).
+fn nobody() -> String {
+    let (s, addr) = listener();
+    drop(s);
+    addr
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn human_lines_go_to_stdout_and_move_to_stderr_under_json() {
+    let _guard = traffic_lock();
+    let (_rx, to) = listener();
+    let base = [
+        "send",
+        "--to",
+        &to,
+        "--count",
+        "2000",
+        "--rate",
+        "2kpps",
+        "--control",
+        "off",
+    ];
+    let plain = ringblast(&base);
+    assert_ok(&plain);
+    let (out, err) = (text(&plain.stdout), text(&plain.stderr));
+    assert!(out.contains("placement (send)"), "{out}");
+    assert!(
+        out.contains("interval        queue"),
+        "the column header: {out}"
+    );
+    assert!(out.contains("0.00-1.0"), "the time column: {out}");
+    assert!(out.contains("send summary: 2000 packets"), "{out}");
+    assert!(out.contains("% of the 2000pps target)"), "{out}");
+    assert_eq!(err, "", "nothing on stderr without --json");
+
+    let mut args = base.to_vec();
+    args.push("--json");
+    let json = ringblast(&args);
+    assert_ok(&json);
+    let (out, err) = (text(&json.stdout), text(&json.stderr));
+    assert!(!out.is_empty());
+    for line in out.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
+    assert!(err.contains("send summary: 2000 packets"), "{err}");
+    let send = summaries(&json).send.unwrap();
+    assert_eq!(u(&send, "tx_packets"), 2000);
+}
+
+#[test]
+fn a_closed_pipe_ends_the_run_quietly() {
+    let _guard = traffic_lock();
+    let mut child = Command::new(bin())
+        .args([
+            "pair",
+            "--duration",
+            "20s",
+            "--rate",
+            "5kpps",
+            "--no-metrics",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Read up to the first interval line, then close the pipe, as `| head` does.
+    let first = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("0.00-"))
+        .expect("an interval line");
+    assert!(first.contains("send q0"), "{first}");
+    drop(lines);
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(141),
+        "128 + SIGPIPE, as a shell shows: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "it stopped at the next write, not at the end of the run"
+    );
+}
+
+#[test]
+fn nothing_listening_is_named_once_and_fails_the_run() {
+    let _guard = traffic_lock();
+    let to = nobody();
+    let out = ringblast(&[
+        "send",
+        "--to",
+        &to,
+        "--count",
+        "3000",
+        "--rate",
+        "2kpps",
+        "--control",
+        "off",
+        "--json",
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("ECONNREFUSED: nothing is listening at"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains(&to), "{err}");
+    assert!(
+        err.lines().last().unwrap().starts_with(&format!(
+            "ringblast: error: the run failed: nothing was listening at {to}"
+        )),
+        "{err}"
+    );
+    let send = summaries(&out).send.unwrap();
+    let refused = u(&send["tx_errors_by_errno"], "ECONNREFUSED");
+    assert!(refused > 0, "{send}");
+    assert!(
+        err.contains(&format!("errors: {refused} (ECONNREFUSED {refused})"))
+            || err.contains(&format!("{refused} (ECONNREFUSED {refused}) errors")),
+        "the errno breakdown in text: {err}"
+    );
+}
+
+#[test]
+fn a_missed_target_is_said_and_fails_only_with_min_rate_ratio() {
+    let _guard = traffic_lock();
+    let (_rx, to) = listener();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "send",
+            "--to",
+            &to,
+            "--rate",
+            "50Mpps",
+            "--duration",
+            "1s",
+            "--control",
+            "off",
+        ];
+        args.extend_from_slice(extra);
+        ringblast(&args)
+    };
+    let out = run(&[]);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let warning = stdout
+        .lines()
+        .find(|l| l.starts_with("send: warning: fell short of the target:"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(warning.contains("of 50000000pps"), "{warning}");
+    assert!(stdout.contains("of the 50000000pps target)"), "{stdout}");
+
+    let out = run(&["--min-rate-ratio", "0.9", "--json"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("below --min-rate-ratio 0.9"), "{err}");
+    let send = summaries(&out).send.unwrap();
+    let ratio = send["achieved_ratio"].as_f64().unwrap();
+    assert!(ratio < 0.9, "{send}");
+    assert!(u(&send, "tx_packets") > 0, "{send}");
+
+    let bad = ringblast(&["send", "--to", &to, "--min-rate-ratio", "1.5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("is not a ratio in (0, 1]"));
+}
