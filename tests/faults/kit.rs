@@ -404,3 +404,76 @@ pub fn row(fault: &str, injector: u64, ringblast: u64) {
         if injector == ringblast { "yes" } else { "NO" }
     );
 }
+
+/// The inode of `pid`'s UDP socket bound to local `port` (`/proc/PID/net/udp`).
+fn udp_inode(pid: u32, port: u16) -> String {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).unwrap();
+    let needle = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|c| c.get(1).is_some_and(|a| a.ends_with(&needle)))
+        .map(|c| c[9].to_string())
+        .unwrap_or_else(|| panic!("no UDP socket on port {port} in {table}"))
+}
+
+/// The kernel's drop count and queued bytes of `pid`'s UDP socket on `port`.
+pub fn udp_socket_stats(pid: u32, port: u16) -> (u64, u64) {
+    let inode = udp_inode(pid, port);
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).unwrap();
+    let cols: Vec<String> = table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|c| c.get(9) == Some(&inode))
+        .unwrap();
+    let rx_queue = u64::from_str_radix(cols[4].split(':').nth(1).unwrap(), 16).unwrap();
+    (cols.last().unwrap().parse().unwrap(), rx_queue)
+}
+
+/// Shrinks the receive buffer of `pid`'s UDP socket on `port` from outside: the socket is
+/// taken with `pidfd_getfd` and `SO_RCVBUF` set on the copy (the same socket). Returns the
+/// buffer size the kernel now reports.
+pub fn shrink_rcvbuf(pid: u32, port: u16, bytes: i32) -> i32 {
+    let inode = format!("socket:[{}]", udp_inode(pid, port));
+    let fd: i32 = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_str() == Some(&inode)))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+        .unwrap_or_else(|| panic!("no fd of {pid} holds {inode}"));
+    // SAFETY: plain syscalls on integers; every returned fd is checked and closed here.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let sock = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        assert!(
+            sock >= 0,
+            "pidfd_getfd: {}",
+            std::io::Error::last_os_error()
+        );
+        let set = libc::setsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&bytes as *const i32).cast(),
+            4,
+        );
+        assert_eq!(set, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+        let (mut got, mut len) = (0i32, 4u32);
+        libc::getsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut got as *mut i32).cast(),
+            &mut len,
+        );
+        libc::close(sock);
+        libc::close(pidfd);
+        got
+    }
+}
