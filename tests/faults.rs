@@ -22,3 +22,5 @@ mod kit;
 mod nfq;
 #[path = "faults/nft.rs"]
 mod nft;
+#[path = "faults/signals.rs"]
+mod signals;
