@@ -22,5 +22,7 @@ mod kit;
 mod nfq;
 #[path = "faults/nft.rs"]
 mod nft;
+#[path = "faults/routes.rs"]
+mod routes;
 #[path = "faults/signals.rs"]
 mod signals;
