@@ -14,6 +14,8 @@
 //! (`sends_refused_by_a_full_qdisc_are_failed_sends_not_loss`).
 
 mod common;
+#[path = "faults/invalid.rs"]
+mod invalid;
 #[path = "faults/kernel.rs"]
 mod kernel;
 #[path = "faults/kit.rs"]
