@@ -13,6 +13,8 @@
 //! qdisc (ENOBUFS through IP_RECVERR) are covered in `tests/pairing.rs`
 //! (`sends_refused_by_a_full_qdisc_are_failed_sends_not_loss`).
 
+#[path = "faults/abuse.rs"]
+mod abuse;
 mod common;
 #[path = "faults/invalid.rs"]
 mod invalid;
