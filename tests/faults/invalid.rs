@@ -58,9 +58,9 @@ fn random_datagram(rng: &mut XorShift, buf: &mut Vec<u8>) {
     }
     buf.truncate(len);
     let r = rng.next();
-    if len >= 4 && r % 4 == 0 {
+    if len >= 4 && r.is_multiple_of(4) {
         buf[..4].copy_from_slice(&MAGIC);
-        if len >= 12 && r % 8 == 0 {
+        if len >= 12 && r.is_multiple_of(8) {
             buf[4] = 1;
             buf[8] |= 0x01;
         }
@@ -95,7 +95,7 @@ fn foreign_zero_length_truncated_oversized_and_random_datagrams_are_invalid_by_r
             sent[classify(d)] += 1;
             total += 1;
             // Keep the sink's socket from overflowing: wait while it holds 2 MiB or more.
-            if total % 500 == 0 && udp_socket_stats(pid, port).1 >= 2 << 20 {
+            if total.is_multiple_of(500) && udp_socket_stats(pid, port).1 >= 2 << 20 {
                 let drained = wait_until(Duration::from_secs(10), || {
                     udp_socket_stats(pid, port).1 < 512 << 10
                 });

@@ -77,8 +77,8 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
     let (send, sink, buffers) = overflow("kg", 242, &[], "8");
     let kd = u(&sink, "rx_kernel_drops");
     row(
-        "tiny rcvbuf, GRO (8-datagram buffers): RcvbufErrors (buffers) / rx_kernel_drops (datagrams)",
-        buffers,
+        "tiny rcvbuf, GRO: 8 x RcvbufErrors (8-datagram buffers) / rx_kernel_drops",
+        8 * buffers,
         kd,
     );
     // One dropped buffer held 1 to 8 datagrams (the sender's GSO trains).

@@ -72,6 +72,11 @@ fn nft_drop_of_every_10th_datagram_is_lost_exactly() {
     }
     let rule = "udp dport 7000 numgen inc mod 10 == 0 counter name \"hits\" drop";
     let (send, sink, hits) = run_with_rule("fp", 221, Side::Rx, rule);
+    row(
+        "nft drop every 10th: rule counter / rx_lost",
+        hits,
+        u(&sink, "rx_lost"),
+    );
     assert_eq!(
         hits,
         u(&send, "tx_packets") / 10,

@@ -65,7 +65,7 @@ fn a_killed_sender_leaves_no_false_loss_and_a_new_one_is_exact() {
     let mut rig = Rig::new("sk", 252);
     rig.start_sink(&["--no-gro"]);
     let before = snmp(&rig.lab.rx, "Udp", "InDatagrams");
-    let mut first = rig.spawn_send(&["--rate", "10kpps", "--count", "100000", "--name", "a"]);
+    let first = rig.spawn_send(&["--rate", "10kpps", "--count", "100000", "--name", "a"]);
     rig.sink()
         .wait_line("sink: sender a", Duration::from_secs(5));
     assert!(wait_until(Duration::from_secs(10), || rx_metric(&rig) >= 5_000));
