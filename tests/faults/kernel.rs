@@ -89,3 +89,54 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
     assert_eq!(u(&sink, "rx_lost"), 0, "no loss but the kernel's: {sink}");
     assert_eq!(u(verdict(&send), "rx_kernel_drops"), kd, "{send}");
 }
+
+#[test]
+fn kernel_drops_of_the_tail_equal_the_kernels_counter() {
+    if !require_root() {
+        return;
+    }
+    let _guard = traffic_lock();
+    let mut rig = Rig::new("kt", 243);
+    rig.start_sink(&["--no-gro"]);
+    let pid = rig.sink().pid();
+    shrink_rcvbuf(pid, rig.port, 4096);
+    let before = snmp(&rig.lab.rx, "Udp", "RcvbufErrors");
+    let tx_metrics: std::net::SocketAddr = format!("10.{}.0.1:9978", rig.net).parse().unwrap();
+    let m = tx_metrics.to_string();
+    let sender = rig.spawn_send(&["--rate", "20kpps", "--count", "20000", "--metrics", &m]);
+    rig.sink().wait_line("sink: sender", Duration::from_secs(5));
+    // Stopped until the sender has sent its last datagram: the tail overflows the buffer.
+    rig.sink().signal(Signal::SIGSTOP);
+    rig.sink().wait_state('T');
+    let tx = rig.lab.tx.clone();
+    let all_sent = wait_until(Duration::from_secs(10), || {
+        metric(&scrape(&tx, tx_metrics), "ringblast_tx_packets_total") == 20_000
+    });
+    rig.sink().signal(Signal::SIGCONT);
+    assert!(
+        all_sent,
+        "the sender sent everything while the sink was stopped"
+    );
+    let send = sender.summary("send");
+    let drops = snmp(&rig.lab.rx, "Udp", "RcvbufErrors") - before;
+    let sink = rig.stop_sink(&[("ringblast_rx_kernel_drops_total", drops)]);
+    row(
+        "tail dropped by the kernel, --no-gro: RcvbufErrors / rx_kernel_drops",
+        drops,
+        u(&sink, "rx_kernel_drops"),
+    );
+    assert!(drops > 1_000, "the tail overflowed: {drops}");
+    assert_eq!(u(&sink, "rx_kernel_drops"), drops, "{sink}");
+    assert_eq!(u(&sink, "rx_lost"), 0, "{sink}");
+    assert_eq!(
+        u(verdict(&send), "rx_kernel_drops"),
+        drops,
+        "the verdict agrees: {send}"
+    );
+    assert_eq!(u(verdict(&send), "rx_lost"), 0, "{send}");
+    assert_eq!(
+        u(&send, "tx_packets"),
+        u(&sink, "rx_packets") + drops,
+        "sent = received + kernel drops: {sink}"
+    );
+}
