@@ -16,6 +16,8 @@ command -v setpriv >/dev/null || need_apt+=(util-linux)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v nft >/dev/null || need_apt+=(nftables)
+command -v iptables >/dev/null || need_apt+=(iptables)
+[ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need_apt+=(libnetfilter-queue-dev)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "== installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -36,6 +38,8 @@ echo "== cargo test --release"
 cargo test --release -- --test-threads=2
 echo "== control-message decoder: 10 M random and structured inputs"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
+echo "== soak: separate sender and sink, 3 minutes at 20 kpps (RSS, fds, threads, counts)"
+bash scripts/soak.sh 3m 20kpps
 echo "== cargo bench --no-run"
 cargo bench --no-run --quiet
 echo "== exporter against a real Prometheus (and every dashboard query)"

@@ -396,6 +396,11 @@ impl Books {
         self.remove(at);
     }
 
+    /// Goodbyes wait for their tail.
+    pub fn closing(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     /// Closes the deferred goodbyes whose tail arrived, whose flow went quiet, or whose wait
     /// is over.
     pub fn retry_closes(&mut self, now: u64, mailbox: &Mailbox) {

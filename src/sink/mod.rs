@@ -229,9 +229,12 @@ impl SinkWorker {
         };
         let control = cmsg::parse(out.control_data());
         if let Some(drops) = control.drops {
+            // A datagram queued before the last `/proc` read carries an older count: skip it.
             let new = drops.wrapping_sub(self.last_drops);
-            self.last_drops = drops;
-            self.books.add_kernel_drops(u64::from(new));
+            if new < 1 << 31 {
+                self.last_drops = drops;
+                self.books.add_kernel_drops(u64::from(new));
+            }
         }
         let source = cmsg::parse_source(out.name_data());
         let payload = out.payload_data();
@@ -281,9 +284,27 @@ impl SinkWorker {
         valid
     }
 
-    /// Applies what senders said since the last call (never blocks: a lock-free queue).
+    /// Catches the books up with the socket's kernel drop counter (`/proc/net/udp`). A datagram
+    /// only carries the count as it was when the datagram was queued, so drops after the last
+    /// datagram read (a dropped tail) show nowhere else before the run ends.
+    fn refresh_drops(&mut self) {
+        if let Some(total) = net::socket_drops(&self.socket) {
+            let new = (total as u32).wrapping_sub(self.last_drops);
+            if new != 0 && new < 1 << 31 {
+                self.last_drops = total as u32;
+                self.books.add_kernel_drops(u64::from(new));
+            }
+        }
+    }
+
+    /// Applies what senders said since the last call (never blocks: a lock-free queue). Before
+    /// a goodbye closes a tail, the kernel's drop counter is read, so a tail the kernel dropped
+    /// is charged to kernel drops, not to loss (only when closes are pending: goodbyes are rare).
     fn drain_inbox(&mut self) {
         let now = clock::monotonic_ns();
+        if !self.shared.mailbox.inbox.is_empty() || self.books.closing() {
+            self.refresh_drops();
+        }
         while let Some(message) = self.shared.mailbox.inbox.pop() {
             self.books.apply(message, &self.shared.mailbox, now);
         }
@@ -333,12 +354,7 @@ impl SinkWorker {
     }
 
     fn finish(&mut self) {
-        if let Some(total) = net::socket_drops(&self.socket) {
-            let seen = u64::from(self.last_drops);
-            if total > seen {
-                self.books.add_kernel_drops(total - seen);
-            }
-        }
+        self.refresh_drops();
         // Goodbyes that arrived while draining close their sessions first, with their tails.
         self.drain_inbox();
         self.books.sweep(None, &self.shared.mailbox);

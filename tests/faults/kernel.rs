@@ -1,0 +1,142 @@
+//! Kernel drops on the sink's socket: its receive buffer is shrunk from outside (pidfd_getfd +
+//! SO_RCVBUF; ringblast has no flag for it) and the sink is stopped until the kernel has
+//! dropped at least 100 buffers. The truth is the namespace's `Udp RcvbufErrors`. Without GRO
+//! every drop is one datagram; with GRO (8-datagram GSO trains from the sender) the kernel
+//! counts dropped buffers, so ringblast's split between kernel drops and loss is a heuristic,
+//! but sent = received + kernel drops + lost still holds exactly.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use super::kit::*;
+
+fn overflow(tag: &str, net: u8, sink_args: &[&str], gso: &str) -> (Value, Value, u64) {
+    let _guard = traffic_lock();
+    let mut rig = Rig::new(tag, net);
+    rig.start_sink(sink_args);
+    let pid = rig.sink().pid();
+    let size = shrink_rcvbuf(pid, rig.port, 4096);
+    assert!(size <= 16_384, "the receive buffer shrank: {size}");
+    let before = snmp(&rig.lab.rx, "Udp", "RcvbufErrors");
+    let sender = rig.spawn_send(&["--rate", "20kpps", "--count", "40000", "--gso", gso]);
+    rig.sink().wait_line("sink: sender", Duration::from_secs(5));
+    rig.sink().signal(Signal::SIGSTOP);
+    rig.sink().wait_state('T');
+    let rx = rig.lab.rx.clone();
+    let dropped = wait_until(Duration::from_secs(10), || {
+        snmp(&rx, "Udp", "RcvbufErrors") - before >= 100
+    });
+    rig.sink().signal(Signal::SIGCONT);
+    assert!(dropped, "the stopped sink's tiny buffer overflowed");
+    let send = sender.summary("send");
+    let drops = snmp(&rig.lab.rx, "Udp", "RcvbufErrors") - before;
+    let (socket_drops, _) = udp_socket_stats(pid, rig.port);
+    assert_eq!(socket_drops, drops, "only the sink's socket dropped");
+    let rx_packets = u(&send, "tx_packets") - u(verdict(&send), "rx_kernel_drops");
+    let sink = rig.stop_sink(&[("ringblast_rx_packets_total", rx_packets)]);
+    let (sent, rx, kd, lost) = (
+        u(&send, "tx_packets"),
+        u(&sink, "rx_packets"),
+        u(&sink, "rx_kernel_drops"),
+        u(&sink, "rx_lost"),
+    );
+    assert_eq!(u(&send, "tx_errors"), 0, "{send}");
+    assert_eq!(
+        sent,
+        rx + kd + lost,
+        "sent = received + kernel drops + lost: {sink}"
+    );
+    for key in ["rx_duplicates", "rx_invalid", "rx_reordered"] {
+        assert_eq!(u(&sink, key), 0, "{key}: {sink}");
+    }
+    (send, sink, drops)
+}
+
+#[test]
+fn kernel_drops_without_gro_equal_the_kernels_counter() {
+    if !require_root() {
+        return;
+    }
+    let (_, sink, drops) = overflow("kn", 241, &["--no-gro"], "1");
+    row(
+        "tiny rcvbuf, --no-gro: RcvbufErrors / rx_kernel_drops",
+        drops,
+        u(&sink, "rx_kernel_drops"),
+    );
+    assert_eq!(u(&sink, "rx_kernel_drops"), drops, "{sink}");
+    assert_eq!(u(&sink, "rx_lost"), 0, "no loss but the kernel's: {sink}");
+}
+
+#[test]
+fn kernel_drops_with_gro_keep_the_books_balanced() {
+    if !require_root() {
+        return;
+    }
+    let (send, sink, buffers) = overflow("kg", 242, &[], "8");
+    let kd = u(&sink, "rx_kernel_drops");
+    row(
+        "tiny rcvbuf, GRO: 8 x RcvbufErrors (8-datagram buffers) / rx_kernel_drops",
+        8 * buffers,
+        kd,
+    );
+    // One dropped buffer held 1 to 8 datagrams (the sender's GSO trains).
+    assert!(
+        kd >= buffers && kd <= 8 * buffers,
+        "{buffers} buffers, {sink}"
+    );
+    assert_eq!(u(&sink, "rx_lost"), 0, "no loss but the kernel's: {sink}");
+    assert_eq!(u(verdict(&send), "rx_kernel_drops"), kd, "{send}");
+}
+
+#[test]
+fn kernel_drops_of_the_tail_equal_the_kernels_counter() {
+    if !require_root() {
+        return;
+    }
+    let _guard = traffic_lock();
+    let mut rig = Rig::new("kt", 243);
+    rig.start_sink(&["--no-gro"]);
+    let pid = rig.sink().pid();
+    shrink_rcvbuf(pid, rig.port, 4096);
+    let before = snmp(&rig.lab.rx, "Udp", "RcvbufErrors");
+    let tx_metrics: std::net::SocketAddr = format!("10.{}.0.1:9978", rig.net).parse().unwrap();
+    let m = tx_metrics.to_string();
+    let sender = rig.spawn_send(&["--rate", "20kpps", "--count", "20000", "--metrics", &m]);
+    rig.sink().wait_line("sink: sender", Duration::from_secs(5));
+    // Stopped until the sender has sent its last datagram: the tail overflows the buffer.
+    rig.sink().signal(Signal::SIGSTOP);
+    rig.sink().wait_state('T');
+    let tx = rig.lab.tx.clone();
+    let all_sent = wait_until(Duration::from_secs(10), || {
+        metric(&scrape(&tx, tx_metrics), "ringblast_tx_packets_total") == 20_000
+    });
+    rig.sink().signal(Signal::SIGCONT);
+    assert!(
+        all_sent,
+        "the sender sent everything while the sink was stopped"
+    );
+    let send = sender.summary("send");
+    let drops = snmp(&rig.lab.rx, "Udp", "RcvbufErrors") - before;
+    let sink = rig.stop_sink(&[("ringblast_rx_kernel_drops_total", drops)]);
+    row(
+        "tail dropped by the kernel, --no-gro: RcvbufErrors / rx_kernel_drops",
+        drops,
+        u(&sink, "rx_kernel_drops"),
+    );
+    assert!(drops > 1_000, "the tail overflowed: {drops}");
+    assert_eq!(u(&sink, "rx_kernel_drops"), drops, "{sink}");
+    assert_eq!(u(&sink, "rx_lost"), 0, "{sink}");
+    assert_eq!(
+        u(verdict(&send), "rx_kernel_drops"),
+        drops,
+        "the verdict agrees: {send}"
+    );
+    assert_eq!(u(verdict(&send), "rx_lost"), 0, "{send}");
+    assert_eq!(
+        u(&send, "tx_packets"),
+        u(&sink, "rx_packets") + drops,
+        "sent = received + kernel drops: {sink}"
+    );
+}

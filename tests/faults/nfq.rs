@@ -1,0 +1,203 @@
+//! NFQUEUE as the injector: `tests/support/nfq_fault.c` (libnetfilter_queue) holds, swaps,
+//! corrupts or truncates the datagrams an iptables rule queues at the sink's input, and prints what
+//! it did. Its counts are the truth.
+
+use std::{sync::OnceLock, time::Duration};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use super::kit::*;
+
+/// Compiles the queue program once (under root a missing compiler or library fails).
+fn program() -> &'static str {
+    static BUILT: OnceLock<String> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = format!("{}/nfq_fault", env!("CARGO_TARGET_TMPDIR"));
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/nfq_fault.c");
+        sh(&[
+            "cc",
+            "-O2",
+            "-o",
+            &out,
+            src,
+            "-lnetfilter_queue",
+            "-lnfnetlink",
+        ]);
+        out
+    })
+}
+
+/// Runs 10 000 datagrams at 10 kpps through `nfq_fault ARGS`; returns the sender's summary,
+/// the sink's summary and the program's counts.
+fn run_through_queue(tag: &str, net: u8, args: &[&str]) -> (Value, Value, Value) {
+    let _guard = traffic_lock();
+    let prog = program();
+    let mut rig = Rig::new(tag, net);
+    let mut queue = Rb::start(&rig.lab.rx, prog, args);
+    queue.wait_line("nfq_fault: ready", Duration::from_secs(5));
+    // This kernel has xt_NFQUEUE (iptables' target) but not nft's `queue` expression.
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &rig.lab.rx,
+        "iptables",
+        "-A",
+        "INPUT",
+        "-p",
+        "udp",
+        "--dport",
+        "7000",
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        "0",
+    ]);
+    rig.start_sink(&[]);
+    let send = rig.send(&["--rate", "10kpps", "--count", "10000"]);
+    assert_eq!(u(&send, "tx_errors"), 0, "{send}");
+    assert!(queue.alive(), "the queue program is running");
+    queue.signal(Signal::SIGTERM);
+    let (status, out, err) = queue.finish();
+    assert!(status.success(), "nfq_fault: {err}");
+    let counts: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    assert!(!err.contains("ENOBUFS"), "the queue overran: {err}");
+    assert_eq!(
+        u(&counts, "seen"),
+        u(&send, "tx_packets"),
+        "every datagram was queued: {counts}"
+    );
+    assert_eq!(u(&counts, "accepted"), u(&counts, "seen"), "{counts}");
+    assert_eq!(u(&counts, "overrun"), 0, "{counts}");
+    let sink = rig.stop_sink(&[(
+        "ringblast_rx_packets_total",
+        u(&send, "tx_packets") - u(&counts, "corrupted") - u(&counts, "truncated"),
+    )]);
+    (send, sink, counts)
+}
+
+#[test]
+fn nfqueue_delay_of_every_datagram_loses_nothing() {
+    if !require_root() {
+        return;
+    }
+    let (send, sink, counts) = run_through_queue("qd", 231, &["-d", "20"]);
+    let sent = u(&send, "tx_packets");
+    row(
+        "nfqueue delay 20 ms: delayed / rx_packets",
+        u(&counts, "delayed"),
+        u(&sink, "rx_packets"),
+    );
+    assert_eq!(u(&counts, "delayed"), sent, "{counts}");
+    assert_eq!(u(&sink, "rx_packets"), sent, "{sink}");
+    for key in [
+        "rx_lost",
+        "rx_reordered",
+        "rx_duplicates",
+        "rx_invalid",
+        "rx_kernel_drops",
+    ] {
+        assert_eq!(u(&sink, key), 0, "{key}: {sink}");
+    }
+    let p50 = u(&sink["latency"], "p50_ns");
+    assert!(
+        p50 >= 20_000_000,
+        "the 20 ms delay shows in the latency: {sink}"
+    );
+}
+
+#[test]
+fn nfqueue_swapped_pairs_are_reordered_exactly() {
+    if !require_root() {
+        return;
+    }
+    let (send, sink, counts) = run_through_queue("qr", 232, &["-r", "10"]);
+    let swapped = u(&counts, "swapped");
+    row(
+        "nfqueue swap every 10th: swapped / rx_reordered",
+        swapped,
+        u(&sink, "rx_reordered"),
+    );
+    assert!(swapped > 500, "pairs were swapped: {counts}");
+    assert_eq!(u(&sink, "rx_reordered"), swapped, "{counts}\n{sink}");
+    assert_eq!(u(&sink, "rx_packets"), u(&send, "tx_packets"), "{sink}");
+    for key in ["rx_lost", "rx_duplicates", "rx_invalid", "rx_kernel_drops"] {
+        assert_eq!(u(&sink, key), 0, "{key}: {sink}");
+    }
+    assert_eq!(u(verdict(&send), "rx_reordered"), swapped, "{send}");
+}
+
+#[test]
+fn nfqueue_corrupted_magic_is_invalid_and_lost_exactly() {
+    if !require_root() {
+        return;
+    }
+    let (send, sink, counts) = run_through_queue("qc", 233, &["-c", "10"]);
+    let corrupted = u(&counts, "corrupted");
+    row(
+        "nfqueue corrupt magic: corrupted / invalid magic",
+        corrupted,
+        u(&sink["rx_invalid_by_reason"], "magic"),
+    );
+    row(
+        "nfqueue corrupt magic: corrupted / rx_lost",
+        corrupted,
+        u(&sink, "rx_lost"),
+    );
+    assert!(corrupted > 0, "{counts}");
+    assert_eq!(
+        u(&sink["rx_invalid_by_reason"], "magic"),
+        corrupted,
+        "{sink}"
+    );
+    assert_eq!(u(&sink, "rx_invalid"), corrupted, "{sink}");
+    assert_eq!(u(&sink, "rx_lost"), corrupted, "{sink}");
+    assert_eq!(
+        u(&sink, "rx_packets"),
+        u(&send, "tx_packets") - corrupted,
+        "{sink}"
+    );
+    assert_eq!(
+        u(&sink, "rx_reordered") + u(&sink, "rx_duplicates"),
+        0,
+        "{sink}"
+    );
+}
+
+#[test]
+fn nfqueue_truncated_datagrams_are_invalid_short_and_lost_exactly() {
+    if !require_root() {
+        return;
+    }
+    let (send, sink, counts) = run_through_queue("qt", 234, &["-T", "10"]);
+    let truncated = u(&counts, "truncated");
+    row(
+        "nfqueue truncate to 16 B: truncated / invalid short",
+        truncated,
+        u(&sink["rx_invalid_by_reason"], "short"),
+    );
+    row(
+        "nfqueue truncate to 16 B: truncated / rx_lost",
+        truncated,
+        u(&sink, "rx_lost"),
+    );
+    assert!(truncated > 0, "{counts}");
+    assert_eq!(
+        u(&sink["rx_invalid_by_reason"], "short"),
+        truncated,
+        "{sink}"
+    );
+    assert_eq!(u(&sink, "rx_invalid"), truncated, "{sink}");
+    assert_eq!(u(&sink, "rx_lost"), truncated, "{sink}");
+    assert_eq!(
+        u(&sink, "rx_packets"),
+        u(&send, "tx_packets") - truncated,
+        "{sink}"
+    );
+    assert_eq!(
+        u(&sink, "rx_reordered") + u(&sink, "rx_duplicates"),
+        0,
+        "{sink}"
+    );
+}
