@@ -53,6 +53,8 @@ pub struct SinkSet {
     pub group: Group<SinkOutcome>,
     /// Books per sender, beside the workers.
     pub registry: Arc<Registry>,
+    /// Monotonic ns when every queue was bound with its receive armed.
+    pub ready_ns: u64,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
@@ -271,6 +273,7 @@ pub fn start_sinks(
         shared,
         group,
         registry,
+        ready_ns: crate::clock::monotonic_ns(),
     })
 }
 
