@@ -151,9 +151,13 @@ fn check_value(sub: &str, arg: &Arg, flag: &str) -> Result<(), String> {
     CHECKERS.with_borrow_mut(|checkers| {
         let key = format!("{sub} {}", arg.get_id());
         let cmd = checkers.entry(key).or_insert_with(|| {
+            // Alone, the option's relations name options that are not there: clear them (a
+            // debug build of clap asserts that every named option exists).
             clap::Command::new("ringblast").arg(
                 arg.clone()
                     .required(false)
+                    .conflicts_with(clap::builder::Resettable::Reset)
+                    .requires(clap::builder::Resettable::Reset)
                     .env(OsStr::new("RINGBLAST_CONFIG_CHECK_UNUSED")),
             )
         });
