@@ -171,6 +171,12 @@ fn share_port_splits_the_traffic_and_every_packet_is_counted_once() {
         sent,
         "first {a}\nsecond {b}"
     );
+    // Only the first sink hears the sender's goodbye: the other's share is loss to it.
+    assert_eq!(
+        u(&a, "rx_lost"),
+        u(&b, "rx_packets") + u(&b, "rx_kernel_drops"),
+        "first {a}\nsecond {b}"
+    );
     for v in [&a, &b] {
         assert_eq!(u(v, "rx_invalid"), 0, "{v}");
         assert_eq!(u(v, "rx_duplicates"), 0, "{v}");
