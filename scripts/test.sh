@@ -38,6 +38,14 @@ echo "== cargo test --release"
 cargo test --release -- --test-threads=2
 echo "== control-message decoder: 10 M random and structured inputs"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
+echo "== header, cmsg, unit and config-file parsers: 10 M random and structured inputs each"
+RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cmsg::fuzz config::fuzz --nocapture --test-threads=2
+# A debug build, so overflow checks and debug_asserts run: every unit test (the parser fuzz loops
+# at their default 100 000 cases included), the CLI and environment-failure tests, and each send
+# operation and receive mode with real packets. The unpaced pair tests stay release-only: a debug
+# sink cannot keep up with an unpaced sender, and those tests measure a release build's behaviour.
+echo "== cargo test (debug build): unit tests, CLI, environment failures, send ops and rx modes"
+cargo test --lib --test cli --test envfail --test ops -- --test-threads=2
 echo "== soak: separate sender and sink, 3 minutes at 20 kpps (RSS, fds, threads, counts)"
 bash scripts/soak.sh 3m 20kpps
 echo "== cargo bench --no-run"

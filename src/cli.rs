@@ -250,6 +250,11 @@ pub struct SinkArgs {
     /// Stop after this long (default: until SIGINT/SIGTERM).
     #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
     pub duration: Option<Duration>,
+    /// Share the UDP port with another process that holds it with `SO_REUSEPORT` (another
+    /// sink): the kernel then splits the flows between the two. Without it, a port held by
+    /// anyone else is refused (exit 3).
+    #[arg(long, env = "RINGBLAST_SHARE_PORT")]
+    pub share_port: bool,
     /// Receive tuning.
     #[command(flatten)]
     pub tuning: SinkTuning,

@@ -2,8 +2,10 @@
 //!
 //! Every failure a user can cause or meet is one variant with a one-line message that names the
 //! fix. `exit_code` gives each class its own status: 2 for usage errors (bad flags, config or
-//! units), 3 for an environment that cannot run ringblast (no io_uring, seccomp, memlock, a port in
-//! use, a missing NUMA node), 1 for anything that failed at run time.
+//! units), 3 for an environment that cannot run ringblast (no io_uring, seccomp, memlock, too
+//! few file descriptors, a port in use, a missing NUMA node), 1 for anything that failed at run
+//! time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
+//! site becomes the file-descriptor error with its fix instead of a bare "os error 24".
 
 use std::io;
 
@@ -38,6 +40,14 @@ pub enum Error {
         /// `need` in KiB, rounded up, for the hint.
         need_kib: u64,
     },
+    /// The process (`EMFILE`) or the system (`ENFILE`) ran out of file descriptors.
+    #[error("{context}: {hint}")]
+    NoFiles {
+        /// What was being done, or what the run needs.
+        context: String,
+        /// The limit and how to raise it.
+        hint: String,
+    },
     /// A system call failed while running.
     #[error("{context}: {source}")]
     Io {
@@ -51,10 +61,23 @@ pub enum Error {
 
 impl Error {
     /// Wraps an OS error with what was being attempted.
+    ///
+    /// Running out of file descriptors is an environment failure, not a run-time one: it
+    /// becomes [`Error::NoFiles`] with the limit and the fix.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            source,
+        match source.raw_os_error() {
+            Some(libc::EMFILE) => Error::NoFiles {
+                context: context.into(),
+                hint: format!("too many open files (EMFILE); {}", nofile_hint(None)),
+            },
+            Some(libc::ENFILE) => Error::NoFiles {
+                context: context.into(),
+                hint: "the system's file table is full (ENFILE); raise `sysctl fs.file-max` or stop what holds the files".into(),
+            },
+            _ => Error::Io {
+                context: context.into(),
+                source,
+            },
         }
     }
 
@@ -62,11 +85,54 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => EXIT_USAGE,
-            Error::Unsupported(_) | Error::MemlockTooLow { .. } => EXIT_UNSUPPORTED,
+            Error::Unsupported(_) | Error::MemlockTooLow { .. } | Error::NoFiles { .. } => {
+                EXIT_UNSUPPORTED
+            }
             Error::Io { .. } => EXIT_RUNTIME,
         }
     }
 }
 
+/// The soft and hard `RLIMIT_NOFILE` of this process.
+pub fn nofile_limits() -> (u64, u64) {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap_or((0, 0))
+}
+
+/// "too many open files (RLIMIT_NOFILE is 8, hard 8); raise it with `ulimit -n N` ...", with
+/// `need` as N when known.
+pub fn nofile_hint(need: Option<u64>) -> String {
+    let (soft, hard) = nofile_limits();
+    let n = need.map_or_else(|| "4096".to_string(), |n| n.to_string());
+    format!(
+        "RLIMIT_NOFILE is {soft} (hard limit {hard}); raise it with `ulimit -n {n}` (systemd: LimitNOFILE={n}, docker: --ulimit nofile={n})"
+    )
+}
+
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emfile_from_any_call_site_is_exit_3_naming_the_fix() {
+        let err = Error::io("socket", io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(err.exit_code(), EXIT_UNSUPPORTED);
+        let msg = err.to_string();
+        assert!(msg.starts_with("socket: too many open files"), "{msg}");
+        assert!(
+            msg.contains("ulimit -n") && msg.contains("LimitNOFILE="),
+            "{msg}"
+        );
+        let enfile = Error::io("accept", io::Error::from_raw_os_error(libc::ENFILE));
+        assert_eq!(enfile.exit_code(), EXIT_UNSUPPORTED);
+        assert!(enfile.to_string().contains("fs.file-max"));
+    }
+
+    #[test]
+    fn other_os_errors_stay_run_time_failures() {
+        let err = Error::io("bind", io::Error::from_raw_os_error(libc::EINVAL));
+        assert_eq!(err.exit_code(), EXIT_RUNTIME);
+    }
+}

@@ -9,10 +9,14 @@ pub mod clock;
 pub mod config {
     //! Units and configuration files.
     pub mod file;
+    #[cfg(test)]
+    mod fuzz;
     pub mod units;
 }
 pub mod control;
 pub mod error;
+#[cfg(test)]
+mod fuzzing;
 pub mod mem;
 pub mod metrics;
 pub mod net;
@@ -20,6 +24,8 @@ pub mod output;
 pub mod pacing;
 pub mod proto {
     //! The wire format and the sink's sequence accounting.
+    #[cfg(test)]
+    mod fuzz;
     pub mod header;
     pub mod seq;
 }

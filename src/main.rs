@@ -13,6 +13,7 @@ fn fail(err: ringblast::error::Error) -> ! {
 }
 
 fn main() {
+    ringblast::clock::launch_ns();
     let argv =
         ringblast::config::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
     let cli = ringblast::cli::Cli::parse_from(argv);

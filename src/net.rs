@@ -5,6 +5,8 @@
 //! segment with `UDP_SEGMENT`. Sink sockets share the listen address with `SO_REUSEPORT`, ask for
 //! `UDP_GRO` and for the kernel's drop counter with `SO_RXQ_OVFL`.
 
+pub mod claim;
+
 use std::{
     io,
     net::SocketAddr,

@@ -77,7 +77,7 @@ fn on_command_line(args: &[OsString], long: &str) -> bool {
 }
 
 /// The `--key=value` arguments the file contributes to subcommand `sub`.
-fn settings(
+pub(crate) fn settings(
     sub: &str,
     text: &str,
     file: &str,
@@ -90,12 +90,9 @@ fn settings(
             e.message().trim()
         ))
     })?;
-    let mut root = Cli::command();
-    root.build();
-    let cmd = root
+    let cmd = root_command()
         .find_subcommand(sub)
-        .ok_or_else(|| Error::Usage(format!("unknown subcommand {sub}")))?
-        .clone();
+        .ok_or_else(|| Error::Usage(format!("unknown subcommand {sub}")))?;
     let mut out = Vec::new();
     for (key, value) in table.get_ref().iter() {
         let line = line_of(text, key.span().start);
@@ -136,23 +133,48 @@ fn settings(
             }
             (false, v) => {
                 let text = scalar(v).map_err(fail)?;
-                // Run the option's own parser on the value, alone, so the error is about it.
-                clap::Command::new("ringblast")
-                    .arg(
-                        arg.clone()
-                            .required(false)
-                            .env(OsStr::new("RINGBLAST_CONFIG_CHECK_UNUSED")),
-                    )
-                    .try_get_matches_from([
-                        OsString::from("ringblast"),
-                        OsString::from(format!("--{name}={text}")),
-                    ])
-                    .map_err(|e| fail(clap_message(&e)))?;
+                check_value(sub, arg, &format!("--{name}={text}")).map_err(fail)?;
                 out.push(OsString::from(format!("--{name}={text}")));
             }
         }
     }
     Ok(out)
+}
+
+/// Runs the option's own parser on `flag` (`--name=value`), alone, so the error is about it.
+/// The one-option commands are built once per thread and reused.
+fn check_value(sub: &str, arg: &Arg, flag: &str) -> Result<(), String> {
+    thread_local! {
+        static CHECKERS: std::cell::RefCell<std::collections::HashMap<String, clap::Command>> =
+            Default::default();
+    }
+    CHECKERS.with_borrow_mut(|checkers| {
+        let key = format!("{sub} {}", arg.get_id());
+        let cmd = checkers.entry(key).or_insert_with(|| {
+            // Alone, the option's relations name options that are not there: clear them (a
+            // debug build of clap asserts that every named option exists).
+            clap::Command::new("ringblast").arg(
+                arg.clone()
+                    .required(false)
+                    .conflicts_with(clap::builder::Resettable::Reset)
+                    .requires(clap::builder::Resettable::Reset)
+                    .env(OsStr::new("RINGBLAST_CONFIG_CHECK_UNUSED")),
+            )
+        });
+        cmd.try_get_matches_from_mut(["ringblast", flag])
+            .map(drop)
+            .map_err(|e| clap_message(&e))
+    })
+}
+
+/// The whole command tree, built once (building it costs more than parsing a small file).
+fn root_command() -> &'static clap::Command {
+    static ROOT: std::sync::OnceLock<clap::Command> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let mut root = Cli::command();
+        root.build();
+        root
+    })
 }
 
 fn scalar(v: &DeValue<'_>) -> Result<String, String> {

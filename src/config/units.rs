@@ -1,7 +1,8 @@
 //! Parses and prints the units people type on the command line and in config files: send rates
 //! (`max`, `250kpps`, `800Mbit`), durations (`10s`, `2.5`), counts (`10k`) and byte sizes
-//! (`1400`, `64KiB`). Every parser rejects zero, negative and malformed input with a one-line
-//! [`UnitError`] that repeats the input and lists the accepted forms.
+//! (`1400`, `64KiB`). Every parser rejects negative and malformed input, and all but the byte
+//! size reject zero, with a one-line [`UnitError`] that repeats the input and lists the accepted
+//! forms.
 
 use std::fmt;
 use std::str::FromStr;

@@ -41,6 +41,8 @@ pub enum Link {
     Serve {
         listen: SocketAddr,
         secret: Option<Arc<Secret>>,
+        /// `--share-port`: a control port held by the other sink is not an error.
+        share: bool,
     },
     /// A sender talking to a sink.
     Connect {
@@ -90,11 +92,29 @@ pub fn start(
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
             started.verdict = VerdictSource::InProcess;
         }
-        (Link::Serve { listen, secret }, _, Some(k)) => {
+        (
+            Link::Serve {
+                listen,
+                secret,
+                share,
+            },
+            _,
+            Some(k),
+        ) => {
             let session = format!("{}/{:08x}", hostname(), rand::random::<u32>());
             let mut config = ServerConfig::new(listen, session.clone());
             config.secret = secret;
-            let server = ControlServer::bind(config)?;
+            let server = match ControlServer::bind(config) {
+                // Only a port in use is `Unsupported` here; with --share-port it is the other
+                // sink's control channel, and the senders report to that sink.
+                Err(Error::Unsupported(_)) if share => {
+                    say!(
+                        "control: tcp {listen} is held by the sink this one shares the port with (--share-port); this sink serves no control channel"
+                    );
+                    return Ok(started);
+                }
+                other => other?,
+            };
             say!("control: listening on tcp {listen} (sink session {session})");
             let books = Arc::new(Books {
                 registry: Arc::clone(&k.registry),

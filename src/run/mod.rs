@@ -4,6 +4,7 @@
 
 pub mod control_link;
 pub mod exporting;
+pub mod fds;
 pub mod judge;
 pub mod placement;
 pub mod roles;
@@ -69,10 +70,15 @@ fn placement_args<'a>(
     }
 }
 
-/// Plans a role's queues and prints the plan to stderr (placement is never silent).
-fn planned(role: &str, args: &PlacementArgs<'_>) -> Result<Vec<QueueView>, Error> {
+/// Plans a role's queues and adds the plan to `notes`, which the run prints once its workers
+/// are set up (placement is never silent, and a run that cannot start prints one line only).
+fn planned(
+    role: &str,
+    args: &PlacementArgs<'_>,
+    notes: &mut String,
+) -> Result<Vec<QueueView>, Error> {
     let (queues, text) = plan_queues(role, args)?;
-    crate::output::human_text(&text);
+    notes.push_str(&text);
     Ok(queues)
 }
 
@@ -91,9 +97,27 @@ struct RunSpec {
     link: control_link::Link,
     /// A sender run below this share of its target fails.
     min_rate_ratio: Option<f64>,
+    /// The placement plan, printed once the workers are set up.
+    notes: String,
+    /// Let the sink share its UDP port with another process (`--share-port`).
+    share_port: bool,
 }
 
 fn run_spec(spec: RunSpec) -> Result<(), Error> {
+    fds::ensure(&fds::Needs {
+        sender_flows: spec
+            .senders
+            .as_ref()
+            .map_or(0, |s| s.1.iter().map(|(_, f)| f.len() as u64).sum::<u64>()),
+        sender_queues: spec.senders.as_ref().map_or(0, |s| s.0.len() as u64),
+        sink_queues: spec.sinks.as_ref().map_or(0, |s| s.0.len() as u64),
+        // The control server accepts up to its connection cap, whatever --max-senders says.
+        sink_senders: spec.sinks.as_ref().map_or(0, |_| {
+            crate::control::server::ServerConfig::new(([127, 0, 0, 1], 0).into(), "")
+                .max_connections as u64
+        }),
+        exporter: spec.metrics.is_some(),
+    })?;
     let signal = install_signals()?;
     let exported_flows = spec.sinks.as_ref().map_or(0, |s| s.2);
     let arena_bytes = (
@@ -138,7 +162,15 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
     let sink_control = Arc::new(Control::default());
     let sinks = spec
         .sinks
-        .map(|(queues, config, _)| start_sinks(&sink_control, queues, config, spec.max_senders))
+        .map(|(queues, config, _)| {
+            start_sinks(
+                &sink_control,
+                queues,
+                config,
+                spec.max_senders,
+                spec.share_port,
+            )
+        })
         .transpose()?;
     let senders = match spec
         .senders
@@ -155,6 +187,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
             return Err(e);
         }
     };
+    crate::output::human_text(&spec.notes);
     if let (Some(s), Some(k)) = (&senders, &sinks) {
         say!(
             "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",
@@ -230,7 +263,8 @@ fn send(args: SendArgs) -> Result<(), Error> {
         random_epoch(),
         common.hugepages,
     )?;
-    let queues = planned("send", &placement_args(&common, args.to, &[]))?;
+    let mut notes = String::new();
+    let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
     let metrics = common.metrics;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
@@ -253,13 +287,20 @@ fn send(args: SendArgs) -> Result<(), Error> {
         max_senders: 0,
         link,
         min_rate_ratio: args.traffic.min_rate_ratio,
+        notes,
+        share_port: false,
     })
 }
 
 fn sink(args: SinkArgs) -> Result<(), Error> {
     let common = args.common;
     let config = sink_config(args.listen, &args.tuning, args.duration, common.hugepages)?;
-    let queues = planned("sink", &placement_args(&common, args.listen, &[]))?;
+    let mut notes = String::new();
+    let queues = planned(
+        "sink",
+        &placement_args(&common, args.listen, &[]),
+        &mut notes,
+    )?;
     let exported = args.tuning.metrics_flows.min(config.max_flows);
     let metrics = common.metrics;
     let secret = read_secret(args.secret_file.as_deref())?;
@@ -278,8 +319,11 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
         link: control_link::Link::Serve {
             listen: args.listen,
             secret,
+            share: args.share_port,
         },
         min_rate_ratio: None,
+        notes,
+        share_port: args.share_port,
     })
 }
 
@@ -311,13 +355,18 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         common.hugepages,
     )?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages)?;
-    let send_queues = planned("send", &placement_args(&common, addr, &[]))?;
+    let mut notes = String::new();
+    let send_queues = planned("send", &placement_args(&common, addr, &[]), &mut notes)?;
     let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
     let sink_common = CommonArgs {
         cpus: None,
         ..common.clone()
     };
-    let sink_queues = planned("sink", &placement_args(&sink_common, addr, &send_cpus))?;
+    let sink_queues = planned(
+        "sink",
+        &placement_args(&sink_common, addr, &send_cpus),
+        &mut notes,
+    )?;
     let target = args.traffic.rate.packets_per_second(args.traffic.size);
     let default_metrics: SocketAddr = DEFAULT_METRICS
         .parse()
@@ -336,6 +385,8 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         max_senders: args.tuning.max_senders,
         link: control_link::Link::InProcess,
         min_rate_ratio: args.traffic.min_rate_ratio,
+        notes,
+        share_port: false,
     })
 }
 

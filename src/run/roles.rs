@@ -7,6 +7,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use crate::{
     cli::{SinkTuning, TrafficArgs},
     error::Error,
+    net::claim,
     proto::header::HEADER_LEN,
     report::{QueueView, RxSample, TxSample},
     sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
@@ -58,6 +59,8 @@ pub struct SinkSet {
     pub registry: Arc<Registry>,
     /// Session slots per queue.
     pub max_sessions: usize,
+    /// Monotonic ns when every queue was bound with its receive armed.
+    pub ready_ns: u64,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
@@ -239,14 +242,21 @@ pub fn sink_config(
     })
 }
 
-/// Starts one sink per planned queue, all on the same `SO_REUSEPORT` address.
+/// Starts one sink per planned queue, all on the same `SO_REUSEPORT` address. Unless
+/// `share_port`, the address must be held by no other process, before binding and after every
+/// queue is bound (`net::claim` explains the two checks).
 pub fn start_sinks(
     control: &Arc<Control>,
     queues: Vec<QueueView>,
     config: SinkConfig,
     max_senders: usize,
+    share_port: bool,
 ) -> Result<SinkSet, Error> {
     let max_sessions = config.max_sessions;
+    let listen = config.listen;
+    if !share_port {
+        claim::refuse_others(listen)?;
+    }
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     for q in &queues {
@@ -256,6 +266,15 @@ pub fn start_sinks(
         workers.push((q.cpu, move || SinkWorker::new(config, node, s)));
     }
     let group = worker::start("sink", control, workers)?;
+    if let Err(e) = (!share_port)
+        .then(|| claim::refuse_others(listen))
+        .transpose()
+    {
+        control.request_stop();
+        group.release();
+        group.join();
+        return Err(e);
+    }
     // Every socket is bound now: a sender whose first packet came later was seen from its start.
     let registry = Arc::new(Registry::new(
         shared.clone(),
@@ -268,6 +287,7 @@ pub fn start_sinks(
         group,
         registry,
         max_sessions,
+        ready_ns: crate::clock::monotonic_ns(),
     })
 }
 

@@ -180,6 +180,10 @@ impl Session {
             s.group.release();
         }
         let start = clock::monotonic_ns();
+        say!(
+            "startup: workers released {:.1} ms after launch",
+            clock::ms_since_launch(start)
+        );
         let mut last_report = start;
         let (mut tx0, mut rx0) = self.samples();
         let mut in_process_verdict = None;
@@ -282,7 +286,9 @@ impl Session {
                 .iter()
                 .any(|o| o.as_ref().is_none_or(|o| o.ring_failed));
             let duration = ended.saturating_sub(started) as f64 / 1e9;
+            // The first send is queued right as a sender's loop starts.
             let extra = json!({"epoch": s.epoch, "queues": s.queues.len(),
+                "startup_ms": clock::ms_since_launch(started),
                 "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
                 "target_pps": s.target_pps.map(|r| r.round() as u64),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
@@ -297,14 +303,15 @@ impl Session {
                 .as_ref()
                 .map(|v| report::attach_verdict(&mut summary, v));
             say!(
-                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}",
+                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",
                 summary["tx_packets"],
                 summary["tx_bytes"],
                 report::errors_text(&total.traffic.errors),
                 duration,
                 summary["pps"],
                 summary["bps"],
-                judgement.rate_words
+                judgement.rate_words,
+                summary["startup_ms"]
             );
             if let Some(line) = verdict_line {
                 say!("{line}");
@@ -355,11 +362,13 @@ impl Session {
             });
             let senders = s.registry.rows(true);
             let extra = json!({"queues": s.queues.len(), "latency": latency,
+                "startup_ms": clock::ms_since_launch(s.ready_ns),
+                "first_packet_ms": first.map(clock::ms_since_launch),
                 "senders": report::senders_json(&senders),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
             let summary = report::rx_summary_json(&total, duration, extra);
             say!(
-                "sink summary: {} packets, {} bytes in {:.3}s: {}pps {}bps; lost {} reordered {} dup {} invalid {} kernel drops {}",
+                "sink summary: {} packets, {} bytes in {:.3}s: {}pps {}bps; lost {} reordered {} dup {} invalid {} kernel drops {}; ready {} ms and first packet {} ms after launch",
                 summary["rx_packets"],
                 summary["rx_bytes"],
                 duration,
@@ -369,7 +378,9 @@ impl Session {
                 summary["rx_reordered"],
                 summary["rx_duplicates"],
                 summary["rx_invalid"],
-                summary["rx_kernel_drops"]
+                summary["rx_kernel_drops"],
+                summary["startup_ms"],
+                summary["first_packet_ms"]
             );
             for line in report::sender_lines(&senders) {
                 say!("{line}");

@@ -77,6 +77,9 @@ fn read_i32(b: &[u8]) -> i32 {
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -26,7 +26,7 @@ use self::{
 use crate::{
     clock,
     error::Error,
-    mem::{Arena, limits},
+    mem::{Arena, PAGE_SIZE, Populate, limits},
     net,
     proto::header,
     ring::{
@@ -176,8 +176,16 @@ impl SinkWorker {
     pub fn new(config: SinkConfig, node: u32, shared: Arc<SinkShared>) -> Result<Self, Error> {
         limits::check_memlock(Self::locked_bytes(&config))?;
         let layout = layout(&config);
-        let arena = Arena::allocate_on_node(layout.arena_bytes(), node, config.hugepages)
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        // The kernel writes into the receive buffers and never pins them: fault in the entry
+        // ring and the first page of every buffer now, the rest on first use (`mem::Populate`).
+        let populate = Populate::Strided {
+            head: layout.ring_bytes(),
+            stride: BUFFER_BYTES as usize,
+            touch: PAGE_SIZE,
+        };
+        let arena =
+            Arena::allocate_on_node_with(layout.arena_bytes(), node, config.hugepages, populate)
+                .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut engine = Engine::new(
             ring_size(&config),
             arena,

@@ -70,6 +70,11 @@ impl Proc {
         );
     }
 
+    /// The child's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGINT to the child (a clean stop: it prints its summary).
     pub fn interrupt(&self) {
         let _ = Command::new("kill")
