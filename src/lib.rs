@@ -13,6 +13,7 @@ pub mod config {
 }
 pub mod control;
 pub mod error;
+pub mod generate;
 pub mod mem;
 pub mod metrics;
 pub mod net;

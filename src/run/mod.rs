@@ -39,6 +39,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Sink(args) => sink(args),
         Command::Pair(args) => pair(args),
         Command::Topo(args) => topo(args),
+        Command::Generate(args) => crate::generate::run(args.kind, args.dir.as_deref()),
     }
 }
 
