@@ -16,8 +16,8 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "test.sh: needs root (network namespaces, dpkg -i) and sudo is not installed: run it as root" >&2
     exit 3
   fi
-  # `env` on the command line, not --preserve-env: Debian's sudoers sets secure_path, which
-  # replaces a preserved PATH.
+  # `env` on the command line sets them whatever sudoers says (env_reset, env_keep,
+  # secure_path); sudo resets HOME to root's, so the user's home is passed through the two.
   exec sudo env "PATH=$PATH" "CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}" \
     "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" bash "$script" "$@"
 fi
@@ -36,6 +36,9 @@ give_back() {
 }
 if [ -n "${SUDO_UID:-}" ] && [ "$SUDO_UID" != 0 ]; then
   trap give_back EXIT
+  # bash runs the EXIT trap on a signal only when that signal is trapped: Ctrl-C gives back too.
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
 fi
 echo "== as $(id -un)${SUDO_USER:+ (via sudo from $SUDO_USER)}; cargo: $(command -v cargo || echo none)"
 command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH ($PATH): install Rust (rustup)" >&2; exit 3; }
