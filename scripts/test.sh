@@ -24,12 +24,14 @@ fi
 cd "$(dirname "$script")/.."
 
 # Under sudo: hand the files root creates in the invoking user's directories back to that user,
-# so that their own cargo can still write there afterwards. Only directories the user owns, and
-# only files owned by root in them.
+# so that their own cargo can still write there afterwards. Only directories the user owns (for
+# target/, which root may have created, the checkout), and only files owned by root in them.
 give_back() {
-  local dir
+  local dir owner
   for dir in target "${CARGO_HOME:-}" "${RUSTUP_HOME:-}"; do
-    if [ -n "$dir" ] && [ -d "$dir" ] && [ "$(stat -c %u "$dir")" = "$SUDO_UID" ]; then
+    owner=$dir
+    [ "$dir" = target ] && owner=.
+    if [ -n "$dir" ] && [ -d "$dir" ] && [ "$(stat -c %u "$owner")" = "$SUDO_UID" ]; then
       chown -R --from=0 "$SUDO_UID:${SUDO_GID:?}" "$dir" || echo "test.sh: could not give $dir back to uid $SUDO_UID" >&2
     fi
   done
