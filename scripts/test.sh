@@ -3,9 +3,47 @@
 # installs what the tests need, then runs: format and lint checks, every unit and integration
 # test (real packets on loopback and between two network namespaces it creates), the benches'
 # build, and the deployment validation. Run as root: the tests create network namespaces and
-# drop CAP_IPC_LOCK to check the memlock error.
+# drop CAP_IPC_LOCK to check the memlock error, and the package test installs a .deb.
+#
+# As root it runs directly (a fresh root Debian machine has no sudo). As another user it runs
+# itself again under sudo, handing on PATH, CARGO_HOME and RUSTUP_HOME so that the user's own
+# cargo and rustup (e.g. in ~/.cargo/bin) are found, and gives the user back the files root
+# created in target/ and in those two homes. Without root or sudo it stops with one line (exit 3).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+script=$(realpath "${BASH_SOURCE[0]}")
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "test.sh: needs root (network namespaces, dpkg -i) and sudo is not installed: run it as root" >&2
+    exit 3
+  fi
+  # `env` on the command line sets them whatever sudoers says (env_reset, env_keep,
+  # secure_path); sudo resets HOME to root's, so the user's home is passed through the two.
+  exec sudo env "PATH=$PATH" "CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}" \
+    "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" bash "$script" "$@"
+fi
+cd "$(dirname "$script")/.."
+
+# Under sudo: hand the files root creates in the invoking user's directories back to that user,
+# so that their own cargo can still write there afterwards. Only directories the user owns (for
+# target/, which root may have created, the checkout), and only files owned by root in them.
+give_back() {
+  local dir owner
+  for dir in target "${CARGO_HOME:-}" "${RUSTUP_HOME:-}"; do
+    owner=$dir
+    [ "$dir" = target ] && owner=.
+    if [ -n "$dir" ] && [ -d "$dir" ] && [ "$(stat -c %u "$owner")" = "$SUDO_UID" ]; then
+      chown -R --from=0 "$SUDO_UID:${SUDO_GID:?}" "$dir" || echo "test.sh: could not give $dir back to uid $SUDO_UID" >&2
+    fi
+  done
+}
+if [ -n "${SUDO_UID:-}" ] && [ "$SUDO_UID" != 0 ]; then
+  trap give_back EXIT
+  # bash runs the EXIT trap on a signal only when that signal is trapped: Ctrl-C gives back too.
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+fi
+echo "== as $(id -un)${SUDO_USER:+ (via sudo from $SUDO_USER)}; cargo: $(command -v cargo || echo none)"
+command -v cargo >/dev/null || { echo "test.sh: cargo is not on PATH ($PATH): install Rust (rustup)" >&2; exit 3; }
 
 need_apt=()
 command -v cc >/dev/null || need_apt+=(gcc libc6-dev)
@@ -54,4 +92,6 @@ echo "== exporter against a real Prometheus (and every dashboard query)"
 python3 tests/prometheus/e2e.py target/release/ringblast
 echo "== deployment files"
 RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/validate-deploy.sh
+echo "== Debian package: build, dpkg -i, run, systemd-analyze verify, dpkg -r"
+bash scripts/package-test.sh
 echo "== all tests passed"

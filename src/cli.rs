@@ -34,6 +34,20 @@ pub enum Command {
     Pair(PairArgs),
     /// Print NUMA nodes, CPUs, the NIC's node and the queue placement that would be used.
     Topo(TopoArgs),
+    /// Write shell completions or the man page (for packaging; see scripts/build-assets.sh).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// `ringblast generate` (hidden).
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// What to write.
+    #[arg(value_enum)]
+    pub kind: crate::generate::Artifact,
+    /// Write files into this directory (printing their paths) instead of to stdout.
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 /// `ADDR:PORT` or `HOST:PORT` (resolved once, first address wins), for `--to`.

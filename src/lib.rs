@@ -17,6 +17,7 @@ pub mod control;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;
+pub mod generate;
 pub mod mem;
 pub mod metrics;
 pub mod net;

@@ -182,3 +182,35 @@ fn low_memlock_without_cap_ipc_lock_exits_3_naming_bytes_and_fix() {
         "{stderr}"
     );
 }
+
+/// `topo` names the online nodes plainly and prints each warning once, unindented.
+#[test]
+fn topo_says_how_many_nodes_are_online_and_warns_once() {
+    let out = ringblast(&["topo", "--queues", "1000"]);
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = stdout.lines().next().unwrap_or_default();
+    let (count, ids) = first
+        .split_once(" online: ")
+        .unwrap_or_else(|| panic!("first line {first:?}"));
+    let nodes = stdout.lines().filter(|l| l.starts_with("  node ")).count();
+    let expected = if nodes == 1 {
+        "1 node".to_string()
+    } else {
+        format!("{nodes} nodes")
+    };
+    assert_eq!(count, expected, "{stdout}");
+    assert!(!ids.is_empty() && ids != "none", "{stdout}");
+    let warnings: Vec<&str> = stdout.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stdout}");
+    assert!(
+        warnings[0].starts_with("warning: 1000 queues on ")
+            && warnings[0].ends_with("some queues share a CPU"),
+        "{stdout}"
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -127,3 +127,55 @@ fn shipped_example_configs_parse() {
         );
     }
 }
+
+/// Two keys clap refuses together are reported at the file's line, in one line, exit 2; the
+/// command line overrides a file key it clashes with.
+#[test]
+fn clashing_keys_name_the_file_and_both_lines() {
+    let f = config_file("to = \"127.0.0.1:9\"\nduration = \"1s\"\n\ncount = 10\n");
+    let out = Command::new(bin())
+        .args(["send", "--config"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "ringblast: error: {}:4: key `count` cannot be used with key `duration` (line 2); keep one of them",
+            f.path().display()
+        )
+    );
+}
+
+/// `[send]` applies to `ringblast send` only and wins over the top level; a `[sink]` table in
+/// the same file does not disturb the sender. An unknown table is refused with a hint.
+#[test]
+fn subcommand_tables_are_applied_and_unknown_ones_refused() {
+    let _guard = traffic_lock();
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    let f = config_file(&format!(
+        "rate = \"5kpps\"\n[send]\nto = \"{to}\"\nrate = \"25kpps\"\ncount = 300\nsize = 80\n\
+         [sink]\nlisten = \"127.0.0.1:1\"\n"
+    ));
+    let s = send_summary(f.path(), &[], &[]);
+    assert_eq!(u(&s, "target_pps"), 25_000, "[send] over the top level");
+    assert_eq!(u(&s, "tx_packets"), 300, "count from [send]");
+    assert_eq!(u(&s, "tx_bytes"), 300 * 80, "size from [send]");
+
+    let f = config_file("[senders]\nrate = \"1kpps\"\n");
+    let out = Command::new(bin())
+        .args(["send", "--to", "127.0.0.1:9", "--config"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(":1: table `[senders]` is not a subcommand; put keys for one subcommand under [send], [sink] or [pair]"),
+        "{stderr}"
+    );
+}

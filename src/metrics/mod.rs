@@ -2,15 +2,18 @@
 //! HTTP thread, never on a data-path thread), with every series registered at 0 up front, the
 //! cardinality checked at start-up, and counters flushed from the workers' published blocks at
 //! least every 20 ms and once more after the workers stop, before the summary is printed.
+//! The endpoint (`http`) serves the families and series in a stable, sorted order.
 
+pub mod exposition;
 pub mod handles;
+pub mod http;
 pub mod names;
 pub mod senders;
 
 use std::net::SocketAddr;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use self::{
     handles::Handles,
@@ -42,16 +45,17 @@ const LATENCY_SERIES: usize = crate::stats::LATENCY_BOUNDS_NS.len() + 3;
 
 /// Starts the HTTP listener on `addr` and installs the global recorder.
 pub fn install(addr: SocketAddr) -> Result<(), Error> {
-    let builder = PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets_for_metric(Matcher::Full(names::RX_LATENCY.into()), &latency_buckets())
-        .map_err(|e| Error::Usage(format!("latency buckets: {e}")))?;
-    builder.install().map_err(|e| match e {
-        BuildError::FailedToCreateHTTPListener(msg) => Error::Unsupported(format!(
-            "cannot serve metrics on {addr}: {msg}; pick a free port with --metrics ADDR:PORT"
-        )),
-        other => Error::Unsupported(format!("cannot start the metrics exporter: {other}")),
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        Error::Unsupported(format!(
+            "cannot serve metrics on {addr}: {e}; pick a free port with --metrics ADDR:PORT"
+        ))
     })?;
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(names::RX_LATENCY.into()), &latency_buckets())
+        .map_err(|e| Error::Usage(format!("latency buckets: {e}")))?
+        .install_recorder()
+        .map_err(|e| Error::Unsupported(format!("cannot start the metrics exporter: {e}")))?;
+    http::spawn(listener, handle).map_err(|e| Error::io("starting the metrics threads", e))?;
     for m in names::ALL {
         match m.kind {
             Kind::Counter if m.name.ends_with("_bytes_total") => {

@@ -41,7 +41,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Send(a) => a.common.json,
         Command::Sink(a) => a.common.json,
         Command::Pair(a) => a.common.json,
-        Command::Topo(_) => false,
+        Command::Topo(_) | Command::Generate(_) => false,
     };
     crate::output::json_on_stdout(json);
     match cli.command {
@@ -49,6 +49,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Sink(args) => sink(args),
         Command::Pair(args) => pair(args),
         Command::Topo(args) => topo(args),
+        Command::Generate(args) => crate::generate::run(args.kind, args.dir.as_deref()),
     }
 }
 

@@ -62,10 +62,7 @@ pub fn plan_queues(
         avoid_cpus: args.avoid_cpus,
     };
     let plan = placement::plan(&topo, &request).map_err(|e| Error::Usage(e.to_string()))?;
-    let mut text = topology::render_plan(role, &plan);
-    for warning in &plan.warnings {
-        text += &format!("warning: {warning}\n");
-    }
+    let text = topology::render_plan(role, &plan);
     let queues = plan
         .queues
         .iter()

@@ -6,16 +6,18 @@ use super::placement::Plan;
 use super::sysfs::NicLocality;
 use super::{Topology, list_or_none};
 
-/// Nodes with their online and allowed CPUs, then the NIC's locality when one is given:
+/// The online nodes, each with its online and allowed CPUs, then the NIC's locality when one
+/// is given:
 /// ```text
-/// nodes: 1 (online 0)
+/// 1 node online: 0
 ///   node 0: cpus 0-1 (allowed 0-1)
 /// nic: lo (NUMA node unknown: virtual interface)
 /// ```
 pub fn render_topology(topo: &Topology, nic: Option<(&str, &NicLocality)>) -> String {
+    let count = topo.nodes.len();
     let mut text = format!(
-        "nodes: {} (online {})\n",
-        topo.nodes.len(),
+        "{count} node{} online: {}\n",
+        if count == 1 { "" } else { "s" },
         list_or_none(&topo.node_ids())
     );
     for node in &topo.nodes {
@@ -39,11 +41,12 @@ pub fn render_topology(topo: &Topology, nic: Option<(&str, &NicLocality)>) -> St
     text
 }
 
-/// The plan for one role (`send`, `sink`), one line per queue, then its warnings:
+/// The plan for one role (`send`, `sink`), one line per queue, then each warning once, on a
+/// line of its own that starts with `warning:`:
 /// ```text
 /// placement (send): explicit --cpus
 ///   q0 -> cpu 4 node 1
-///   warning: explicit --cpus 4 (node 1) differ from NIC eth1's node 0; keeping --cpus
+/// warning: explicit --cpus 4 (node 1) differ from NIC eth1's node 0; keeping --cpus
 /// ```
 pub fn render_plan(role: &str, plan: &Plan) -> String {
     let mut text = format!("placement ({role}): {}\n", plan.reason);
@@ -54,8 +57,11 @@ pub fn render_plan(role: &str, plan: &Plan) -> String {
             queue.queue, queue.cpu, queue.node
         );
     }
-    for warning in &plan.warnings {
-        let _ = writeln!(text, "  warning: {warning}");
+    for (i, warning) in plan.warnings.iter().enumerate() {
+        if plan.warnings[..i].contains(warning) {
+            continue;
+        }
+        let _ = writeln!(text, "warning: {warning}");
     }
     text
 }
@@ -83,7 +89,7 @@ mod tests {
             + &render_plan("send", &plan(&topo, &req).unwrap());
         assert_eq!(
             text,
-            "nodes: 1 (online 0)\n\
+            "1 node online: 0\n\
              \x20 node 0: cpus 0-1 (allowed 0-1)\n\
              nic: lo (NUMA node unknown: virtual interface)\n\
              placement (send): NIC lo has no NUMA locality (virtual interface); spreading across nodes\n\
@@ -108,13 +114,13 @@ mod tests {
             + &render_plan("sink", &plan(&topo, &req).unwrap());
         assert_eq!(
             text,
-            "nodes: 2 (online 0-1)\n\
+            "2 nodes online: 0-1\n\
              \x20 node 0: cpus 0-3 (allowed none)\n\
              \x20 node 1: cpus 4-7 (allowed 4-5)\n\
              nic: eth1 (node 0)\n\
              placement (sink): explicit --cpus\n\
              \x20 q0 -> cpu 4 node 1\n\
-             \x20 warning: explicit --cpus 4 (node 1) differ from NIC eth1's node 0; keeping --cpus\n"
+             warning: explicit --cpus 4 (node 1) differ from NIC eth1's node 0; keeping --cpus\n"
         );
     }
 
@@ -123,7 +129,7 @@ mod tests {
         let topo = Topology::read(&fixture_root("offline-cpus"), &[0, 1, 2, 3, 4]).unwrap();
         assert_eq!(
             render_topology(&topo, None),
-            "nodes: 2 (online 0-1)\n  node 0: cpus 0-2 (allowed 0-2)\n  node 1: cpus 4-7 (allowed 4)\n"
+            "2 nodes online: 0-1\n  node 0: cpus 0-2 (allowed 0-2)\n  node 1: cpus 4-7 (allowed 4)\n"
         );
     }
 }

@@ -1,0 +1,160 @@
+//! `ringblast generate`: the shell completions and man pages are generated from the real clap
+//! definitions, offer every flag `--help` lists, and never offer hidden ones.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+const SUBCOMMANDS: [&str; 4] = ["send", "sink", "pair", "topo"];
+
+/// The long flags `ringblast SUB --help` lists (the source of truth for what users can type).
+fn help_flags(sub: &str) -> Vec<String> {
+    let out = ringblast(&[sub, "--help"]);
+    assert_ok(&out);
+    let flags: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("-h, ")
+                .or(l.strip_prefix("-V, "))
+                .unwrap_or(l);
+            let flag = l.strip_prefix("--")?.split([' ', '=', '<']).next()?;
+            Some(format!("--{flag}"))
+        })
+        .collect();
+    assert!(
+        flags.len() > 5,
+        "{sub} --help lists too few flags: {flags:?}"
+    );
+    flags
+}
+
+fn generated(kind: &str) -> String {
+    let out = ringblast(&["generate", kind]);
+    assert_ok(&out);
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn completions_offer_every_flag_and_no_hidden_one() {
+    let every: Vec<String> = SUBCOMMANDS.iter().flat_map(|s| help_flags(s)).collect();
+    assert!(every.iter().any(|f| f == "--rate") && every.iter().any(|f| f == "--listen"));
+    for kind in ["complete-bash", "complete-zsh", "complete-fish"] {
+        let text = generated(kind);
+        // fish names long flags without their dashes (`-l rate`).
+        let has = |flag: &str| text.contains(flag) || text.contains(&format!("-l {}", &flag[2..]));
+        let missing: Vec<_> = every.iter().filter(|f| !has(f)).collect();
+        assert!(missing.is_empty(), "{kind} lacks {missing:?}");
+        for sub in SUBCOMMANDS {
+            assert!(text.contains(sub), "{kind} lacks the subcommand {sub}");
+        }
+        assert!(!has("--first-seq"), "{kind} offers the hidden --first-seq");
+        assert!(
+            !text.contains("generate"),
+            "{kind} offers the hidden generate subcommand"
+        );
+    }
+}
+
+/// Sources the bash completion and asks it what follows `ringblast send --ra` and `ringblast `.
+#[test]
+fn bash_completion_completes_in_a_real_shell() {
+    let script = generated("complete-bash");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ringblast.bash");
+    std::fs::write(&path, script).unwrap();
+    let probe = r#"set -e
+source "$1"
+COMP_WORDS=(ringblast send --ra); COMP_CWORD=2; _ringblast ringblast --ra send
+echo "flag: ${COMPREPLY[*]}"
+COMP_WORDS=(ringblast ""); COMP_CWORD=1; _ringblast ringblast "" ringblast
+echo "sub: ${COMPREPLY[*]}""#;
+    let out = Command::new("bash")
+        .args(["-c", probe, "probe"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("flag: --rate\n"), "{stdout}");
+    assert!(stdout.contains(" send sink pair topo\n"), "{stdout}");
+}
+
+#[test]
+fn man_pages_document_every_flag_of_their_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ringblast(&["generate", "man", "--dir", dir.path().to_str().unwrap()]);
+    assert_ok(&out);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    let top = std::fs::read_to_string(dir.path().join("ringblast.1")).unwrap();
+    assert!(
+        top.starts_with(".ie") || top.contains(".TH ringblast 1"),
+        "{top}"
+    );
+    assert_eq!(
+        top,
+        generated("man"),
+        "stdout and --dir give the same top page"
+    );
+    for sub in SUBCOMMANDS {
+        let name = format!("ringblast-{sub}.1");
+        assert!(listed.contains(&name), "{listed}");
+        assert!(
+            top.contains(&format!("ringblast\\-{sub}(1)")),
+            "top page lacks {sub}"
+        );
+        let page = std::fs::read_to_string(dir.path().join(&name)).unwrap();
+        assert!(page.contains(&format!(".TH ringblast-{sub} 1 ")), "{page}");
+        let footer = format!("\"ringblast {}\"", env!("CARGO_PKG_VERSION"));
+        assert!(page.contains(&footer), "{page}");
+        // roff escapes every hyphen.
+        let page = page.replace("\\-", "-");
+        let missing: Vec<_> = help_flags(sub)
+            .into_iter()
+            .filter(|f| !page.contains(&format!("\\fB{f}\\fR")))
+            .collect();
+        assert!(missing.is_empty(), "{name} lacks {missing:?}");
+        assert!(
+            !page.contains("--first-seq"),
+            "{name} shows the hidden --first-seq"
+        );
+    }
+    let files = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(
+        files,
+        1 + SUBCOMMANDS.len(),
+        "no page for the hidden generate: {listed}"
+    );
+}
+
+/// stdout is a pipe whose reader is gone before the first write: EPIPE, quietly, exit 0.
+#[test]
+fn generate_into_a_closed_pipe_ends_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(bin())
+        .args(["generate", "man"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run ringblast");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn unknown_kind_is_a_usage_error() {
+    let out = ringblast(&["generate", "complete-tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("complete-bash"), "{stderr}");
+}
