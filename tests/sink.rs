@@ -195,3 +195,43 @@ fn a_full_session_table_counts_table_full_and_says_so_once() {
     assert_eq!(said.len(), 1, "{stderr}");
     assert!(said[0].contains("raise --max-sessions"), "{stderr}");
 }
+
+#[test]
+fn sessions_are_logged_as_they_start_and_end_and_rates_skip_idle_gaps() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let sink = start_sink_with(port, "4s", &["--session-idle", "500ms"]);
+    let to = format!("127.0.0.1:{port}");
+    let quiet = ringblast(&[
+        "send",
+        "--to",
+        &to,
+        "--count",
+        "2000",
+        "--rate",
+        "10kpps",
+        "--control",
+        "off",
+    ]);
+    assert_ok(&quiet);
+    std::thread::sleep(std::time::Duration::from_millis(1200)); // an idle gap, on purpose
+    let paired = ringblast(&["send", "--to", &to, "--count", "2000", "--rate", "10kpps"]);
+    assert_ok(&paired);
+    let out = sink.wait_with_output().unwrap();
+    assert_ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let count = |needle: &str| stderr.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("sink: new session of 127.0.0.1:"), 1, "{stderr}");
+    assert_eq!(count("ended: idle for --session-idle"), 1, "{stderr}");
+    assert_eq!(count("ended: the sender said goodbye"), 1, "{stderr}");
+    let sink = summaries(&out).sink.unwrap();
+    assert_eq!(u(&sink, "rx_packets"), 4000, "{sink}");
+    let (active, span) = (
+        sink["duration_s"].as_f64().unwrap(),
+        sink["span_s"].as_f64().unwrap(),
+    );
+    assert!(
+        active + 1.0 < span,
+        "the idle gap is not active time: {sink}"
+    );
+}

@@ -42,6 +42,8 @@ pub enum VerdictSource {
 }
 
 const TICK: Duration = Duration::from_millis(20);
+/// How often the sink's session starts and ends are looked for.
+const EVENTS_EVERY_NS: u64 = 500_000_000;
 /// How long a goodbye waits for the sink's verdict.
 pub const GOODBYE_WAIT: Duration = Duration::from_secs(3);
 
@@ -161,6 +163,13 @@ impl Session {
         )
     }
 
+    /// Sessions the sink saw start (without a hello) or end since the last call.
+    fn say_session_events(&self) {
+        for line in self.sinks.iter().flat_map(|s| s.registry.take_events()) {
+            say!("{line}");
+        }
+    }
+
     fn samples(&self) -> (Vec<TxSample>, Vec<RxSample>) {
         (
             self.senders
@@ -189,6 +198,7 @@ impl Session {
         let mut in_process_verdict = None;
         let mut table_full_said = false;
         let mut header_due = true;
+        let mut last_events = start;
         let mut judge = self
             .senders
             .as_ref()
@@ -219,6 +229,10 @@ impl Session {
                 table_full_said = true;
             }
             let now = clock::monotonic_ns();
+            if now - last_events >= EVENTS_EVERY_NS {
+                self.say_session_events();
+                last_events = now;
+            }
             if let Some(line) = judge
                 .as_mut()
                 .and_then(|j| j.tick(now, &report::total_tx(&tx)))
@@ -266,6 +280,7 @@ impl Session {
         // Every worker has ended and published its last counters: flush them to the exporter
         // before printing, so scraped values equal the summary.
         on_tick(true);
+        self.say_session_events();
         let (tx, rx) = self.samples();
         if let Some(s) = self.senders {
             let outcomes = s.group.join();
@@ -356,31 +371,23 @@ impl Session {
                     None => latency = Some(o.latency),
                 }
             }
-            let latency = latency.filter(|h| !h.is_empty()).map(|h| {
-                json!({"min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
-                    "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(), "mean_ns": h.mean().round() as u64})
-            });
+            let latency = latency.filter(|h| !h.is_empty());
             let senders = s.registry.rows(true);
-            let extra = json!({"queues": s.queues.len(), "latency": latency,
+            // Rates over the time some session received packets: never across idle gaps.
+            let active = match s.registry.active_ns() {
+                0 => duration,
+                ns => ns as f64 / 1e9,
+            };
+            let extra = json!({"queues": s.queues.len(), "latency": latency.as_ref().map(report::latency_hdr_json),
+                "span_s": (duration * 1000.0).round() / 1000.0,
                 "startup_ms": clock::ms_since_launch(s.ready_ns),
                 "first_packet_ms": first.map(clock::ms_since_launch),
                 "senders": report::senders_json(&senders),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
-            let summary = report::rx_summary_json(&total, duration, extra);
+            let summary = report::rx_summary_json(&total, active, extra);
             say!(
-                "sink summary: {} packets, {} bytes in {:.3}s: {}pps {}bps; lost {} reordered {} dup {} invalid {} kernel drops {}; ready {} ms and first packet {} ms after launch",
-                summary["rx_packets"],
-                summary["rx_bytes"],
-                duration,
-                summary["pps"],
-                summary["bps"],
-                summary["rx_lost"],
-                summary["rx_reordered"],
-                summary["rx_duplicates"],
-                summary["rx_invalid"],
-                summary["rx_kernel_drops"],
-                summary["startup_ms"],
-                summary["first_packet_ms"]
+                "{}",
+                report::sink_summary_line(&summary, &total, active, duration, latency.as_ref())
             );
             for line in report::sender_lines(&senders) {
                 say!("{line}");

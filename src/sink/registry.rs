@@ -88,6 +88,8 @@ struct Epoch {
     flows: HashMap<u32, (u64, u64)>,
     sink_predates: bool,
     span: Option<(u64, u64)>,
+    /// Its end was said (one line per session, not per flow).
+    ended: bool,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +111,8 @@ struct Inner {
     closed_generation: Vec<Vec<u64>>,
     waiting: HashMap<SessionKey, Waiting>,
     unseen_lost: u64,
+    /// Lines for the log: sessions seen without a hello, sessions ended.
+    events: Vec<String>,
 }
 
 /// The sink's per-sender books.
@@ -210,6 +214,7 @@ impl Registry {
             flows: HashMap::new(),
             sink_predates,
             span: None,
+            ended: false,
         });
         for f in &hello.flows {
             epoch
@@ -353,7 +358,7 @@ impl Registry {
                         source,
                         counters,
                         active_ns,
-                        ..
+                        cause,
                     } => {
                         if let Some(g) = inner.closed_generation[w].get_mut(slot as usize) {
                             *g = (*g).max(generation);
@@ -369,6 +374,7 @@ impl Registry {
                             book.epochs.push(key.epoch);
                         }
                         self.note_span(inner, key.epoch, source, active_ns);
+                        self.note_end(inner, key.epoch, cause);
                     }
                 }
             }
@@ -392,6 +398,9 @@ impl Registry {
     ) {
         if !inner.epochs.contains_key(&epoch) {
             let name = self.sender_of(inner, epoch, source);
+            inner.events.push(format!(
+                "sink: new session of {name} (epoch {epoch:08x}, no control channel)"
+            ));
             inner.epochs.insert(
                 epoch,
                 Epoch {
@@ -399,6 +408,7 @@ impl Registry {
                     flows: HashMap::new(),
                     sink_predates: false,
                     span: None,
+                    ended: false,
                 },
             );
         }
@@ -477,6 +487,8 @@ impl Registry {
             .collect()
     }
 }
+
+mod timeline;
 
 #[cfg(test)]
 #[path = "registry_tests.rs"]
