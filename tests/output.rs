@@ -195,3 +195,47 @@ fn a_missed_target_is_said_and_fails_only_with_min_rate_ratio() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("is not a ratio in (0, 1]"));
 }
+
+/// The CPU the placement printed for queue 0.
+fn q0_cpu(text: &str) -> u32 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("q0 -> cpu "))
+        .unwrap_or_else(|| panic!("no placement in {text}"));
+    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+#[test]
+fn separate_sink_and_sender_processes_take_cpus_from_opposite_ends() {
+    let _guard = traffic_lock();
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let highest: u32 = online
+        .trim()
+        .rsplit([',', '-'])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (rx, to) = listener();
+    drop(rx);
+    let sink = ringblast(&["sink", "--listen", &to, "--duration", "200ms"]);
+    assert_ok(&sink);
+    let send = ringblast(&["send", "--to", &to, "--count", "1", "--control", "off"]);
+    let (sink_out, send_out) = (text(&sink.stdout), text(&send.stdout));
+    assert_eq!(q0_cpu(&sink_out), highest, "{sink_out}");
+    assert!(
+        sink_out.contains("a sink takes CPUs from the top"),
+        "{sink_out}"
+    );
+    assert!(
+        send_out.contains("a sender takes CPUs from the bottom"),
+        "{send_out}"
+    );
+    if highest > 0 {
+        assert_ne!(
+            q0_cpu(&sink_out),
+            q0_cpu(&send_out),
+            "{sink_out}\n{send_out}"
+        );
+    }
+}

@@ -68,6 +68,7 @@ fn placement_args<'a>(
         node: common.node,
         address: Some(address),
         avoid_cpus: avoid,
+        from_top: false,
     }
 }
 
@@ -78,7 +79,19 @@ fn planned(
     args: &PlacementArgs<'_>,
     notes: &mut String,
 ) -> Result<Vec<QueueView>, Error> {
-    let (queues, text) = plan_queues(role, args)?;
+    // Separate processes on one host stay apart: a sink counts CPUs from the top.
+    let args = PlacementArgs {
+        from_top: role == "sink",
+        ..args.clone()
+    };
+    let (queues, mut text) = plan_queues(role, &args)?;
+    if args.cpus.is_none() {
+        text.push_str(if args.from_top {
+            "  (a sink takes CPUs from the top of each node's list and a sender from the bottom, so separate processes stay apart; --cpus overrides)\n"
+        } else {
+            "  (a sender takes CPUs from the bottom of each node's list and a sink from the top, so separate processes stay apart; --cpus overrides)\n"
+        });
+    }
     notes.push_str(&text);
     Ok(queues)
 }
@@ -414,6 +427,7 @@ fn topo(args: TopoArgs) -> Result<(), Error> {
         node: args.node,
         address: args.to,
         avoid_cpus: &[],
+        from_top: false,
     };
     let (_, plan) = plan_queues("send", &place)?;
     print!(

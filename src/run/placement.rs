@@ -23,6 +23,8 @@ pub struct PlacementArgs<'a> {
     pub address: Option<SocketAddr>,
     /// CPUs to stay off while others are left.
     pub avoid_cpus: &'a [u32],
+    /// A sink: take CPUs from the top of each node's list.
+    pub from_top: bool,
 }
 
 /// The topology and the NIC the address goes through, for `topo` and for planning.
@@ -60,6 +62,7 @@ pub fn plan_queues(
         node: args.node,
         nic: nic.as_ref().map(|(name, loc)| (name.as_str(), *loc)),
         avoid_cpus: args.avoid_cpus,
+        from_top: args.from_top,
     };
     let plan = placement::plan(&topo, &request).map_err(|e| Error::Usage(e.to_string()))?;
     let text = topology::render_plan(role, &plan);

@@ -63,7 +63,7 @@ pub(super) fn on_explicit_cpus(
 
 /// Queue i goes to the (i % n)-th node, nodes with CPUs outside `avoid_cpus` first; within a
 /// node, CPUs round-robin over those not in `avoid_cpus`, or over all of the node's usable CPUs
-/// when every one is to be avoided (with a warning).
+/// when every one is to be avoided (with a warning); from the top of the list with `from_top`.
 pub(super) fn spread_over(
     nodes: &[&Node],
     req: &PlacementRequest,
@@ -72,14 +72,17 @@ pub(super) fn spread_over(
     let mut pools: Vec<(u32, Vec<u32>, bool)> = nodes
         .iter()
         .map(|node| {
-            let free: Vec<u32> = node
-                .cpus
+            let mut all = node.cpus.clone();
+            if req.from_top {
+                all.reverse();
+            }
+            let free: Vec<u32> = all
                 .iter()
                 .copied()
                 .filter(|cpu| !req.avoid_cpus.contains(cpu))
                 .collect();
             if free.is_empty() {
-                (node.id, node.cpus.clone(), true)
+                (node.id, all, true)
             } else {
                 (node.id, free, false)
             }
@@ -312,6 +315,30 @@ mod tests {
         .unwrap();
         assert_eq!(cpus_of(&plan), vec![5]);
         assert!(plan.warnings.is_empty());
+    }
+
+    #[test]
+    fn a_sink_counts_from_the_top_and_a_sender_from_the_bottom() {
+        let topo = topo("two-node", ALL);
+        let sender = plan(&topo, &request(2)).unwrap();
+        let sink = plan(
+            &topo,
+            &PlacementRequest {
+                from_top: true,
+                ..request(2)
+            },
+        )
+        .unwrap();
+        let (tx, rx) = (cpus_of(&sender), cpus_of(&sink));
+        assert!(tx.iter().all(|c| !rx.contains(c)), "{tx:?} vs {rx:?}");
+        let nodes = |p: &crate::topology::placement::Plan| -> Vec<u32> {
+            p.queues.iter().map(|q| q.node).collect()
+        };
+        assert_eq!(
+            nodes(&sender),
+            nodes(&sink),
+            "the same nodes, other ends of their lists"
+        );
     }
 
     #[test]

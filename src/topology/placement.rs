@@ -21,6 +21,9 @@ pub struct PlacementRequest<'a> {
     pub nic: Option<(&'a str, NicLocality)>,
     /// CPUs to stay off while others are left (e.g. the sender's CPUs when placing `pair`'s sink).
     pub avoid_cpus: &'a [u32],
+    /// Take each node's CPUs from the top of its list (a sink) instead of the bottom (a
+    /// sender), so a sink and a sender started as separate processes stay apart.
+    pub from_top: bool,
 }
 
 /// Why the spread rule was used.
@@ -242,6 +245,7 @@ pub(crate) mod test_support {
             node: None,
             nic: None,
             avoid_cpus: &[],
+            from_top: false,
         }
     }
 

@@ -84,6 +84,7 @@ mod tests {
             node: None,
             nic: Some(("lo", nic)),
             avoid_cpus: &[],
+            from_top: false,
         };
         let text = render_topology(&topo, Some(("lo", &nic)))
             + &render_plan("send", &plan(&topo, &req).unwrap());
@@ -109,6 +110,7 @@ mod tests {
             node: None,
             nic: Some(("eth1", nic)),
             avoid_cpus: &[],
+            from_top: false,
         };
         let text = render_topology(&topo, Some(("eth1", &nic)))
             + &render_plan("sink", &plan(&topo, &req).unwrap());
