@@ -1,12 +1,17 @@
 //! The metrics endpoint: a plain HTTP/1.1 listener on its own thread, never on a data-path
 //! thread, that answers every GET with the exporter's text put into a stable order
-//! (`exposition::sorted`), and one more thread for the exporter's periodic upkeep. Scrapes are
-//! served one at a time, each with 5 s read and write timeouts, so a stuck client delays the next
-//! scrape by at most that.
+//! (`exposition::sorted`), and one more thread for the exporter's periodic upkeep. Each
+//! connection gets a small thread of its own with 5 s read and write timeouts, so idle, slow or
+//! garbage clients never hold up a real scrape; past [`MAX_CONNECTIONS`] at once a client gets
+//! 503 at once. A request head over 8 KiB gets 431.
 
 use std::{
     io::{Read, Write},
     net::{TcpListener, TcpStream},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering::Relaxed},
+    },
     thread,
     time::Duration,
 };
@@ -21,6 +26,10 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Longest request head read.
 const MAX_REQUEST: usize = 8192;
+/// Connections served at once; more are answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// Stack of a connection thread (rendering allocates on the heap).
+const CONNECTION_STACK: usize = 128 * 1024;
 
 /// Serves `handle` on `listener` and runs its upkeep, each on a thread of its own.
 pub fn spawn(listener: TcpListener, handle: PrometheusHandle) -> std::io::Result<()> {
@@ -36,9 +45,28 @@ pub fn spawn(listener: TcpListener, handle: PrometheusHandle) -> std::io::Result
     thread::Builder::new()
         .name("metrics-http".into())
         .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                // A client that goes away mid-request is its own problem, not the run's.
-                let _ = answer(stream, &handle);
+            let active = Arc::new(AtomicUsize::new(0));
+            for mut stream in listener.incoming().flatten() {
+                if active.load(Relaxed) >= MAX_CONNECTIONS {
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                    continue;
+                }
+                active.fetch_add(1, Relaxed);
+                let (handle, done) = (handle.clone(), Arc::clone(&active));
+                let spawned = thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .stack_size(CONNECTION_STACK)
+                    .spawn(move || {
+                        // A client that goes away mid-request is its own problem, not the run's.
+                        let _ = answer(stream, &handle);
+                        done.fetch_sub(1, Relaxed);
+                    });
+                if spawned.is_err() {
+                    active.fetch_sub(1, Relaxed);
+                }
             }
         })?;
     Ok(())
@@ -50,15 +78,24 @@ fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<(
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
+    let mut too_large = false;
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
         let n = stream.read(&mut buf)?;
-        if n == 0 || head.len() + n > MAX_REQUEST {
+        if n == 0 {
+            break;
+        }
+        if head.len() + n > MAX_REQUEST {
+            too_large = true;
             break;
         }
         head.extend_from_slice(&buf[..n]);
     }
     let method = head.split(|&c| c == b' ').next().unwrap_or_default();
     let (status, body) = match method {
+        _ if too_large => (
+            "431 Request Header Fields Too Large",
+            "request head over 8 KiB\n".to_string(),
+        ),
         b"GET" | b"HEAD" => ("200 OK", exposition::sorted(&handle.render())),
         _ => ("405 Method Not Allowed", "use GET\n".to_string()),
     };
