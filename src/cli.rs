@@ -156,6 +156,17 @@ pub struct TrafficArgs {
     /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
     #[arg(long, default_value_t = 0, hide = true)]
     pub first_seq: u64,
+    /// Ethernet frame size in bytes, FCS included (pktgen/TRex style), instead of `--size`:
+    /// the UDP payload is F − 46 over IPv4 and F − 66 over IPv6 (14 Ethernet + 4 FCS + IP + 8
+    /// UDP). The smallest frame is 78 bytes (IPv4) or 98 (IPv6), so the 32-byte header fits.
+    #[arg(long, conflicts_with = "size", value_parser = parse_size, env = "RINGBLAST_FRAME_SIZE")]
+    pub frame_size: Option<usize>,
+    /// Send datagrams larger than the path MTU; each leaves as several IP fragments (counted).
+    #[arg(long, env = "RINGBLAST_ALLOW_FRAGMENTS")]
+    pub allow_fragments: bool,
+    /// Show the L1 wire rate in live lines (frames plus preamble, SFD and inter-frame gap).
+    #[arg(long, env = "RINGBLAST_WIRE_RATE")]
+    pub wire_rate: bool,
     /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI).
     #[arg(long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
     pub min_rate_ratio: Option<f64>,

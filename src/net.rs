@@ -58,6 +58,29 @@ pub fn sender_socket(to: SocketAddr, gso_segment: Option<u16>) -> Result<Socket,
     Ok(sock)
 }
 
+/// The path MTU towards `to`: `IP_MTU` of a connected socket for IPv4; for IPv6 (no safe
+/// getter for `IPV6_MTU` here) the MTU of the interface the route goes out of. `None` if it
+/// cannot be read.
+pub fn path_mtu(to: SocketAddr) -> Option<u32> {
+    match to {
+        SocketAddr::V4(_) => {
+            let sock = new_udp(&to).ok()?;
+            sock.connect(&to.into()).ok()?;
+            nix::sys::socket::getsockopt(&sock.as_fd(), sockopt::IpMtu)
+                .ok()
+                .and_then(|m| u32::try_from(m).ok())
+        }
+        SocketAddr::V6(_) => {
+            let ifname = crate::topology::egress_interface(to).ok()?;
+            std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        }
+    }
+}
+
 /// Options for sink sockets.
 #[derive(Clone, Copy, Debug)]
 pub struct SinkSocketOptions {

@@ -78,6 +78,20 @@ fn rate_text(packets: u64, bytes: u64, seconds: f64) -> String {
     )
 }
 
+/// The L1 wire rate of `packets` datagrams of `l1_bytes` each (`--wire-rate`): ` wire 1.23Gbit/s L1`.
+pub fn wire_text(packets: u64, l1_bytes: u64, seconds: f64) -> String {
+    let bps = if seconds > 0.0 {
+        (packets * l1_bytes * 8) as f64 / seconds
+    } else {
+        0.0
+    };
+    if bps >= 1e9 {
+        format!(" wire {:.2}Gbit/s L1", bps / 1e9)
+    } else {
+        format!(" wire {:.1}Mbit/s L1", bps / 1e6)
+    }
+}
+
 /// One sender line: `q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0`.
 pub fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> String {
     let errors: [u64; ERRNO_CLASSES] =

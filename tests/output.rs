@@ -239,3 +239,47 @@ fn separate_sink_and_sender_processes_take_cpus_from_opposite_ends() {
         );
     }
 }
+
+#[test]
+fn frame_sizes_convert_for_ipv4_and_ipv6_and_the_wire_rate_is_shown() {
+    let _guard = traffic_lock();
+    let (_rx4, to4) = listener();
+    let rx6 = UdpSocket::bind("[::1]:0").unwrap();
+    let to6 = rx6.local_addr().unwrap().to_string();
+    for (to, payload) in [(&to4, 1472), (&to6, 1452)] {
+        let out = ringblast(&[
+            "send",
+            "--to",
+            to,
+            "--frame-size",
+            "1518",
+            "--count",
+            "1500",
+            "--rate",
+            "1kpps",
+            "--control",
+            "off",
+            "--json",
+            "--wire-rate",
+        ]);
+        assert_ok(&out);
+        let send = summaries(&out).send.unwrap();
+        assert_eq!(u(&send, "size"), payload, "{to}: {send}");
+        assert_eq!(u(&send, "tx_bytes"), 1500 * payload, "{send}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("Mbit/s L1"),
+            "the L1 rate in live lines: {err}"
+        );
+    }
+    let small = ringblast(&["send", "--to", &to4, "--frame-size", "64"]);
+    assert_eq!(small.status.code(), Some(2));
+    let err = text(&small.stderr);
+    assert!(
+        err.contains("leaves 18 bytes of UDP payload over IPv4")
+            && err.contains("the smallest frame ringblast sends is 78 bytes"),
+        "{err}"
+    );
+    let both = ringblast(&["send", "--to", &to4, "--frame-size", "128", "--size", "100"]);
+    assert_eq!(both.status.code(), Some(2), "--frame-size and --size clash");
+}

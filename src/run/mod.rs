@@ -9,6 +9,7 @@ pub mod judge;
 pub mod placement;
 pub mod roles;
 pub mod session;
+pub mod wire;
 
 use crate::say;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -111,6 +112,8 @@ struct RunSpec {
     link: control_link::Link,
     /// A sender run below this share of its target fails.
     min_rate_ratio: Option<f64>,
+    /// Live lines show the L1 wire rate.
+    wire_rate: bool,
     /// The placement plan, printed once the workers are set up.
     notes: String,
     /// Let the sink share its UDP port with another process (`--share-port`).
@@ -243,6 +246,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         interval: spec.common.interval,
         verdict: link.verdict,
         min_rate_ratio: spec.min_rate_ratio,
+        wire_rate: spec.wire_rate,
     };
     let result = session.run(&signal, &mut |force| {
         if let Some(e) = exporter.as_mut() {
@@ -279,7 +283,10 @@ fn send(args: SendArgs) -> Result<(), Error> {
     )?;
     let mut notes = String::new();
     let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
-    let target = args.traffic.rate.packets_per_second(args.traffic.size);
+    let target = args
+        .traffic
+        .rate
+        .packets_per_second(configs.first().map_or(args.traffic.size, |(c, _)| c.size));
     let metrics = common.metrics;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = match args.control {
@@ -301,6 +308,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
         max_senders: 0,
         link,
         min_rate_ratio: args.traffic.min_rate_ratio,
+        wire_rate: args.traffic.wire_rate,
         notes,
         share_port: false,
     })
@@ -336,6 +344,7 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
             share: args.share_port,
         },
         min_rate_ratio: None,
+        wire_rate: false,
         notes,
         share_port: args.share_port,
     })
@@ -381,7 +390,10 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         &placement_args(&sink_common, addr, &send_cpus),
         &mut notes,
     )?;
-    let target = args.traffic.rate.packets_per_second(args.traffic.size);
+    let target = args
+        .traffic
+        .rate
+        .packets_per_second(configs.first().map_or(args.traffic.size, |(c, _)| c.size));
     let default_metrics: SocketAddr = DEFAULT_METRICS
         .parse()
         .map_err(|_| Error::Usage("bad default metrics address".into()))?;
@@ -399,6 +411,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         max_senders: args.tuning.max_senders,
         link: control_link::Link::InProcess,
         min_rate_ratio: args.traffic.min_rate_ratio,
+        wire_rate: args.traffic.wire_rate,
         notes,
         share_port: false,
     })

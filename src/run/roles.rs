@@ -76,10 +76,14 @@ pub fn sender_configs(
     if queues == 0 {
         return usage("--queues must be at least 1".into());
     }
-    if t.size < HEADER_LEN {
+    let size = match t.frame_size {
+        Some(frame) => super::wire::payload_for_frame(frame, to)?,
+        None => t.size,
+    };
+    if size < HEADER_LEN {
         return usage(format!(
             "--size {} is below the {HEADER_LEN}-byte ringblast header; use --size {HEADER_LEN} or more",
-            t.size
+            size
         ));
     }
     if t.gso == 0 || t.gso > MAX_GSO_SEGMENTS {
@@ -88,18 +92,18 @@ pub fn sender_configs(
             t.gso
         ));
     }
-    let per_send = t.size * usize::from(t.gso);
+    let per_send = size * usize::from(t.gso);
     if per_send > MAX_SEND_BYTES {
-        let fit = (MAX_SEND_BYTES / t.size).max(1);
+        let fit = (MAX_SEND_BYTES / size).max(1);
         return usage(if t.gso > 1 {
             format!(
                 "--gso {} × --size {} = {per_send} bytes per send exceeds {MAX_SEND_BYTES}; use --gso {fit} or less",
-                t.gso, t.size
+                t.gso, size
             )
         } else {
             format!(
                 "--size {} exceeds the largest UDP payload {MAX_SEND_BYTES}",
-                t.size
+                size
             )
         });
     }
@@ -129,7 +133,8 @@ pub fn sender_configs(
     if flows > 65_536 {
         return usage(format!("--flows {flows} is too many; use at most 65536"));
     }
-    let total_pps = t.rate.packets_per_second(t.size);
+    super::wire::check_path(to, size, t.allow_fragments)?;
+    let total_pps = t.rate.packets_per_second(size);
     let duration = t.duration.or(if t.count.is_none() {
         default_duration
     } else {
@@ -143,7 +148,7 @@ pub fn sender_configs(
                 .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64));
             let config = SenderConfig {
                 to,
-                size: t.size,
+                size,
                 gso: t.gso,
                 batch: t.batch,
                 window,

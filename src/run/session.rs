@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::{
     judge::Judge,
     roles::{SenderSet, SinkSet},
+    wire,
 };
 use crate::{
     clock,
@@ -67,6 +68,8 @@ pub struct Session {
     pub verdict: VerdictSource,
     /// A sender run below this share of its target fails (`--min-rate-ratio`).
     pub min_rate_ratio: Option<f64>,
+    /// Live lines show the L1 wire rate (`--wire-rate`).
+    pub wire_rate: bool,
 }
 
 /// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
@@ -88,6 +91,7 @@ impl Session {
         header: bool,
         (tx, rx): (&[TxSample], &[RxSample]),
         (tx0, rx0): (&[TxSample], &[RxSample]),
+        wire_l1: Option<u64>,
     ) {
         let mut lines = String::new();
         if header {
@@ -109,6 +113,10 @@ impl Session {
             for (q, (n, b)) in s.queues.iter().zip(tx.iter().zip(tx0)) {
                 let label = label("send", &report::queue_label(q));
                 lines += &report::tx_line(&label, n, b, seconds);
+                if let Some(l1) = wire_l1 {
+                    let packets = n.traffic.packets - b.traffic.packets;
+                    lines += &report::wire_text(packets, l1, seconds);
+                }
                 lines.push('\n');
             }
             if s.queues.len() > 1 {
@@ -198,6 +206,19 @@ impl Session {
         let mut in_process_verdict = None;
         let mut table_full_said = false;
         let mut header_due = true;
+        // Path MTU, IP fragments per datagram and L1 bytes per datagram, for what is sent.
+        let wire = self.senders.as_ref().map(|s| {
+            let (mtu, n) = wire::check_path(s.to, s.size, true).unwrap_or((usize::MAX, 1));
+            (mtu, n, wire::l1_bytes(s.size, mtu, s.to))
+        });
+        if let (Some((mtu, n, _)), Some(s)) = (wire, &self.senders)
+            && n > 1
+        {
+            say!(
+                "send: --allow-fragments: each {}-byte datagram leaves as {n} IP fragments (path MTU {mtu}); pps counts datagrams",
+                s.size
+            );
+        }
         let mut last_events = start;
         let mut judge = self
             .senders
@@ -243,7 +264,14 @@ impl Session {
             if !self.interval.is_zero() && since >= self.interval.as_nanos() as u64 {
                 let seconds = since as f64 / 1e9;
                 let elapsed = (now - start) as f64 / 1e9;
-                self.print_interval(elapsed, seconds, header_due, (&tx, &rx), (&tx0, &rx0));
+                self.print_interval(
+                    elapsed,
+                    seconds,
+                    header_due,
+                    (&tx, &rx),
+                    (&tx0, &rx0),
+                    wire.filter(|_| self.wire_rate).map(|w| w.2),
+                );
                 header_due = false;
                 (tx0, rx0, last_report) = (tx, rx, now);
             }
@@ -266,7 +294,7 @@ impl Session {
                     .and_then(|flows| ask(&flows)),
             ),
         };
-        self.finish(on_tick, verdict, judge)
+        self.finish(on_tick, verdict, judge, wire.map_or(1, |w| w.1))
     }
 
     fn finish(
@@ -274,6 +302,7 @@ impl Session {
         on_tick: &mut dyn FnMut(bool),
         verdict: Option<VerdictResult>,
         judge: Option<Judge>,
+        fragments: usize,
     ) -> Result<(), Error> {
         let mut failed = false;
         let mut judged = None;
@@ -314,6 +343,11 @@ impl Session {
             if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
                 into.extend(more.clone());
             }
+            summary["size"] = json!(s.size);
+            if fragments > 1 {
+                summary["ip_fragments_per_datagram"] = json!(fragments);
+                summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
+            }
             let verdict_line = verdict
                 .as_ref()
                 .map(|v| report::attach_verdict(&mut summary, v));
@@ -330,6 +364,12 @@ impl Session {
             );
             if let Some(line) = verdict_line {
                 say!("{line}");
+            }
+            if fragments > 1 {
+                say!(
+                    "send: IP fragments sent: {} ({fragments} per datagram)",
+                    total.traffic.packets * fragments as u64
+                );
             }
             for line in &judgement.warnings {
                 say!("{line}");
