@@ -382,7 +382,7 @@ fn sends_refused_by_a_full_qdisc_are_failed_sends_not_loss() {
         sh(&all)
     };
     tc(&[
-        "qdisc", "add", "dev", dev, "root", "tbf", "rate", "4mbit", "burst", "4kb", "limit", "4kb",
+        "qdisc", "add", "dev", dev, "root", "tbf", "rate", "60mbit", "burst", "8kb", "limit", "8kb",
     ]);
     let (send, sink) = lab.run(
         7400,
