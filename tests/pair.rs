@@ -116,3 +116,79 @@ fn sigint_stops_cleanly_with_summaries() {
     assert!(u(&send, "tx_packets") > 10_000);
     assert!(send["duration_s"].as_f64().unwrap() < 10.0);
 }
+
+/// `Udp InDatagrams` of namespace `ns`: the kernel's own count of datagrams delivered.
+fn in_datagrams(ns: &str) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "InDatagrams")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
+#[test]
+fn pair_delivery_equals_the_kernels_independent_count() {
+    if !is_root() {
+        eprintln!(
+            "skipped: a private network namespace needs root (the test command runs as root)"
+        );
+        return;
+    }
+    let _guard = traffic_lock();
+    // A namespace of its own, so nothing else delivers datagrams there.
+    let ns = format!("rbpk{}", std::process::id() % 100_000);
+    let made = std::process::Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success()
+        && std::process::Command::new("ip")
+            .args(["-n", &ns, "link", "set", "lo", "up"])
+            .status()
+            .unwrap()
+            .success();
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .status();
+        }
+    }
+    let _gone = Gone(ns.clone());
+    assert!(made, "create a network namespace (iproute2, root)");
+    let before = in_datagrams(&ns);
+    let out = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            bin(),
+            "pair",
+            "--rate",
+            "20kpps",
+            "--count",
+            "20000",
+        ])
+        .args(["--no-gro", "--json", "--no-metrics"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let delivered = in_datagrams(&ns) - before;
+    let s = summaries(&out);
+    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    assert_eq!(
+        delivered,
+        u(&send, "tx_packets"),
+        "the kernel delivered every datagram sent"
+    );
+    assert_eq!(u(&sink, "rx_packets"), delivered, "{sink}");
+    assert_exact(&send, &sink);
+}
