@@ -1,0 +1,85 @@
+//! Latency and the sink's summary line as people read them: exact quantiles from the sink's
+//! HDR histogram, cell bounds for per-sender latency, and durations in sensible units.
+
+use serde_json::{Value, json};
+
+use super::{RxSample, loss_percent};
+use crate::stats::Latency;
+
+/// The sink's exact latency quantiles (from its HDR histogram) as JSON.
+pub fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
+    json!({"min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
+        "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(), "mean_ns": h.mean().round() as u64})
+}
+
+/// A duration for people: `850ns`, `12.3us`, `1.20ms`, `2.50s`.
+fn ns_text(ns: u64) -> String {
+    match ns {
+        n if n < 1_000 => format!("{n}ns"),
+        n if n < 1_000_000 => format!("{:.1}us", n as f64 / 1e3),
+        n if n < 1_000_000_000 => format!("{:.2}ms", n as f64 / 1e6),
+        n => format!("{:.2}s", n as f64 / 1e9),
+    }
+}
+
+/// The sink's summary line: counts, rates over the active time, loss %, latency, start-up.
+pub fn sink_summary_line(
+    summary: &Value,
+    total: &RxSample,
+    active_s: f64,
+    span_s: f64,
+    latency: Option<&hdrhistogram::Histogram<u64>>,
+) -> String {
+    let t = &total.traffic;
+    let latency = latency.map_or_else(
+        || "latency -".to_string(),
+        |h| {
+            format!(
+                "latency p50 {} p99 {} max {}",
+                ns_text(h.value_at_quantile(0.5)),
+                ns_text(h.value_at_quantile(0.99)),
+                ns_text(h.max())
+            )
+        },
+    );
+    format!(
+        "sink summary: {} packets, {} bytes in {active_s:.3}s active ({span_s:.3}s from first to last): {}pps {}bps; lost {} ({:.3}%), reordered {}, dup {}, invalid {}, kernel drops {}; {latency}; ready {} ms and first packet {} ms after launch",
+        t.packets,
+        t.bytes,
+        summary["pps"],
+        summary["bps"],
+        t.lost,
+        loss_percent(t.packets, t.lost),
+        t.reordered,
+        t.duplicates,
+        summary["rx_invalid"],
+        summary["rx_kernel_drops"],
+        summary["startup_ms"],
+        summary["first_packet_ms"]
+    )
+}
+
+/// Latency quantiles as upper bounds of the sink's latency cells.
+pub(super) fn latency_json(l: &Latency) -> Value {
+    json!({"p50_ns_at_most": l.p50_ns, "p99_ns_at_most": l.p99_ns, "max_ns_at_most": l.max_ns})
+}
+
+/// A cell bound for people: `<=20us`, `>1s` for the open top cell, `-` when nothing was seen.
+fn bound_text(ns: u64) -> String {
+    match ns {
+        0 => "-".into(),
+        u64::MAX => ">1s".into(),
+        n if n >= 1_000_000_000 => format!("<={}s", n / 1_000_000_000),
+        n if n >= 1_000_000 => format!("<={}ms", n / 1_000_000),
+        n => format!("<={}us", n / 1_000),
+    }
+}
+
+pub(super) fn latency_text(l: &Latency) -> String {
+    format!(
+        "latency p50 {} p99 {} max {}",
+        bound_text(l.p50_ns),
+        bound_text(l.p99_ns),
+        bound_text(l.max_ns)
+    )
+}
