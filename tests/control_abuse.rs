@@ -9,7 +9,7 @@ mod common;
 
 use std::{
     io::{Read, Write},
-    net::{Shutdown, TcpListener, TcpStream, UdpSocket},
+    net::{Shutdown, TcpListener, TcpStream},
     sync::{Arc, Mutex},
     thread,
     time::{Duration, Instant},
@@ -17,17 +17,6 @@ use std::{
 
 use common::{proc::Proc, *};
 use serde_json::Value;
-
-fn free_port() -> u16 {
-    // The sink binds UDP and TCP on one port number: find one free for both.
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 /// A TCP relay in front of the sink's control port that records what the client sent on its
 /// first connection: a real handshake, to replay later.

@@ -28,11 +28,6 @@ fn expect_refusal(mut cmd: Command, needles: &[&str]) -> String {
     lines[0].to_string()
 }
 
-fn free_port() -> u16 {
-    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().port()
-}
-
 #[test]
 fn too_few_file_descriptors_exit_3_naming_ulimit_and_limitnofile() {
     // prlimit sets soft and hard: a 16-flow pair cannot fit in 8 descriptors.

@@ -216,8 +216,7 @@ fn separate_sink_and_sender_processes_take_cpus_from_opposite_ends() {
         .unwrap()
         .parse()
         .unwrap();
-    let (rx, to) = listener();
-    drop(rx);
+    let to = format!("127.0.0.1:{}", free_port());
     let sink = ringblast(&["sink", "--listen", &to, "--duration", "200ms"]);
     assert_ok(&sink);
     let send = ringblast(&["send", "--to", &to, "--count", "1", "--control", "off"]);

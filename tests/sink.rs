@@ -9,14 +9,6 @@ use std::{
 
 use common::*;
 
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn start_sink(port: u16, duration: &str) -> Child {
     start_sink_with(port, duration, &[])
 }

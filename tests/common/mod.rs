@@ -244,3 +244,22 @@ pub fn wait_bound(ns: Option<&str>, port: u16) {
     });
     assert!(bound, "no UDP socket bound to port {port}");
 }
+
+/// A port number free for both UDP and TCP on 127.0.0.1 (a sink binds both), taken below the
+/// kernel's ephemeral range so no client connection of a concurrent test can hold it.
+pub fn free_port() -> u16 {
+    use std::net::{TcpListener, UdpSocket};
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    for i in 0..12_000u32 {
+        let port = 20_000 + ((seed.wrapping_add(i.wrapping_mul(7_919))) % 12_000) as u16;
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999");
+}
