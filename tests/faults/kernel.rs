@@ -34,7 +34,8 @@ fn overflow(tag: &str, net: u8, sink_args: &[&str], gso: &str) -> (Value, Value,
     let drops = snmp(&rig.lab.rx, "Udp", "RcvbufErrors") - before;
     let (socket_drops, _) = udp_socket_stats(pid, rig.port);
     assert_eq!(socket_drops, drops, "only the sink's socket dropped");
-    let rx_packets = u(&send, "tx_packets") - u(verdict(&send), "rx_kernel_drops");
+    let v = verdict(&send);
+    let rx_packets = u(&send, "tx_packets") - u(v, "rx_kernel_drops") - u(v, "rx_lost");
     let sink = rig.stop_sink(&[("ringblast_rx_packets_total", rx_packets)]);
     let (sent, rx, kd, lost) = (
         u(&send, "tx_packets"),
@@ -81,12 +82,19 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
         8 * buffers,
         kd,
     );
-    // One dropped buffer held 1 to 8 datagrams (the sender's GSO trains).
+    // One dropped buffer held 1 to 8 datagrams (the sender's GSO trains), and the kernel was
+    // the only one to drop: everything missing lies within that. Which share of it is shown
+    // as kernel drops rather than lost is the heuristic the README bounds (a gap that opens
+    // before the sink has read the moved drop counter is counted lost).
+    let missing = kd + u(&sink, "rx_lost");
     assert!(
-        kd >= buffers && kd <= 8 * buffers,
+        missing >= buffers && missing <= 8 * buffers,
         "{buffers} buffers, {sink}"
     );
-    assert_eq!(u(&sink, "rx_lost"), 0, "no loss but the kernel's: {sink}");
+    assert!(
+        kd >= buffers.min(missing),
+        "most is charged to the kernel: {sink}"
+    );
     assert_eq!(u(verdict(&send), "rx_kernel_drops"), kd, "{send}");
 }
 
