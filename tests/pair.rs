@@ -117,22 +117,6 @@ fn sigint_stops_cleanly_with_summaries() {
     assert!(send["duration_s"].as_f64().unwrap() < 10.0);
 }
 
-/// `Udp InDatagrams` of namespace `ns`: the kernel's own count of datagrams delivered.
-fn in_datagrams(ns: &str) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
-    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
-    let at = names
-        .split_whitespace()
-        .position(|n| n == "InDatagrams")
-        .unwrap();
-    values.split_whitespace().nth(at).unwrap().parse().unwrap()
-}
-
 #[test]
 fn pair_delivery_equals_the_kernels_independent_count() {
     if !is_root() {
@@ -164,7 +148,7 @@ fn pair_delivery_equals_the_kernels_independent_count() {
     }
     let _gone = Gone(ns.clone());
     assert!(made, "create a network namespace (iproute2, root)");
-    let before = in_datagrams(&ns);
+    let before = snmp(&ns, "Udp", "InDatagrams");
     let out = std::process::Command::new("ip")
         .args([
             "netns",
@@ -181,7 +165,7 @@ fn pair_delivery_equals_the_kernels_independent_count() {
         .output()
         .unwrap();
     assert_ok(&out);
-    let delivered = in_datagrams(&ns) - before;
+    let delivered = snmp(&ns, "Udp", "InDatagrams") - before;
     let s = summaries(&out);
     let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     assert_eq!(

@@ -8,21 +8,6 @@ use std::process::Command;
 
 use common::*;
 
-fn frag_creates(ns: &str) -> u64 {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut ip = text.lines().filter(|l| l.starts_with("Ip:"));
-    let (names, values) = (ip.next().unwrap(), ip.next().unwrap());
-    let at = names
-        .split_whitespace()
-        .position(|n| n == "FragCreates")
-        .unwrap();
-    values.split_whitespace().nth(at).unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_size_that_would_fragment_is_refused_and_allowed_fragments_are_counted() {
     if !is_root() {
@@ -53,7 +38,7 @@ fn a_size_that_would_fragment_is_refused_and_allowed_fragments_are_counted() {
         "{err}"
     );
 
-    let before = frag_creates(&lab.tx);
+    let before = snmp(&lab.tx, "Ip", "FragCreates");
     let (send, sink) = lab.run(
         7200,
         &["--listen", to, "--duration", "3s"],
@@ -69,7 +54,7 @@ fn a_size_that_would_fragment_is_refused_and_allowed_fragments_are_counted() {
             "--allow-fragments",
         ],
     );
-    let created = frag_creates(&lab.tx) - before;
+    let created = snmp(&lab.tx, "Ip", "FragCreates") - before;
     assert_eq!(u(&send, "tx_packets"), 3000, "{send}");
     assert_eq!(send["ip_fragments_per_datagram"], 2, "{send}");
     assert_eq!(

@@ -195,6 +195,19 @@ fn event(e: ClientEvent, refused: &AtomicBool) {
     }
 }
 
+/// A sender's per-flow progress (PROGRESS or GOODBYE) as the registry's reports.
+fn reports_of(flows: &[FlowProgress]) -> Vec<FlowReport> {
+    flows
+        .iter()
+        .map(|f| FlowReport {
+            flow: f.flow,
+            first_seq: 0,
+            next_seq: f.next_seq,
+            failed: f.failed,
+        })
+        .collect()
+}
+
 fn progress_of(f: &FlowReport) -> FlowProgress {
     FlowProgress {
         flow: f.flow,
@@ -285,30 +298,12 @@ impl SinkBooks for Books {
     }
 
     fn progress(&self, _peer: SocketAddr, _name: &str, epoch: u32, progress: &Progress) {
-        let flows: Vec<FlowReport> = progress
-            .flows
-            .iter()
-            .map(|f| FlowReport {
-                flow: f.flow,
-                first_seq: 0,
-                next_seq: f.next_seq,
-                failed: f.failed,
-            })
-            .collect();
+        let flows = reports_of(&progress.flows);
         self.registry.progress(epoch, &flows);
     }
 
     fn goodbye(&self, _peer: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict {
-        let flows: Vec<FlowReport> = goodbye
-            .flows
-            .iter()
-            .map(|f| FlowReport {
-                flow: f.flow,
-                first_seq: 0,
-                next_seq: f.next_seq,
-                failed: f.failed,
-            })
-            .collect();
+        let flows = reports_of(&goodbye.flows);
         let v = self.registry.goodbye(epoch, &flows, GOODBYE_WAIT);
         Verdict {
             sink_session: self.sink_session.clone(),

@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use super::mailbox::{CloseCause, FromWorker, Mailbox, SessionKey, SessionView, ToWorker};
 use crate::{
     proto::seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
-    stats::{RxFlow, SessionCounters, latency_cell},
+    stats::{RxFlow, SessionCounters},
 };
 
 /// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
@@ -85,8 +85,8 @@ pub struct Packet {
     pub bytes: u64,
     pub source: Option<SocketAddr>,
     pub now_ns: u64,
-    /// One-way latency (the sink's clock less the sender's stamp).
-    pub latency_ns: u64,
+    /// The latency cell of its one-way delay (`stats::latency_cell`, computed once by the worker).
+    pub latency_cell: usize,
 }
 
 /// The sessions one sink worker sees.
@@ -280,7 +280,7 @@ impl Books {
         }
         s.drops_mark = self.socket_drops;
         s.counters.bytes += p.bytes;
-        s.counters.latency_cells[latency_cell(p.latency_ns)] += 1;
+        s.counters.latency_cells[p.latency_cell] += 1;
         self.per_flow[p.key.flow as usize].bytes += p.bytes;
         fold(s, &mut self.per_flow);
         Ok(())

@@ -1,7 +1,7 @@
 //! Unit tests of the sink's books: every count is checked against what the test sent.
 
 use super::*;
-use crate::stats::Latency;
+use crate::stats::{Latency, latency_cell};
 
 fn key(epoch: u32, flow: u32) -> SessionKey {
     SessionKey { epoch, flow }
@@ -15,7 +15,7 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
         bytes: 64,
         source: None,
         now_ns: seq + 1,
-        latency_ns: 1_500,
+        latency_cell: latency_cell(1_500),
     }
 }
 
@@ -57,7 +57,7 @@ fn each_session_keeps_its_own_latency() {
     for seq in 0..100 {
         b.record(packet(11, 0, seq, 0)).unwrap();
         let slow = Packet {
-            latency_ns: 30_000_000,
+            latency_cell: latency_cell(30_000_000),
             ..packet(22, 0, seq, 0)
         };
         b.record(slow).unwrap();

@@ -265,6 +265,7 @@ impl SinkWorker {
                 }
             };
             let delay = now_real.saturating_sub(h.timestamp_ns);
+            let cell = latency_cell(delay);
             let packet = Packet {
                 key: SessionKey {
                     epoch: h.epoch,
@@ -275,12 +276,11 @@ impl SinkWorker {
                 bytes: datagram.len() as u64,
                 source,
                 now_ns,
-                latency_ns: delay,
+                latency_cell: cell,
             };
             match self.books.record(packet) {
                 Ok(()) => {
                     valid = true;
-                    let cell = latency_cell(delay);
                     self.counters.latency_cells[cell] += 1;
                     self.counters.latency_sum_ns[cell] += delay;
                     self.latency.saturating_record(delay.max(1));

@@ -23,7 +23,7 @@ fn packet(epoch: u32, seq: u64) -> Packet {
         bytes: 10,
         source: Some("10.9.0.2:4000".parse().unwrap()),
         now_ns: 1,
-        latency_ns: 1_000,
+        latency_cell: 0,
     }
 }
 

@@ -263,3 +263,22 @@ pub fn free_port() -> u16 {
     }
     panic!("no free port in 20000-31999");
 }
+
+/// One field of `/proc/net/snmp` (e.g. `Udp` `InDatagrams`) as seen inside `ns`.
+pub fn snmp(ns: &str, proto: &str, field: &str) -> u64 {
+    let text = {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+            .output()
+            .expect("ip netns exec");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let prefix = format!("{proto}:");
+    let mut rows = text.lines().filter(|l| l.starts_with(&prefix));
+    let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == field)
+        .unwrap_or_else(|| panic!("no {field} in {names}"));
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}

@@ -77,19 +77,6 @@ pub fn nft_counter(ns: &str, table: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no packet count in {text}"))
 }
 
-/// One field of `/proc/net/snmp` (e.g. `Udp` `InDatagrams`) as seen inside `ns`.
-pub fn snmp(ns: &str, proto: &str, field: &str) -> u64 {
-    let text = sh(&["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"]);
-    let prefix = format!("{proto}:");
-    let mut rows = text.lines().filter(|l| l.starts_with(&prefix));
-    let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
-    let at = names
-        .split_whitespace()
-        .position(|n| n == field)
-        .unwrap_or_else(|| panic!("no {field} in {names}"));
-    values.split_whitespace().nth(at).unwrap().parse().unwrap()
-}
-
 /// Runs `f` on a thread that has joined network namespace `ns` (sockets it opens live there).
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let path = format!("/run/netns/{ns}");
