@@ -104,6 +104,8 @@ pub struct Books {
     next_generation: u64,
     socket_drops: u64,
     charged_drops: u64,
+    /// Datagrams the sessions' books show as kernel drops (gaps charged to them).
+    counted_drops: u64,
     gro: bool,
 }
 
@@ -147,6 +149,7 @@ impl Books {
             next_generation: 1,
             socket_drops: 0,
             charged_drops: 0,
+            counted_drops: 0,
             gro,
         }
     }
@@ -156,10 +159,16 @@ impl Books {
         self.socket_drops += n;
     }
 
-    /// Datagrams the kernel dropped on this socket: the gaps charged to it, or its own counter
-    /// when that is larger (drops after the last packet leave no gap).
+    /// Datagrams the kernel dropped on this socket. Without GRO its counter counts datagrams:
+    /// the gaps charged to it, or the counter when larger (drops after the last packet leave no
+    /// gap). With GRO the counter counts buffers of up to 64 datagrams, so the figure is what
+    /// the sessions' books charged, and sent = received + kernel drops + lost holds exactly.
     pub fn kernel_drops(&self) -> u64 {
-        self.charged_drops.max(self.socket_drops)
+        if self.gro {
+            self.counted_drops
+        } else {
+            self.charged_drops.max(self.socket_drops)
+        }
     }
 
     /// Counters of flow id `flow`, summed over its sessions.
@@ -282,7 +291,7 @@ impl Books {
         s.counters.bytes += p.bytes;
         s.counters.latency_cells[p.latency_cell] += 1;
         self.per_flow[p.key.flow as usize].bytes += p.bytes;
-        fold(s, &mut self.per_flow);
+        fold(s, &mut self.per_flow, &mut self.counted_drops);
         Ok(())
     }
 
@@ -298,7 +307,7 @@ impl Books {
                         s.stated_start = true;
                         s.failed += u64::from(s.first_failed32);
                     }
-                    fold(s, &mut self.per_flow);
+                    fold(s, &mut self.per_flow, &mut self.counted_drops);
                 }
                 None => {
                     if self.pending.len() < PENDING_STARTS {
@@ -348,7 +357,7 @@ impl Books {
         let slot = self.index[at];
         let s = &mut self.sessions[slot as usize];
         s.tracker.finish();
-        fold(s, &mut self.per_flow);
+        fold(s, &mut self.per_flow, &mut self.counted_drops);
         if let (Some((tail_end, failed_total)), Some(highest)) =
             (end.or(s.progress), s.tracker.highest())
         {
@@ -374,6 +383,7 @@ impl Books {
                 };
                 self.charged_drops += charged;
                 s.counters.kernel_drops += charged;
+                self.counted_drops += charged;
                 s.counters.lost += new - charged;
                 self.per_flow[s.key.flow as usize].lost += new - charged;
             } else {
@@ -485,7 +495,7 @@ fn chargeable(gro: bool, socket_drops: u64, charged: u64, missing: u64) -> u64 {
 
 /// Moves the tracker's new counts into the session (and its flow id's totals): settled gaps
 /// net of the failed sends heard of so far, then the kernel-drop budget, then lost.
-fn fold(s: &mut Session, per_flow: &mut [RxFlow]) {
+fn fold(s: &mut Session, per_flow: &mut [RxFlow], counted_drops: &mut u64) {
     let now = s.tracker.counters();
     let before = s.folded;
     let net = now.lost.saturating_sub(s.failed).max(s.netted);
@@ -501,6 +511,7 @@ fn fold(s: &mut Session, per_flow: &mut [RxFlow]) {
     c.packets += packets;
     c.lost += new - by_kernel;
     c.kernel_drops += by_kernel;
+    *counted_drops += by_kernel;
     c.reordered += reordered;
     c.duplicates += duplicates;
     c.late += late;

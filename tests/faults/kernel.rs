@@ -91,10 +91,6 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
         missing >= buffers && missing <= 8 * buffers,
         "{buffers} buffers, {sink}"
     );
-    assert!(
-        kd >= buffers.min(missing),
-        "most is charged to the kernel: {sink}"
-    );
     assert_eq!(u(verdict(&send), "rx_kernel_drops"), kd, "{send}");
 }
 
