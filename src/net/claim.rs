@@ -34,19 +34,36 @@ pub fn refuse_others(listen: SocketAddr) -> Result<(), Error> {
     if listen.port() == 0 {
         return Ok(());
     }
+    // A socket no process holds is most likely one being torn down: a killed sink's io_uring
+    // releases its files asynchronously, after the process is gone. Give it a moment to go
+    // (within the 1 s an environment failure may take); one with a holder is refused at once.
+    let deadline = std::time::Instant::now() + ORPHAN_WAIT;
+    loop {
+        match other_holder(listen) {
+            None => return Ok(()),
+            Some((_, None)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Some((b, who)) => return Err(Error::Unsupported(refusal(listen, b, who))),
+        }
+    }
+}
+
+/// How long a socket with no holder may take to disappear.
+const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// Another process's socket on `listen`, and who holds it, if anyone can be seen to.
+fn other_holder(listen: SocketAddr) -> Option<(Bound, Option<(u32, String)>)> {
     let ours = own_socket_inodes();
     let tables = ["/proc/net/udp", "/proc/net/udp6"]
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .collect::<Vec<_>>();
-    let other = tables
+    let b = tables
         .iter()
         .flat_map(|t| parse_table(t))
-        .find(|b| conflicts(b.addr, listen) && !ours.contains(&b.inode));
-    match other {
-        None => Ok(()),
-        Some(b) => Err(Error::Unsupported(refusal(listen, b, holder(b.inode)))),
-    }
+        .find(|b| conflicts(b.addr, listen) && !ours.contains(&b.inode))?;
+    Some((b, holder(b.inode)))
 }
 
 fn refusal(listen: SocketAddr, b: Bound, who: Option<(u32, String)>) -> String {
