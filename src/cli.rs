@@ -235,6 +235,20 @@ pub struct SinkTuning {
     /// "other".
     #[arg(long, default_value_t = 64, env = "RINGBLAST_MAX_SENDERS")]
     pub max_senders: usize,
+    /// How datagrams are spread over the sink's queues: flow (a BPF program on the
+    /// SO_REUSEPORT group reads the ringblast header, so one sender's flows alternate over the
+    /// queues) or hash (the kernel's 4-tuple hash). Foreign datagrams always use the hash.
+    #[arg(long, value_enum, default_value = "flow", env = "RINGBLAST_STEER")]
+    pub steer: Steer,
+}
+
+/// How a sink's `SO_REUSEPORT` group picks a queue for each datagram (`--steer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Steer {
+    /// By the ringblast header's epoch and flow id (`net::steer`).
+    Flow,
+    /// By the kernel's 4-tuple hash.
+    Hash,
 }
 
 /// Where a sender's control channel goes: `auto` (TCP to the `--to` address), `off`, or

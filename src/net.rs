@@ -6,6 +6,7 @@
 //! `UDP_GRO` and for the kernel's drop counter with `SO_RXQ_OVFL`.
 
 pub mod claim;
+pub mod steer;
 
 use std::{
     io,

@@ -13,7 +13,7 @@ use crate::{
 };
 
 mod text;
-pub use text::{latency_hdr_json, sink_summary_line};
+pub use text::{latency_hdr_json, queue_shares, sink_summary_line};
 use text::{latency_json, latency_text};
 
 /// Where a queue runs.

@@ -146,6 +146,7 @@ const KEYS: &[&str] = &[
     "a.b",
     "\"q\"",
     "share_port",
+    "steer",
 ];
 const VALUES: &[&str] = &[
     "\"127.0.0.1:9\"",

@@ -83,3 +83,38 @@ pub(super) fn latency_text(l: &Latency) -> String {
         bound_text(l.max_ns)
     )
 }
+
+/// How the sink's queues shared the packets: one JSON entry per queue and, with more than one
+/// queue, a line naming the busiest queue's share against the mean (`--steer` decides it).
+pub fn queue_shares(rx: &[RxSample], queues: &[super::QueueView]) -> (Value, Option<String>) {
+    let total: u64 = rx.iter().map(|s| s.traffic.packets).sum();
+    let per_queue: Vec<Value> = rx
+        .iter()
+        .zip(queues)
+        .map(|(s, q)| json!({"queue": q.queue, "rx_packets": s.traffic.packets, "rx_bytes": s.traffic.bytes}))
+        .collect();
+    let busiest = rx.iter().map(|s| s.traffic.packets).max().unwrap_or(0);
+    let mean = total as f64 / rx.len().max(1) as f64;
+    let over_mean = (mean > 0.0).then(|| (busiest as f64 / mean * 1000.0).round() / 1000.0);
+    let json = json!({"per_queue": per_queue, "busiest_queue_over_mean": over_mean});
+    let line = (rx.len() > 1 && total > 0).then(|| {
+        let shares: Vec<String> = rx
+            .iter()
+            .zip(queues)
+            .map(|(s, q)| {
+                format!(
+                    "q{} {} ({:.1}%)",
+                    q.queue,
+                    s.traffic.packets,
+                    s.traffic.packets as f64 * 100.0 / total as f64
+                )
+            })
+            .collect();
+        format!(
+            "sink: queue shares: {}; busiest {:.2}x the mean",
+            shares.join(", "),
+            over_mean.unwrap_or(0.0)
+        )
+    });
+    (json, line)
+}

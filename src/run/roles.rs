@@ -5,7 +5,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use crate::{
-    cli::{SinkTuning, TrafficArgs},
+    cli::{SinkTuning, Steer, TrafficArgs},
     error::Error,
     net::claim,
     proto::header::HEADER_LEN,
@@ -244,6 +244,8 @@ pub fn sink_config(
         max_flows: t.max_flows,
         duration,
         hugepages,
+        steer_by_flow: t.steer == Steer::Flow,
+        steer_queues: None,
     })
 }
 
@@ -259,6 +261,9 @@ pub fn start_sinks(
 ) -> Result<SinkSet, Error> {
     let max_sessions = config.max_sessions;
     let listen = config.listen;
+    let mut config = config;
+    config.steer_queues =
+        (config.steer_by_flow && !share_port && queues.len() > 1).then_some(queues.len() as u32);
     if !share_port {
         claim::refuse_others(listen)?;
     }

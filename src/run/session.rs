@@ -424,11 +424,18 @@ impl Session {
                 "first_packet_ms": first.map(clock::ms_since_launch),
                 "senders": report::senders_json(&senders),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
-            let summary = report::rx_summary_json(&total, active, extra);
+            let mut summary = report::rx_summary_json(&total, active, extra);
+            let (shares, shares_line) = report::queue_shares(&rx, &s.queues);
+            if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
+                into.extend(more);
+            }
             say!(
                 "{}",
                 report::sink_summary_line(&summary, &total, active, duration, latency.as_ref())
             );
+            if let Some(line) = shares_line {
+                say!("{line}");
+            }
             for line in report::sender_lines(&senders) {
                 say!("{line}");
             }

@@ -94,6 +94,12 @@ pub struct SinkConfig {
     pub duration: Option<Duration>,
     /// Try 2 MiB pages for the arena.
     pub hugepages: bool,
+    /// `--steer flow` was asked for.
+    pub steer_by_flow: bool,
+    /// Steer datagrams over this many queues by flow (`net::steer`); `None`: the kernel's hash.
+    /// Set by `run::roles::start_sinks`, which knows the queue count and whether the port is
+    /// shared (another process's sockets in the group would get no traffic).
+    pub steer_queues: Option<u32>,
 }
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
@@ -200,6 +206,9 @@ impl SinkWorker {
                 reuse_port: true,
             },
         )?;
+        if let Some(queues) = config.steer_queues {
+            net::steer::attach(&socket, queues)?;
+        }
         if !engine.push_recv_msg_multi(socket.as_raw_fd(), USER_DATA_RECV) {
             return Err(Error::Unsupported(
                 "cannot queue the first multishot receive".into(),
