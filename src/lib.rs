@@ -35,6 +35,7 @@ pub mod ring;
 pub mod run;
 pub mod sender;
 pub mod sink;
+pub mod stamp;
 pub mod stats;
 pub mod topology;
 pub mod worker;

@@ -34,6 +34,8 @@ pub struct TxSample {
     pub traffic: TxFlow,
     /// Engine counters.
     pub worker: WorkerCounters,
+    /// When the worker published these counters (its monotonic clock; 0: not known).
+    pub published_ns: u64,
 }
 
 /// One sink queue's counters at an instant.
@@ -49,6 +51,32 @@ impl TxSample {
     /// Failed packets of every errno class.
     pub fn errors(&self) -> u64 {
         self.traffic.errors.iter().sum()
+    }
+
+    /// Seconds between the worker's publishes of `before` and `self`, or `fallback` (the
+    /// reporter's own interval) when either time is unknown.
+    pub fn window_s(&self, before: &TxSample, fallback: f64) -> f64 {
+        match self.published_ns.checked_sub(before.published_ns) {
+            Some(ns) if ns > 0 && before.published_ns > 0 => ns as f64 / 1e9,
+            _ => fallback,
+        }
+    }
+}
+
+/// The interval over which the queues' total packets ran at the sum of their own rates (each
+/// over its worker's publish window), so a total line is as exact as the queue lines.
+pub fn total_window_s(now: &[TxSample], before: &[TxSample], fallback: f64) -> f64 {
+    let mut packets = 0;
+    let mut pps = 0.0;
+    for (n, b) in now.iter().zip(before) {
+        let p = n.traffic.packets - b.traffic.packets;
+        packets += p;
+        pps += p as f64 / n.window_s(b, fallback);
+    }
+    if pps > 0.0 {
+        packets as f64 / pps
+    } else {
+        fallback
     }
 }
 
@@ -190,20 +218,23 @@ pub fn tx_interval_json(
         .iter()
         .zip(now.iter().zip(before))
         .map(|(q, (n, b))| {
+            let window = n.window_s(b, seconds);
             json!({"queue": q.queue, "node": q.node, "cpu": q.cpu,
                 "tx_packets": n.traffic.packets - b.traffic.packets,
                 "tx_bytes": n.traffic.bytes - b.traffic.bytes,
                 "tx_errors": n.errors() - b.errors(),
-                "pps": rate(n.traffic.packets - b.traffic.packets, seconds),
-                "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, seconds)})
+                "window_s": round6(window),
+                "pps": rate(n.traffic.packets - b.traffic.packets, window),
+                "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, window)})
         })
         .collect();
+    let window = total_window_s(now, before, seconds);
     let (n, b) = (total_tx(now), total_tx(before));
     json!({"type": "interval", "role": "send", "elapsed_s": round3(elapsed_s), "interval_s": round3(seconds),
         "tx_packets": n.traffic.packets - b.traffic.packets, "tx_bytes": n.traffic.bytes - b.traffic.bytes,
-        "tx_errors": n.errors() - b.errors(),
-        "pps": rate(n.traffic.packets - b.traffic.packets, seconds),
-        "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, seconds), "queues": per_queue})
+        "tx_errors": n.errors() - b.errors(), "window_s": round6(window),
+        "pps": rate(n.traffic.packets - b.traffic.packets, window),
+        "bps": rate((n.traffic.bytes - b.traffic.bytes) * 8, window), "queues": per_queue})
 }
 
 /// A JSON interval line for the sink.
@@ -240,6 +271,10 @@ pub fn rx_interval_json(
     v["interval_s"] = json!(round3(seconds));
     v["queues"] = Value::Array(per_queue);
     v
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 fn round3(x: f64) -> f64 {

@@ -10,9 +10,11 @@
  *       send per syscall). Counts only what the kernel accepted.
  *       Output: sent_pkts=N sent_bytes=N secs=F
  *
- *   udp_ref sink -l ADDR -p PORT -b BATCH -t MAX_SECONDS -i IDLE_MS [-G]
+ *   udp_ref sink -l ADDR -p PORT -b BATCH -t MAX_SECONDS -i IDLE_MS [-G] [-S]
  *       Binds ADDR:PORT, asks for a 4 MiB receive buffer (SO_RCVBUFFORCE,
- *       then SO_RCVBUF), reads with recvmmsg(BATCH, MSG_WAITFORONE). With -G
+ *       then SO_RCVBUF), reads with recvmmsg(BATCH, MSG_WAITFORONE). With -S
+ *       it spins instead: recvmmsg(BATCH, MSG_DONTWAIT) in a loop that never
+ *       sleeps, so the sending core never pays for waking it. With -G
  *       it enables UDP_GRO and counts segments from the UDP_GRO cmsg. Stops
  *       IDLE_MS after the last datagram (once data has started) or at
  *       MAX_SECONDS. secs is the time from the first to the last datagram.
@@ -76,7 +78,7 @@ static double monotonic_seconds(void) {
 static void usage(void) {
     fprintf(stderr,
             "usage: udp_ref send -d ADDR -p PORT -s SIZE -b BATCH -t SECONDS [-g GSO_SEGS]\n"
-            "       udp_ref sink -l ADDR -p PORT -b BATCH -t MAX_SECONDS -i IDLE_MS [-G]\n");
+            "       udp_ref sink -l ADDR -p PORT -b BATCH -t MAX_SECONDS -i IDLE_MS [-G] [-S]\n");
 }
 
 /* Parses a whole decimal integer in [lo, hi]; returns 0 on success. */
@@ -255,9 +257,9 @@ static int run_sink(int argc, char **argv) {
     const char *addr = NULL;
     long port = 0, batch = 0, idle_ms = 0;
     double max_seconds = 0.0;
-    int gro = 0;
+    int gro = 0, spin = 0;
     int opt;
-    while ((opt = getopt(argc, argv, "l:p:b:t:i:G")) != -1) {
+    while ((opt = getopt(argc, argv, "l:p:b:t:i:GS")) != -1) {
         int bad = 0;
         switch (opt) {
         case 'l': addr = optarg; break;
@@ -266,6 +268,7 @@ static int run_sink(int argc, char **argv) {
         case 't': bad = parse_seconds(optarg, "-t MAX_SECONDS", &max_seconds); break;
         case 'i': bad = parse_long(optarg, "-i IDLE_MS", 1, 600000, &idle_ms); break;
         case 'G': gro = 1; break;
+        case 'S': spin = 1; break;
         default: bad = 1; break;
         }
         if (bad) {
@@ -346,7 +349,7 @@ static int run_sink(int argc, char **argv) {
             msgs[i].msg_hdr.msg_control = gro ? cmsgs + (size_t)i * cmsg_len : NULL;
             msgs[i].msg_hdr.msg_controllen = gro ? cmsg_len : 0;
         }
-        int n = recvmmsg(fd, msgs, (unsigned)batch, MSG_WAITFORONE, NULL);
+        int n = recvmmsg(fd, msgs, (unsigned)batch, spin ? MSG_DONTWAIT : MSG_WAITFORONE, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 continue;

@@ -185,6 +185,7 @@ pub fn start_senders(
         let s = Arc::new(SenderShared {
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),
+            stamp: Default::default(),
         });
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
@@ -314,9 +315,16 @@ impl SenderSet {
     pub fn samples(&self) -> Vec<TxSample> {
         self.shared
             .iter()
-            .map(|s| TxSample {
-                worker: s.worker.load(),
-                traffic: sum(s.flows.iter().map(|f| f.load()), TxFlow::add),
+            .map(|s| {
+                let (sample, published_ns) = s.stamp.read(|| TxSample {
+                    worker: s.worker.load(),
+                    traffic: sum(s.flows.iter().map(|f| f.load()), TxFlow::add),
+                    published_ns: 0,
+                });
+                TxSample {
+                    published_ns,
+                    ..sample
+                }
             })
             .collect()
     }

@@ -112,10 +112,11 @@ impl Session {
         if let Some(s) = &self.senders {
             for (q, (n, b)) in s.queues.iter().zip(tx.iter().zip(tx0)) {
                 let label = label("send", &report::queue_label(q));
-                lines += &report::tx_line(&label, n, b, seconds);
+                let window = n.window_s(b, seconds);
+                lines += &report::tx_line(&label, n, b, window);
                 if let Some(l1) = wire_l1 {
                     let packets = n.traffic.packets - b.traffic.packets;
-                    lines += &report::wire_text(packets, l1, seconds);
+                    lines += &report::wire_text(packets, l1, window);
                 }
                 lines.push('\n');
             }
@@ -124,7 +125,7 @@ impl Session {
                     &label("send", "total"),
                     &report::total_tx(tx),
                     &report::total_tx(tx0),
-                    seconds,
+                    report::total_window_s(tx, tx0, seconds),
                 );
                 lines.push('\n');
             }

@@ -88,6 +88,8 @@ pub struct SenderShared {
     pub flows: Vec<crate::stats::SharedTxFlow>,
     /// Engine counters.
     pub worker: crate::stats::SharedWorkerCounters,
+    /// When the counters above were published (the worker's clock).
+    pub stamp: crate::stamp::PublishStamp,
 }
 
 /// What a sender reports when it ends.
@@ -176,10 +178,12 @@ impl SenderWorker {
         let inflight = u64::from(self.slots.in_flight());
         self.counters
             .set_ring(&self.engine.counters(), overflow, inflight);
+        self.shared.stamp.begin();
         for (shared, local) in self.shared.flows.iter().zip(&self.flows) {
             shared.publish(local);
         }
         self.shared.worker.publish(&self.counters);
+        self.shared.stamp.end(clock::monotonic_ns());
     }
 
     /// Pushes up to `budget` packets' worth of sends, none shorter than `train` packets;
