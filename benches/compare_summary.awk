@@ -42,7 +42,7 @@ function ratio_cell(size, a, b, col,    ka, kb, n, nc, all, cl, i, lo, hi, src, 
 
 function ratio_row(size, a, b, what) {
     if (!has[size, a] || !has[size, b]) return
-    printf "%-6s %-44s %-28s %-28s\n", size, a " / " b " (" what ")", ratio_cell(size, a, b, 6), ratio_cell(size, a, b, 14)
+    printf "%-6s %-60s %-28s %-28s\n", size, a " / " b " (" what ")", ratio_cell(size, a, b, 6), ratio_cell(size, a, b, 14)
 }
 
 NR == 1 { next }
@@ -68,7 +68,7 @@ END {
             if (has[sizes[s], tools[t]])
                 printf "%-6s %-16s %14s %16s\n", sizes[s], tools[t], tool_cell(sizes[s], tools[t], 6), tool_cell(sizes[s], tools[t], 14)
     printf "\nRatios within a pair: median (min-max) clean/all\n"
-    printf "%-6s %-44s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s"
+    printf "%-6s %-60s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s"
     for (s = 1; s <= nsizes; s++) {
         z = sizes[s]
         ratio_row(z, "ringblast", "udp_ref", "default sink vs blocking ref")
@@ -79,7 +79,7 @@ END {
         ratio_row(z, "ringblast_gso", "udp_ref_gso", "gso" segs[z] " vs ref gso->gro")
     }
     printf "\n* = no clean pair/run (foreign load >= %s CPU in every one); figure uses all pairs/runs\n", q
-    printf "\nForeign CPU load per round (on the two pinned CPUs; max over the round'"'"'s runs)\n"
+    printf "\nForeign CPU load per round (on the two pinned CPUs; max over the round's runs)\n"
     printf "%-6s %-8s %-8s %-12s %-12s\n", "size", "round", "attempt", "foreign_max", "busy_max"
     for (i = 1; i <= nr; i++)
         printf "%-6s %-8s %-8s %-12.2f %-12.2f\n", rsize[i], rround[i], rattempt[i], rfor[rorder[i]], rbusymax[rorder[i]]

@@ -1,5 +1,7 @@
-//! Micro-benchmarks of the per-packet work: header write and parse, sequence accounting and
-//! pacing decisions.
+//! Micro-benchmarks of the per-packet work the workers really run: the sender's header write
+//! (`Header::write`, as `sender::slots` calls it for every packet), and the sink's parse plus
+//! `Books::record` (session lookup, sequence tracker and counters, as `sink` calls them for every
+//! datagram), the sequence tracker alone, and the pacer's per-batch decision.
 
 use std::hint::black_box;
 
@@ -7,6 +9,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ringblast::pacing::Pacer;
 use ringblast::proto::header::{self, HEADER_LEN, Header};
 use ringblast::proto::seq::SeqTracker;
+use ringblast::sink::books::{Books, Packet};
+use ringblast::sink::mailbox::SessionKey;
 
 const BATCH: u64 = 1024;
 
@@ -70,6 +74,55 @@ fn seq_benches(c: &mut Criterion) {
     group.finish();
 }
 
+/// What the sink does per datagram: parse the header, then count it in its session's books.
+fn books_benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("sink");
+    group.throughput(Throughput::Elements(BATCH));
+    let mut books = Books::new(4096, 256, false);
+    let source = Some(std::net::SocketAddr::from(([10, 0, 0, 1], 40_000)));
+    let mut datagrams: Vec<[u8; HEADER_LEN]> = (0..8)
+        .map(|flow| {
+            Header {
+                flags: 0,
+                failed: 0,
+                flow,
+                epoch: 0x1234_5678,
+                seq: 0,
+                timestamp_ns: 1,
+            }
+            .to_bytes()
+        })
+        .collect();
+    let mut seq = 0u64;
+    group.bench_function("parse_and_record_8_flows", |b| {
+        b.iter(|| {
+            for i in 0..BATCH {
+                let d = &mut datagrams[(i % 8) as usize];
+                d[16..24].copy_from_slice(&seq.to_be_bytes());
+                if i % 8 == 7 {
+                    seq += 1;
+                }
+                let Ok(h) = header::parse(black_box(&d[..])) else {
+                    continue;
+                };
+                let _ = books.record(Packet {
+                    key: SessionKey {
+                        epoch: h.epoch,
+                        flow: h.flow,
+                    },
+                    seq: h.seq,
+                    failed32: h.failed,
+                    bytes: 64,
+                    source,
+                    now_ns: i,
+                    latency_cell: 3,
+                });
+            }
+        })
+    });
+    group.finish();
+}
+
 fn pacing_benches(c: &mut Criterion) {
     let mut pacer = Pacer::new(Some(10_000_000.0), 0, 64);
     let mut now = 0u64;
@@ -83,5 +136,11 @@ fn pacing_benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, header_benches, seq_benches, pacing_benches);
+criterion_group!(
+    benches,
+    header_benches,
+    seq_benches,
+    books_benches,
+    pacing_benches
+);
 criterion_main!(benches);
