@@ -1,6 +1,7 @@
 //! The per-worker io_uring engine: one ring, the worker's arena and (for sinks) a provided-buffer
-//! ring inside that arena, behind small safe methods that push one kind of SQE each, submit, and
-//! copy completions out.
+//! ring inside that arena; it builds the ring, submits and copies completions out. The op
+//! builders (one small safe method per SQE kind) live in `ops`, and `token` packs each op's
+//! kind and slot index into its `user_data`, so one ring carries accept, connect, recv and send.
 //!
 //! `Engine` declares `ring` before `arena`: Rust drops fields in declaration order, so the ring
 //! (and with it every in-flight operation and registration) is gone before the memory it points
@@ -8,11 +9,13 @@
 //! what makes the pushes safe to call. This module and `mem` are the only places with `unsafe`.
 
 pub mod bufring;
+mod ops;
 pub mod probe;
+pub mod token;
 
-use std::{io, os::fd::RawFd};
+use std::io;
 
-use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use io_uring::{IoUring, cqueue, squeue, types};
 
 use self::bufring::BufRing;
 pub use self::bufring::BufRingLayout;
@@ -20,8 +23,6 @@ use crate::{error::Error, mem::Arena};
 
 /// `IORING_ENTER_GETEVENTS`: run deferred task work and reap completions (io-uring keeps `sys` private).
 const ENTER_GETEVENTS: u32 = 1;
-/// `IORING_SEND_ZC_REPORT_USAGE`: the notification says whether the kernel copied anyway.
-const SEND_ZC_REPORT_USAGE: u16 = 8;
 /// Buffer group id of the sink's provided-buffer ring.
 const BUFFER_GROUP: u16 = 7;
 /// Control bytes reserved per received datagram (UDP_GRO + SO_RXQ_OVFL, with room to spare).
@@ -90,6 +91,21 @@ impl Completion {
         cqueue::notif(self.flags)
     }
 
+    /// The descriptor an `ACCEPT` completion hands over, now owned by the caller. Call it once
+    /// per accept completion and never on another kind: the result of any other op is not a
+    /// descriptor (a completion whose token is not an accept yields `None`).
+    pub fn accepted_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        let accept =
+            token::Token::decode(self.user_data).is_some_and(|t| t.kind == token::OpKind::Accept);
+        if !accept || self.result < 0 {
+            return None;
+        }
+        // SAFETY: a non-negative ACCEPT result is a new descriptor installed for this process
+        // that nothing else owns; the caller takes it once.
+        Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(self.result) })
+    }
+
     /// The provided buffer this completion used.
     pub fn buffer_id(&self) -> Option<u16> {
         cqueue::buffer_select(self.flags)
@@ -137,6 +153,8 @@ pub struct Engine {
     setup: SetupMode,
     recv_msg: Box<libc::msghdr>,
     buf_ring: Option<BufRing>,
+    /// The address every `CONNECT` of this ring goes to (set up before the first one).
+    connect_to: Option<Box<socket2::SockAddr>>,
     arena: Arena,
     counters: RingCounters,
 }
@@ -191,6 +209,7 @@ impl Engine {
             setup,
             recv_msg,
             buf_ring,
+            connect_to: None,
             arena,
             counters: RingCounters::default(),
         })
@@ -227,66 +246,14 @@ impl Engine {
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> bool {
-        // SAFETY: every entry built by this module points only into `self.arena` or at
-        // `self.recv_msg`, both of which live until the ring is dropped.
+        // SAFETY: every entry built by this module and `ops` points only into `self.arena`, at
+        // `self.recv_msg` or at `self.connect_to`, all of which live until the ring is dropped
+        // (the connect address is set once before any connect and never replaced).
         let pushed = unsafe { self.ring.submission().push(entry) }.is_ok();
         if !pushed {
             self.counters.sq_full += 1;
         }
         pushed
-    }
-
-    /// Queues a `WRITE_FIXED` of arena bytes `offset..offset+len` on `fd`. Returns false when
-    /// the SQ is full or the range is outside the registered arena.
-    pub fn push_write_fixed(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
-        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
-            return false;
-        };
-        let entry = opcode::WriteFixed::new(types::Fd(fd), bytes.as_ptr(), len, 0)
-            .build()
-            .user_data(user_data);
-        self.push(&entry)
-    }
-
-    /// Queues a plain `SEND` of arena bytes (node-local memory, copied like any send).
-    pub fn push_send(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
-        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
-            return false;
-        };
-        let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), len)
-            .build()
-            .user_data(user_data);
-        self.push(&entry)
-    }
-
-    /// Queues a zero-copy `SEND_ZC` of arena bytes from the registered buffer.
-    pub fn push_send_zc_fixed(
-        &mut self,
-        fd: RawFd,
-        offset: usize,
-        len: u32,
-        user_data: u64,
-    ) -> bool {
-        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
-            return false;
-        };
-        let entry = opcode::SendZc::new(types::Fd(fd), bytes.as_ptr(), len)
-            .buf_index(Some(0))
-            .zc_flags(SEND_ZC_REPORT_USAGE)
-            .build()
-            .user_data(user_data);
-        self.push(&entry)
-    }
-
-    /// Queues a multishot `RECVMSG` on `fd` that takes buffers from the provided-buffer ring.
-    pub fn push_recv_msg_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
-        if self.buf_ring.is_none() {
-            return false;
-        }
-        let entry = opcode::RecvMsgMulti::new(types::Fd(fd), &*self.recv_msg, BUFFER_GROUP)
-            .build()
-            .user_data(user_data);
-        self.push(&entry)
     }
 
     /// Submits queued SQEs and waits as asked. Timeouts and signals are not errors.
@@ -448,5 +415,10 @@ mod tests {
             !engine.push_recv_msg_multi(0, 1),
             "no buffer ring registered"
         );
+        assert!(!engine.push_recv_multi(0, 1), "no buffer ring registered");
+        assert!(!engine.push_connect(0, 1), "no connect target set");
+        engine.set_connect_target(([127, 0, 0, 1], 9).into());
+        assert!(engine.push_connect(-1, 1));
+        assert!(engine.push_accept_multi(-1, 2));
     }
 }

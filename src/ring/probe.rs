@@ -50,6 +50,39 @@ pub const SINK_OPS: &[RequiredOp] = &[RequiredOp {
     since: "5.3 (multishot 6.0)",
 }];
 
+/// Opcodes a TCP sender needs besides its send op: it connects and reads responses.
+pub const TCP_CONNECT_OPS: &[RequiredOp] = &[
+    RequiredOp {
+        code: opcode::Connect::CODE,
+        name: "IORING_OP_CONNECT",
+        since: "5.5",
+    },
+    RequiredOp {
+        code: opcode::RecvMulti::CODE,
+        name: "IORING_OP_RECV",
+        since: "5.6 (multishot 6.0)",
+    },
+];
+
+/// Opcodes a TCP sink needs: multishot accept, multishot receive, and sends for responses.
+pub const TCP_SINK_OPS: &[RequiredOp] = &[
+    RequiredOp {
+        code: opcode::AcceptMulti::CODE,
+        name: "IORING_OP_ACCEPT",
+        since: "5.5 (multishot 5.19)",
+    },
+    RequiredOp {
+        code: opcode::RecvMulti::CODE,
+        name: "IORING_OP_RECV",
+        since: "5.6 (multishot 6.0)",
+    },
+    RequiredOp {
+        code: opcode::WriteFixed::CODE,
+        name: "IORING_OP_WRITE_FIXED",
+        since: "5.1",
+    },
+];
+
 /// Fails with the first opcode in `ops` that the kernel does not support.
 pub fn require_ops(ring: &IoUring, ops: &[RequiredOp]) -> Result<(), Error> {
     let mut probe = Probe::new();
@@ -103,6 +136,8 @@ mod tests {
         require_ops(&ring, SEND_OPS).unwrap();
         require_ops(&ring, SEND_ZC_OPS).unwrap();
         require_ops(&ring, SINK_OPS).unwrap();
+        require_ops(&ring, TCP_CONNECT_OPS).unwrap();
+        require_ops(&ring, TCP_SINK_OPS).unwrap();
     }
 
     #[test]
