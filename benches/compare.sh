@@ -290,7 +290,7 @@ run_one() {
     local rb_sink_s=$((DURATION + 3))
     mkdir -p "$dir"
     case "$tool" in
-    ringblast | ringblast_gso | ringblast_spin | ringblast_paced | ringblast_paced_gso | ringblast_balance)
+    ringblast | ringblast_gso | ringblast_spin | ringblast_inline | ringblast_paced | ringblast_paced_gso | ringblast_balance)
         parser=ringblast
         sink_cmd=("$RINGBLAST" sink --listen "127.0.0.1:$port" --json --duration "${rb_sink_s}s")
         send_cmd=("$RINGBLAST" send --to "127.0.0.1:$port" --rate max --size "$size" --duration "${DURATION}s" --json)
@@ -299,6 +299,8 @@ run_one() {
             send_cmd+=(--gso "$segs")
         elif [[ "$tool" == ringblast_spin ]]; then
             sink_cmd+=(--rx-wait spin)
+        elif [[ "$tool" == ringblast_inline ]]; then
+            sink_cmd+=(--rx-wait inline)
         elif [[ "$tool" == ringblast_paced ]]; then
             sink_cmd=("$RINGBLAST" sink --listen "127.0.0.1:$port" --json --duration "$((PACED_SECONDS + 3))s")
             send_cmd=("$RINGBLAST" send --to "127.0.0.1:$port" --rate "${PACED_KPPS}kpps" --size "$size"
@@ -411,7 +413,7 @@ run_one() {
 
 run_rounds() {
     local size round attempt tool worst
-    local -a tools=(ringblast ringblast_spin udp_ref udp_ref_spin iperf3 ringblast_gso) order
+    local -a tools=(ringblast ringblast_spin ringblast_inline udp_ref udp_ref_spin iperf3 ringblast_gso) order
     if ((REF_GSO)); then
         tools+=(udp_ref_gso)
     fi

@@ -74,6 +74,8 @@ END {
         ratio_row(z, "ringblast", "udp_ref", "default sink vs blocking ref")
         ratio_row(z, "ringblast", "udp_ref_spin", "default sink vs spinning ref")
         ratio_row(z, "ringblast_spin", "udp_ref_spin", "spin vs spin")
+        ratio_row(z, "ringblast_inline", "udp_ref_spin", "inline vs spinning ref")
+        ratio_row(z, "ringblast_inline", "udp_ref", "inline vs blocking ref")
         ratio_row(z, "ringblast", "iperf3", "default sink")
         ratio_row(z, "ringblast_gso", "udp_ref", "gso" segs[z] " vs plain ref")
         ratio_row(z, "ringblast_gso", "udp_ref_gso", "gso" segs[z] " vs ref gso->gro")

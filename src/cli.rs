@@ -212,7 +212,9 @@ pub struct SinkTuning {
     #[arg(long, env = "RINGBLAST_NO_GRO")]
     pub no_gro: bool,
     /// How sink queues wait while traffic flows: batch (32 completions or 50 µs), spin (poll
-    /// without sleeping, one core per queue) or sleep (wake per completion).
+    /// without sleeping, one core per queue), sleep (wake per completion) or inline
+    /// (non-blocking receives inside io_uring_enter, no poll armed while traffic flows, so the
+    /// sending core pays for no wake-up).
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
     pub rx_wait: RxWait,
     /// Provided receive buffers per queue (a power of two; each holds 64 KiB).

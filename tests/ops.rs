@@ -1,6 +1,6 @@
 //! Every send operation and every sink receive mode end to end: `--send-op send-zc` and
 //! `send` (the default `write-fixed` runs everywhere else), `--no-gro` under a GSO sender, and
-//! `--rx-wait spin` and `sleep` (the default `batch` runs everywhere else). Each run is paced
+//! `--rx-wait spin`, `sleep` and `inline` (the default `batch` runs everywhere else). Each run is paced
 //! (no kernel drops) and counted: the sink must receive exactly what the sender says it sent,
 //! and the sender exactly the packets asked for.
 
@@ -11,12 +11,16 @@ use common::*;
 const COUNT: u64 = 20_000;
 
 fn exact_run(extra: &[&str]) {
+    exact_run_at(COUNT, "100kpps", extra);
+}
+
+fn exact_run_at(count: u64, rate: &str, extra: &[&str]) {
     let _guard = traffic_lock();
-    let count = COUNT.to_string();
-    let mut args = vec!["--count", &count, "--rate", "100kpps"];
+    let count_arg = count.to_string();
+    let mut args = vec!["--count", &count_arg, "--rate", rate];
     args.extend_from_slice(extra);
     let (send, sink, _) = pair(&args);
-    assert_eq!(u(&send, "tx_packets"), COUNT, "{extra:?}: {send}");
+    assert_eq!(u(&send, "tx_packets"), count, "{extra:?}: {send}");
     assert_exact(&send, &sink);
 }
 
@@ -43,4 +47,23 @@ fn spinning_sink_counts_every_packet() {
 #[test]
 fn sleeping_sink_counts_every_packet() {
     exact_run(&["--rx-wait", "sleep", "--queues", "2", "--flows", "4"]);
+}
+
+#[test]
+fn inline_sink_counts_every_packet_paced_and_unpaced_with_and_without_gro() {
+    // Paced at 100 kpps: batches between 50 µs sleeps.
+    exact_run(&["--rx-wait", "inline", "--queues", "2", "--flows", "4"]);
+    // Paced at 2 kpps: the sink goes idle between packets and waits on its one poll.
+    exact_run_at(4_000, "2kpps", &["--rx-wait", "inline"]);
+    // GSO trains, coalesced by GRO and split again, and one by one without GRO.
+    exact_run(&["--rx-wait", "inline", "--gso", "8", "--size", "1000"]);
+    exact_run(&[
+        "--rx-wait",
+        "inline",
+        "--gso",
+        "8",
+        "--size",
+        "200",
+        "--no-gro",
+    ]);
 }

@@ -9,6 +9,7 @@
 //! what makes the pushes safe to call. This module and `mem` are the only places with `unsafe`.
 
 pub mod bufring;
+mod inline;
 mod ops;
 pub mod probe;
 pub mod token;
@@ -19,6 +20,7 @@ use io_uring::{IoUring, cqueue, squeue, types};
 
 use self::bufring::BufRing;
 pub use self::bufring::BufRingLayout;
+pub use self::inline::{INLINE_BATCH, InlineMeta};
 use crate::{error::Error, mem::Arena};
 
 /// `IORING_ENTER_GETEVENTS`: run deferred task work and reap completions (io-uring keeps `sys` private).
@@ -152,6 +154,8 @@ pub struct Engine {
     ring: IoUring,
     setup: SetupMode,
     recv_msg: Box<libc::msghdr>,
+    /// Per-receive `msghdr`s and buffers of inline (non-blocking single-shot) receives.
+    inline: Option<inline::InlineSlots>,
     buf_ring: Option<BufRing>,
     /// The address every `CONNECT` of this ring goes to (set up before the first one).
     connect_to: Option<Box<socket2::SockAddr>>,
@@ -208,6 +212,7 @@ impl Engine {
             ring,
             setup,
             recv_msg,
+            inline: None,
             buf_ring,
             connect_to: None,
             arena,
@@ -246,9 +251,10 @@ impl Engine {
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> bool {
-        // SAFETY: every entry built by this module and `ops` points only into `self.arena`, at
-        // `self.recv_msg` or at `self.connect_to`, all of which live until the ring is dropped
-        // (the connect address is set once before any connect and never replaced).
+        // SAFETY: every entry built by this module, `ops` and `inline` points only into
+        // `self.arena`, at `self.recv_msg`, at an inline slot of `self.inline` (its msghdr and
+        // the name and control buffers it points at) or at `self.connect_to`, all of which live
+        // until the ring is dropped (field order) and are never replaced once set.
         let pushed = unsafe { self.ring.submission().push(entry) }.is_ok();
         if !pushed {
             self.counters.sq_full += 1;

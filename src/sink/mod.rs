@@ -6,10 +6,12 @@
 //! each segment is counted on its own. While traffic flows the worker either waits for a batch
 //! of completions (default) or spins on the completion queue, so the sending core (which runs
 //! the loopback receive path) rarely pays for waking it; when traffic is slow it sleeps until
-//! the next completion. The loop never allocates, locks, logs or calls metrics.
+//! the next completion. `--rx-wait inline` (`inline`) receives without a multishot instead.
+//! The loop never allocates, locks, logs or calls metrics.
 
 pub mod books;
 pub mod cmsg;
+mod inline;
 pub mod mailbox;
 pub mod registry;
 
@@ -57,6 +59,10 @@ pub enum RxWait {
     Spin,
     /// Sleep until the next completion.
     Sleep,
+    /// Receive inline: batches of non-blocking receives run in the sink's own context with no
+    /// poll armed while traffic flows, so the sending core never runs a wake-up for them; a
+    /// 50 µs sleep when the socket is empty, one poll when traffic stops.
+    Inline,
 }
 const SLEEP_NS: u64 = 10_000_000;
 /// While draining, stop after this long without a packet.
@@ -151,6 +157,7 @@ pub struct SinkWorker {
     last_drops: u32,
     first_packet_ns: u64,
     last_packet_ns: u64,
+    inline: inline::InlineState,
 }
 
 fn layout(config: &SinkConfig) -> BufRingLayout {
@@ -162,7 +169,11 @@ fn layout(config: &SinkConfig) -> BufRingLayout {
 
 fn ring_size(config: &SinkConfig) -> RingSize {
     RingSize {
-        sq_entries: 8,
+        sq_entries: if config.wait == RxWait::Inline {
+            2 * crate::ring::INLINE_BATCH as u32
+        } else {
+            8
+        },
         cq_entries: u32::from(config.buffers) * 4,
     }
 }
@@ -209,7 +220,9 @@ impl SinkWorker {
         if let Some(queues) = config.steer_queues {
             net::steer::attach(&socket, queues)?;
         }
-        if !engine.push_recv_msg_multi(socket.as_raw_fd(), USER_DATA_RECV) {
+        if config.wait == RxWait::Inline {
+            engine.enable_inline_receives();
+        } else if !engine.push_recv_msg_multi(socket.as_raw_fd(), USER_DATA_RECV) {
             return Err(Error::Unsupported(
                 "cannot queue the first multishot receive".into(),
             ));
@@ -229,22 +242,45 @@ impl SinkWorker {
             last_drops: 0,
             first_packet_ns: 0,
             last_packet_ns: 0,
+            inline: inline::InlineState::default(),
             shared,
             config,
         })
     }
 
-    /// Counts the datagram(s) in provided buffer `bid`, `len` bytes long.
-    fn process(&mut self, bid: u16, len: usize, now_real: u64, now_ns: u64) -> bool {
+    /// Counts the datagram(s) in provided buffer `bid`, `len` bytes long: a multishot
+    /// receive's output (`inline_slot` None) or the payload of an inline receive whose name and
+    /// control bytes are in its slot.
+    fn process(
+        &mut self,
+        bid: u16,
+        len: usize,
+        inline_slot: Option<usize>,
+        now_real: u64,
+        now_ns: u64,
+    ) -> bool {
         let buffer = self.engine.received_buffer(bid);
         let Some(buffer) = buffer.get(..len) else {
             return false;
         };
-        let Ok(out) = RecvMsgOut::parse(buffer, self.engine.recv_msghdr()) else {
-            self.counters.invalid[INVALID_SHORT] += 1;
-            return false;
+        let out;
+        let (control_bytes, name_bytes, payload) = match inline_slot {
+            None => {
+                out = match RecvMsgOut::parse(buffer, self.engine.recv_msghdr()) {
+                    Ok(out) => out,
+                    Err(()) => {
+                        self.counters.invalid[INVALID_SHORT] += 1;
+                        return false;
+                    }
+                };
+                (out.control_data(), out.name_data(), out.payload_data())
+            }
+            Some(slot) => match self.engine.inline_meta(slot) {
+                Some(meta) => (meta.control, meta.name, buffer),
+                None => return false,
+            },
         };
-        let control = cmsg::parse(out.control_data());
+        let control = cmsg::parse(control_bytes);
         if let Some(drops) = control.drops {
             // A datagram queued before the last `/proc` read carries an older count: skip it.
             let new = drops.wrapping_sub(self.last_drops);
@@ -253,8 +289,7 @@ impl SinkWorker {
                 self.books.add_kernel_drops(u64::from(new));
             }
         }
-        let source = cmsg::parse_source(out.name_data());
-        let payload = out.payload_data();
+        let source = cmsg::parse_source(name_bytes);
         if payload.is_empty() {
             // A zero-length datagram: `chunks` would yield nothing.
             self.counters.invalid[INVALID_SHORT] += 1;
@@ -354,7 +389,7 @@ impl SinkWorker {
             let c = self.completions[i];
             if let Some(bid) = c.buffer_id() {
                 if c.result > 0 {
-                    got |= self.process(bid, c.result as usize, now_real, now_ns);
+                    got |= self.process(bid, c.result as usize, None, now_real, now_ns);
                 }
                 self.engine.recycle_buffer(bid);
             } else if c.result == -libc::ENOBUFS {
@@ -419,11 +454,21 @@ impl Job for SinkWorker {
                     timeout_ns: SLEEP_NS,
                 }
             };
-            if self.engine.submit(wait).is_err() {
-                ring_failed = true;
-                break;
-            }
-            let (got, armed) = self.reap();
+            let (got, armed) = if self.config.wait == RxWait::Inline {
+                match self.inline_step(fd, busy) {
+                    Ok(got) => (got, true),
+                    Err(_) => {
+                        ring_failed = true;
+                        break;
+                    }
+                }
+            } else {
+                if self.engine.submit(wait).is_err() {
+                    ring_failed = true;
+                    break;
+                }
+                self.reap()
+            };
             if got {
                 let t = clock::monotonic_ns();
                 if self.first_packet_ns == 0 {
@@ -447,8 +492,12 @@ impl Job for SinkWorker {
             }
         }
         // Count what already completed before closing the books.
-        let _ = self.engine.submit(Wait::Poll);
-        let (got, _) = self.reap();
+        let got = if self.config.wait == RxWait::Inline {
+            self.inline_step(fd, false).unwrap_or(false)
+        } else {
+            let _ = self.engine.submit(Wait::Poll);
+            self.reap().0
+        };
         if got {
             self.last_packet_ns = clock::monotonic_ns();
         }

@@ -1,0 +1,118 @@
+//! The sink's inline receive mode (`--rx-wait inline`): no receive waits on the socket while
+//! datagrams keep coming, so the sending core (which runs the loopback and veth receive path)
+//! never runs io_uring's wake callback for them.
+//!
+//! Each step queues [`INLINE_BATCH`] non-blocking single-shot receives (`ring::inline`); they
+//! run inside the same `io_uring_enter`, in the sink's context, and complete with a datagram
+//! or `-EAGAIN`. A batch that finds the socket empty while traffic flows is followed by a
+//! 50 µs sleep with nothing armed (the datagrams queue up meanwhile, as with `--rx-wait
+//! batch`); once traffic stops, one `POLL_ADD` waits for the next datagram, so an idle or
+//! slowly paced sink sleeps instead of polling.
+
+use std::os::fd::RawFd;
+
+use super::{BATCH_WAIT_NS, SLEEP_NS, SinkWorker};
+use crate::{
+    clock,
+    ring::{INLINE_BATCH, Wait},
+    stats::errno_class,
+};
+
+/// `user_data` of inline receive slot `i` is `FIRST_SLOT + i`.
+const FIRST_SLOT: u64 = 16;
+/// `user_data` of the idle `POLL_ADD`.
+const POLL: u64 = 2;
+
+/// Where the inline loop stands between steps.
+#[derive(Debug, Default)]
+pub(super) struct InlineState {
+    /// Receives queued and not yet reaped.
+    in_flight: usize,
+    /// The idle `POLL_ADD` is queued and not yet reaped.
+    poll_armed: bool,
+    /// The last batch found the socket empty.
+    empty: bool,
+}
+
+impl SinkWorker {
+    /// One inline step: queue a batch (or wait as described in the module docs), submit, reap.
+    /// Returns whether a valid packet was counted; `Err` when the ring failed.
+    pub(super) fn inline_step(&mut self, fd: RawFd, busy: bool) -> std::io::Result<bool> {
+        let state = &mut self.inline;
+        let wait = if state.in_flight > 0 || state.poll_armed {
+            Wait::One {
+                timeout_ns: SLEEP_NS,
+            }
+        } else if !state.empty {
+            for slot in 0..INLINE_BATCH {
+                if !self
+                    .engine
+                    .push_recv_msg_nowait(fd, slot, FIRST_SLOT + slot as u64)
+                {
+                    break;
+                }
+                self.inline.in_flight += 1;
+            }
+            Wait::Nothing
+        } else if busy {
+            self.inline.empty = false;
+            Wait::One {
+                timeout_ns: BATCH_WAIT_NS,
+            }
+        } else {
+            self.inline.empty = false;
+            self.inline.poll_armed = self.engine.push_poll_readable(fd, POLL);
+            Wait::One {
+                timeout_ns: SLEEP_NS,
+            }
+        };
+        self.engine.submit(wait)?;
+        Ok(self.reap_inline())
+    }
+
+    fn reap_inline(&mut self) -> bool {
+        let n = self.engine.reap(&mut self.completions);
+        if n == 0 {
+            return false;
+        }
+        let now_real = clock::realtime_ns();
+        let now_ns = clock::monotonic_ns();
+        let mut got = false;
+        let mut datagrams = 0;
+        let mut receives = 0;
+        for i in 0..n {
+            let c = self.completions[i];
+            if c.user_data == POLL {
+                self.inline.poll_armed = false;
+                continue;
+            }
+            let Some(slot) = c
+                .user_data
+                .checked_sub(FIRST_SLOT)
+                .map(|s| s as usize)
+                .filter(|&s| s < INLINE_BATCH)
+            else {
+                continue;
+            };
+            self.engine.inline_completed(slot);
+            self.inline.in_flight = self.inline.in_flight.saturating_sub(1);
+            receives += 1;
+            if let Some(bid) = c.buffer_id() {
+                if c.result > 0 {
+                    datagrams += 1;
+                    got |= self.process(bid, c.result as usize, Some(slot), now_real, now_ns);
+                }
+                self.engine.recycle_buffer(bid);
+            } else if c.result == -libc::ENOBUFS {
+                self.counters.buffer_ring_empty += 1;
+            } else if c.result < 0 && c.result != -libc::EAGAIN {
+                self.counters.rx_errors[errno_class(-c.result)] += 1;
+            }
+        }
+        if receives > 0 && self.inline.in_flight == 0 {
+            self.inline.empty = datagrams == 0;
+        }
+        self.engine.publish_buffers();
+        got
+    }
+}
