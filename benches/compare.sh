@@ -15,7 +15,10 @@
 # (10: seconds to wait for a quiet machine before each run, 0 = off),
 # GAP_MAX_MS (1000: random pause between runs), SEND_CPU (0), SINK_CPU (1),
 # NICE (-20), REF_GSO (1: also run udp_ref GSO->GRO), PACED_KPPS (100),
-# RINGBLAST (path to a ringblast binary; default: cargo build --release).
+# RINGBLAST (path to a ringblast binary; default: cargo build --release),
+# BASELINE (path to an older ringblast binary: adds `baseline` and
+# `baseline_gso` runs with the same arguments to every round, for before/after
+# ratios measured in the same run).
 # Results: a table on stdout, raw rows in target/bench/compare.tsv, tool
 # output of the last invocation in target/bench/raw/. Exit status: 0 when
 # every run produced a result (whatever the ratios), 1 when a run failed,
@@ -44,6 +47,7 @@ PACED_KPPS="${PACED_KPPS:-100}"
 PACED_SECONDS=5
 PACED_FAST_SECONDS=10
 RINGBLAST="${RINGBLAST:-}"
+BASELINE="${BASELINE:-}"
 
 NS="rb-bench-$$"
 NS_CREATED=0
@@ -128,6 +132,7 @@ build_binaries() {
         RINGBLAST="${CARGO_TARGET_DIR:-$ROOT/target}/release/ringblast"
     fi
     [[ -x "$RINGBLAST" ]] || die "RINGBLAST=$RINGBLAST is not an executable file"
+    [[ -z "$BASELINE" || -x "$BASELINE" ]] || die "BASELINE=$BASELINE is not an executable file"
 }
 
 # --- processes and the namespace ---------------------------------------------
@@ -285,16 +290,22 @@ run_one() {
     local size="$1" round="$2" attempt="$3" tool="$4"
     local port=$((PORT++))
     local dir="$RAW_DIR/${size}B-r${round}a${attempt}-$tool"
-    local segs=0 proto=udp parser
+    local segs=0 proto=udp parser tool_args
     local -a sink_cmd send_cmd
     local rb_sink_s=$((DURATION + 3))
     mkdir -p "$dir"
+    local rb="$RINGBLAST"
     case "$tool" in
+    baseline) rb="$BASELINE" tool_args=ringblast ;;
+    baseline_gso) rb="$BASELINE" tool_args=ringblast_gso ;;
+    *) tool_args="$tool" ;;
+    esac
+    case "$tool_args" in
     ringblast | ringblast_gso | ringblast_spin | ringblast_inline | ringblast_paced | ringblast_paced_gso | ringblast_balance)
         parser=ringblast
-        sink_cmd=("$RINGBLAST" sink --listen "127.0.0.1:$port" --json --duration "${rb_sink_s}s")
-        send_cmd=("$RINGBLAST" send --to "127.0.0.1:$port" --rate max --size "$size" --duration "${DURATION}s" --json)
-        if [[ "$tool" == ringblast_gso ]]; then
+        sink_cmd=("$rb" sink --listen "127.0.0.1:$port" --json --duration "${rb_sink_s}s")
+        send_cmd=("$rb" send --to "127.0.0.1:$port" --rate max --size "$size" --duration "${DURATION}s" --json)
+        if [[ "$tool_args" == ringblast_gso ]]; then
             segs="$(gso_segments_for "$size")"
             send_cmd+=(--gso "$segs")
         elif [[ "$tool" == ringblast_spin ]]; then
@@ -416,6 +427,9 @@ run_rounds() {
     local -a tools=(ringblast ringblast_spin ringblast_inline udp_ref udp_ref_spin iperf3 ringblast_gso) order
     if ((REF_GSO)); then
         tools+=(udp_ref_gso)
+    fi
+    if [[ -n "$BASELINE" ]]; then
+        tools+=(baseline baseline_gso)
     fi
     for size in $SIZES; do
         for ((round = 1; round <= ROUNDS; round++)); do

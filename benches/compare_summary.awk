@@ -47,6 +47,7 @@ function ratio_row(size, a, b, what) {
 
 NR == 1 { next }
 $4 ~ /^(ringblast_paced|ringblast_paced_gso|ringblast_balance)$/ { next }
+$4 == "baseline_gso" && $5 > 0 { segs[$1] = $5 }
 {
     size = $1; p = $1 SUBSEP $2 SUBSEP $3; k = p SUBSEP $4
     if (!(size in nsizeidx)) { nsizeidx[size] = ++nsizes; sizes[nsizes] = size }
@@ -77,6 +78,8 @@ END {
         ratio_row(z, "ringblast_inline", "udp_ref_spin", "inline vs spinning ref")
         ratio_row(z, "ringblast_inline", "udp_ref", "inline vs blocking ref")
         ratio_row(z, "ringblast", "iperf3", "default sink")
+        ratio_row(z, "ringblast", "baseline", "this build vs BASELINE")
+        ratio_row(z, "ringblast_gso", "baseline_gso", "this build vs BASELINE, gso" segs[z])
         ratio_row(z, "ringblast_gso", "udp_ref", "gso" segs[z] " vs plain ref")
         ratio_row(z, "ringblast_gso", "udp_ref_gso", "gso" segs[z] " vs ref gso->gro")
     }
