@@ -2,9 +2,10 @@
 //! datagrams keep coming, so the sending core (which runs the loopback and veth receive path)
 //! never runs io_uring's wake callback for them.
 //!
-//! Each step queues [`INLINE_BATCH`] non-blocking single-shot receives (`ring::inline`); they
-//! run inside the same `io_uring_enter`, in the sink's context, and complete with a datagram
-//! or `-EAGAIN`. A batch that finds the socket empty while traffic flows is followed by a
+//! Each step queues up to [`INLINE_BATCH`] non-blocking single-shot receives (`ring::inline`);
+//! they run inside the same `io_uring_enter`, in the sink's context, and complete with a
+//! datagram or `-EAGAIN`. The batch follows the traffic (twice what the last one found, at
+//! least [`MIN_BATCH`]), so a paced sink does not spend most receives on `-EAGAIN`. A batch that finds the socket empty while traffic flows is followed by a
 //! 50 µs sleep with nothing armed (the datagrams queue up meanwhile, as with `--rx-wait
 //! batch`); once traffic stops, one `POLL_ADD` waits for the next datagram, so an idle or
 //! slowly paced sink sleeps instead of polling.
@@ -22,6 +23,8 @@ use crate::{
 const FIRST_SLOT: u64 = 16;
 /// `user_data` of the idle `POLL_ADD`.
 const POLL: u64 = 2;
+/// The smallest batch of receives queued at once.
+const MIN_BATCH: usize = 4;
 
 /// Where the inline loop stands between steps.
 #[derive(Debug, Default)]
@@ -32,6 +35,8 @@ pub(super) struct InlineState {
     poll_armed: bool,
     /// The last batch found the socket empty.
     empty: bool,
+    /// Receives the next batch queues (0 before the first: the full batch).
+    batch: usize,
 }
 
 impl SinkWorker {
@@ -44,7 +49,11 @@ impl SinkWorker {
                 timeout_ns: SLEEP_NS,
             }
         } else if !state.empty {
-            for slot in 0..INLINE_BATCH {
+            let batch = match state.batch {
+                0 => INLINE_BATCH,
+                n => n,
+            };
+            for slot in 0..batch {
                 if !self
                     .engine
                     .push_recv_msg_nowait(fd, slot, FIRST_SLOT + slot as u64)
@@ -111,6 +120,7 @@ impl SinkWorker {
         }
         if receives > 0 && self.inline.in_flight == 0 {
             self.inline.empty = datagrams == 0;
+            self.inline.batch = (2 * datagrams).clamp(MIN_BATCH, INLINE_BATCH);
         }
         self.engine.publish_buffers();
         got
