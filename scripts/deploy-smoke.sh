@@ -27,9 +27,12 @@ CACHE=$ROOT/target/deploy-smoke
 STARTED=$(date +%s)
 
 say() { echo "deploy-smoke [$(( $(date +%s) - STARTED )) s]: $*"; }
-die() { echo "deploy-smoke: $*" >&2; exit "${2:-1}"; }
+die() { echo "deploy-smoke: $1" >&2; exit "${2:-1}"; }
 [ "$(id -u)" = 0 ] || die "needs root (podman with host networking, network namespaces)" 3
 [ -x "$BIN" ] || die "no ringblast binary at $BIN: cargo build --release, or set RINGBLAST_BIN" 3
+for topology in "${TOPOLOGIES[@]}"; do
+  case $topology in compose | bridge | kube) ;; *) die "unknown topology $topology (compose, bridge, kube)" 2 ;; esac
+done
 
 # --- tools -----------------------------------------------------------------------------------
 need=()
@@ -99,6 +102,8 @@ in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 cleanup() {
   local rc=$? ns left
   set +e
+  # A signal's trap may run inside a redirected command: report on the script's own stdout/stderr.
+  exec 1>&3 2>&4
   say "cleaning up"
   for ns in "${NETNS[@]}"; do
     in_ns "$ns" podman pod rm -af -t 0 >/dev/null 2>&1
@@ -117,6 +122,7 @@ cleanup() {
   say "cleaned up ($P); wall time $(( $(date +%s) - STARTED )) s"
   exit "$rc"
 }
+exec 3>&1 4>&2
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -301,7 +307,6 @@ for topology in "${TOPOLOGIES[@]}"; do
         http://127.0.0.1:9090 4 sender-1=sender-1 sender-2=sender-2 sender-3=sender-3
       ;;
     kube) kube_topology ;;
-    *) die "unknown topology $topology (compose, bridge, kube)" 2 ;;
   esac
 done
 say "all deployment smoke checks passed"
