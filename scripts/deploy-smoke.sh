@@ -142,6 +142,18 @@ wait_running() {
   done
 }
 
+# Container $1 runs ringblast confined as the files say: a seccomp filter, no new privileges,
+# IPC_LOCK the only capability (bit 14), read-only root filesystem.
+check_confined() {
+  local pid status
+  pid=$(podman inspect -f '{{.State.Pid}}' "$1")
+  status=$(grep -E '^(Seccomp|NoNewPrivs|CapEff):' "/proc/$pid/status" | tr -s '\t ' ' ' | tr '\n' ' ')
+  if [ "$status" != "CapEff: 0000000000004000 NoNewPrivs: 1 Seccomp: 2 " ] \
+    || [ "$(podman inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$1")" != true ]; then
+    die "$1 is not confined as shipped: $status"
+  fi
+}
+
 # --- images ------------------------------------------------------------------------------------
 # shellcheck source=/dev/null
 SUITE=$(. /etc/os-release && echo "$VERSION_CODENAME")
@@ -195,6 +207,7 @@ compose_topology() {
     -f "$file" -f "$override" up -d --no-build sink "${services[@]}" prometheus >"$W/$project-up.log" 2>&1) \
     || { tail -20 "$W/$project-up.log" >&2; die "$project: compose up failed"; }
   for svc in sink "${services[@]}" prometheus; do wait_running "${project}_${svc}_1"; done
+  for svc in sink "${services[@]}"; do check_confined "${project}_${svc}_1"; done
   say "$project: $((${#services[@]} + 2)) containers running: $(podman ps --filter "label=io.podman.compose.project=$project" --format '{{.Names}}' | tr '\n' ' ')"
   in_ns "$ns" python3 tests/deploy/promcheck.py live --prom "$prom" --targets "$targets" \
     --senders "$(IFS=,; echo "${names[*]}")" >"$W/$project-live.txt" \
@@ -266,6 +279,8 @@ kube_topology() {
   sender=$(podman ps -a --filter name='^ringblast-send-pod-0-' --format '{{.Names}}' | grep -v infra)
   wait_running ringblast-sink-sink
   wait_running "$sender"
+  check_confined ringblast-sink-sink
+  check_confined "$sender"
   cat >"$kube/targets/pods.yml" <<EOF
 - targets: ["$sink_ip:9977"]
   labels: {component: sink}
