@@ -157,6 +157,7 @@ check_confined() {
 # --- images ------------------------------------------------------------------------------------
 # shellcheck source=/dev/null
 SUITE=$(. /etc/os-release && echo "$VERSION_CODENAME")
+apt-cache policy 2>/dev/null | grep -q "n=$SUITE," || apt-get update -qq
 apt-cache policy 2>/dev/null | grep -q "n=$SUITE," || die "the apt sources offer no suite $SUITE for mmdebstrap" 3
 rootfs() { # $1 = name, then mmdebstrap options; builds $CACHE/$1-$SUITE.tar once
   local tar=$CACHE/$1-$SUITE.tar
