@@ -92,6 +92,8 @@ echo "== exporter against a real Prometheus (and every dashboard query)"
 python3 tests/prometheus/e2e.py target/release/ringblast
 echo "== deployment files"
 RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/validate-deploy.sh
+echo "== deployments for real under podman (compose, bridge stand-in, kube pod specs), scraped by Prometheus"
+RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/deploy-smoke.sh
 echo "== Debian package: build, dpkg -i, run, systemd-analyze verify, dpkg -r"
 bash scripts/package-test.sh
 echo "== all tests passed"

@@ -515,7 +515,8 @@ main() {
   check "grafana provisioning" py grafana deploy/grafana/provisioning/dashboards/ringblast.yaml \
     deploy/grafana/provisioning/datasources/prometheus.yaml deploy/compose/compose.yaml
   check "compose schema (compose-spec)" \
-    "$venv/bin/check-jsonschema" --builtin-schema vendor.compose-spec deploy/compose/compose.yaml
+    "$venv/bin/check-jsonschema" --builtin-schema vendor.compose-spec deploy/compose/compose.yaml \
+    deploy/compose/compose.bridge.yaml
   check "seccomp profiles (identical, known syscalls, required allowed)" py seccomp "$work/known-syscalls" \
     "$required" deploy/compose/seccomp-io_uring.json deploy/kubernetes/base/profiles/ringblast-io_uring.json
   if [[ -n ${RINGBLAST_BIN:-} ]]; then
