@@ -9,6 +9,8 @@ pub mod judge;
 pub mod placement;
 pub mod roles;
 pub mod session;
+pub mod tcp;
+pub mod tcp_report;
 pub mod wire;
 
 use crate::say;
@@ -272,6 +274,10 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
 }
 
 fn send(args: SendArgs) -> Result<(), Error> {
+    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+        return tcp::send(args);
+    }
+    udp_only(&args.tcp)?;
     let common = args.common;
     let configs = sender_configs(
         args.to,
@@ -315,6 +321,9 @@ fn send(args: SendArgs) -> Result<(), Error> {
 }
 
 fn sink(args: SinkArgs) -> Result<(), Error> {
+    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+        return tcp::sink(args);
+    }
     let common = args.common;
     let config = sink_config(args.listen, &args.tuning, args.duration, common.hugepages)?;
     let mut notes = String::new();
@@ -361,6 +370,10 @@ fn free_udp_port(ip: std::net::IpAddr) -> Result<SocketAddr, Error> {
 }
 
 fn pair(args: PairArgs) -> Result<(), Error> {
+    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+        return tcp::pair(args);
+    }
+    udp_only(&args.tcp)?;
     if !args.address.is_loopback() {
         return Err(Error::Usage(format!(
             "pair runs over loopback only; {} is not a loopback address",
@@ -415,6 +428,16 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         notes,
         share_port: false,
     })
+}
+
+/// Refuses TCP-only options on a UDP run.
+fn udp_only(tcp: &crate::cli_tcp::TcpSendArgs) -> Result<(), Error> {
+    if tcp.conns.is_some() || tcp.pattern != crate::cli_tcp::Pattern::Stream {
+        return Err(Error::Usage(
+            "--conns and --pattern apply to TCP only; add --proto tcp".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The shared secret from `--secret-file`, if given.

@@ -7,6 +7,7 @@
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
 mod slots;
+pub mod tcp;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 

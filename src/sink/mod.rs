@@ -12,6 +12,7 @@ pub mod books;
 pub mod cmsg;
 pub mod mailbox;
 pub mod registry;
+pub mod tcp;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 

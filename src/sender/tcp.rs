@@ -1,0 +1,498 @@
+//! The TCP stream sender worker: `conns` connections per queue, each connected through its
+//! ring, writing records of `size` bytes from its own slot of the registered arena.
+//!
+//! Each connection has at most one write in flight, so a short write is continued from where
+//! the kernel stopped before anything else goes on that stream. A connection whose connect or
+//! write fails is closed and reopened after a capped exponential backoff (10 ms doubling to
+//! 1 s); connects, reconnects, connect failures and resets are counted. Sockets are created in
+//! the loop only on reconnect (a `socket(2)` call; a failure is counted like a refused
+//! connect). The loop never allocates, locks, logs or formats; counters are published to
+//! [`TcpTxShared`] every 10 ms and at the end.
+
+use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::SendOp;
+use crate::{
+    clock,
+    error::Error,
+    mem::{Arena, limits},
+    pacing::Pacer,
+    proto::record::{RECORD_HEADER_LEN, RecordHeader},
+    ring::{
+        Completion, Engine, RingSize, Wait, probe,
+        token::{OpKind, Token},
+    },
+};
+
+const PUBLISH_EVERY_NS: u64 = 10_000_000;
+const MAX_SLEEP_NS: u64 = 5_000_000;
+const BACKOFF_FIRST_NS: u64 = 10_000_000;
+const BACKOFF_CAP_NS: u64 = 1_000_000_000;
+/// The most bytes one write carries.
+const MAX_WRITE: usize = 128 * 1024;
+/// Send-slot memory per queue at most (slots shrink with many connections).
+const MAX_SLOT_MEMORY: usize = 32 << 20;
+/// How long a stopping sender waits for its writes in flight to finish.
+const STOP_GRACE_NS: u64 = 2_000_000_000;
+
+crate::counter_array! {
+    /// Counters of one TCP sender queue.
+    TxCounter, TX_KEYS, TxCounters, TcpTxShared {
+        /// Application bytes the kernel accepted.
+        Bytes = "tx_bytes",
+        /// Records written completely.
+        Records = "tx_records",
+        /// Connections established.
+        Connects = "connects",
+        /// Connections established again after one had failed.
+        Reconnects = "reconnects",
+        /// Connects that failed (refused, reset, unreachable, socket creation).
+        ConnectFailures = "connect_failures",
+        /// Established connections reset or broken by the peer (ECONNRESET, EPIPE).
+        Resets = "resets",
+        /// Writes that failed otherwise.
+        SendErrors = "send_errors",
+        /// Writes the kernel took only in part (continued).
+        ShortWrites = "short_writes",
+        /// Connections up now (a gauge).
+        ConnsUp = "conns_up",
+    }
+}
+
+/// Everything one TCP sender worker needs, resolved before start.
+#[derive(Clone, Debug)]
+pub struct TcpSendConfig {
+    /// Destination.
+    pub to: std::net::SocketAddr,
+    /// Record bytes, header included.
+    pub size: usize,
+    /// Connections of this queue.
+    pub conns: u32,
+    /// Flow id of this queue's first connection (ids are queue-major).
+    pub first_flow: u16,
+    /// Records per second for this worker, `None` = as fast as possible.
+    pub rate_rps: Option<f64>,
+    /// Records this worker writes before it stops.
+    pub count: Option<u64>,
+    /// How long this worker sends.
+    pub duration: Option<Duration>,
+    /// The write operation.
+    pub op: SendOp,
+    /// Epoch written into every record.
+    pub epoch: u32,
+    /// Try 2 MiB pages for the arena.
+    pub hugepages: bool,
+}
+
+impl TcpSendConfig {
+    fn slot_bytes(&self) -> usize {
+        let per_conn = (MAX_SLOT_MEMORY / self.conns.max(1) as usize).min(MAX_WRITE);
+        (per_conn / self.size).max(1) * self.size
+    }
+
+    fn records_per_write(&self) -> u64 {
+        (self.slot_bytes() / self.size) as u64
+    }
+
+    /// Arena bytes of one worker.
+    pub fn arena_bytes(&self) -> usize {
+        (self.slot_bytes() * self.conns as usize).div_ceil(4096) * 4096
+    }
+
+    fn ring_size(&self) -> RingSize {
+        let sq = (self.conns * 2).next_power_of_two().clamp(64, 4096);
+        RingSize {
+            sq_entries: sq,
+            cq_entries: sq * 4,
+        }
+    }
+}
+
+/// What a TCP sender worker reports when it ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TcpSendOutcome {
+    /// Monotonic ns when sending began.
+    pub started_ns: u64,
+    /// Monotonic ns when the worker ended.
+    pub ended_ns: u64,
+    /// A fatal ring error ended the run early.
+    pub ring_failed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting to (re)connect at `retry_at`.
+    Down,
+    Connecting,
+    Up,
+}
+
+#[derive(Debug)]
+struct Conn {
+    socket: Option<Socket>,
+    state: State,
+    generation: u32,
+    flow: u16,
+    next_seq: u64,
+    ever_up: bool,
+    backoff_ns: u64,
+    retry_at: u64,
+    /// Bytes of the current write, bytes of it done, and the records it carries.
+    write_len: u32,
+    written: u32,
+    write_records: u64,
+}
+
+/// A TCP sender worker, set up and ready to run on its thread.
+pub struct TcpSendWorker {
+    engine: Engine,
+    conns: Vec<Conn>,
+    config: TcpSendConfig,
+    slot_bytes: usize,
+    shared: Arc<TcpTxShared>,
+    counters: TxCounters,
+    completions: Vec<Completion>,
+    next_conn: usize,
+    writing: usize,
+}
+
+fn stream_socket(to: std::net::SocketAddr) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_tcp_nodelay(true)?;
+    Ok(socket)
+}
+
+impl TcpSendWorker {
+    /// Builds the worker on the calling (already pinned) thread.
+    pub fn new(config: TcpSendConfig, node: u32, shared: Arc<TcpTxShared>) -> Result<Self, Error> {
+        if config.size < RECORD_HEADER_LEN {
+            return Err(Error::Usage(format!(
+                "--size {} is smaller than the {RECORD_HEADER_LEN}-byte record header",
+                config.size
+            )));
+        }
+        let size = config.ring_size();
+        limits::check_memlock(config.arena_bytes() as u64 + size.locked_bytes())?;
+        let arena = Arena::allocate_on_node(config.arena_bytes(), node, config.hugepages)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let send_ops = match config.op {
+            SendOp::WriteFixed => probe::SEND_OPS,
+            SendOp::SendZc => probe::SEND_ZC_OPS,
+            SendOp::Send => probe::SEND_PLAIN_OPS,
+        };
+        let ops = [probe::TCP_CONNECT_OPS, send_ops].concat();
+        let mut engine = Engine::new(size, arena, &ops, true, None)?;
+        engine.set_connect_target(config.to);
+        let conns = (0..config.conns)
+            .map(|i| Conn {
+                socket: None,
+                state: State::Down,
+                generation: 0,
+                flow: config.first_flow.wrapping_add(i as u16),
+                next_seq: 0,
+                ever_up: false,
+                backoff_ns: BACKOFF_FIRST_NS,
+                retry_at: 0,
+                write_len: 0,
+                written: 0,
+                write_records: 0,
+            })
+            .collect();
+        Ok(TcpSendWorker {
+            engine,
+            conns,
+            slot_bytes: config.slot_bytes(),
+            shared,
+            counters: TxCounters::default(),
+            completions: vec![Completion::default(); size.cq_entries as usize],
+            next_conn: 0,
+            writing: 0,
+            config,
+        })
+    }
+
+    fn fd(&self, i: usize) -> i32 {
+        self.conns[i].socket.as_ref().map_or(-1, |s| s.as_raw_fd())
+    }
+
+    /// Starts connects for every connection that is down and due.
+    fn connect_due(&mut self, now: u64) {
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.state != State::Down || c.retry_at > now {
+                continue;
+            }
+            match stream_socket(self.config.to) {
+                Ok(s) => c.socket = Some(s),
+                Err(_) => {
+                    self.counters.add(TxCounter::ConnectFailures, 1);
+                    Self::back_off(c, now);
+                    continue;
+                }
+            }
+            c.generation = c.generation.wrapping_add(1);
+            let token = Token::new(OpKind::Connect, c.generation, i as u32).user_data();
+            let fd = self.fd(i);
+            if !self.engine.push_connect(fd, token) {
+                self.conns[i].socket = None;
+                break;
+            }
+            self.conns[i].state = State::Connecting;
+        }
+    }
+
+    fn back_off(c: &mut Conn, now: u64) {
+        c.socket = None;
+        c.state = State::Down;
+        c.retry_at = now + c.backoff_ns;
+        c.backoff_ns = (c.backoff_ns * 2).min(BACKOFF_CAP_NS);
+    }
+
+    /// Closes connection `i` after a failure and schedules its reconnect.
+    fn fail(&mut self, i: usize, now: u64) {
+        let c = &mut self.conns[i];
+        if c.state == State::Up {
+            self.counters.sub(TxCounter::ConnsUp, 1);
+        }
+        if c.write_len > 0 {
+            self.writing -= 1;
+        }
+        c.write_len = 0;
+        c.written = 0;
+        c.write_records = 0;
+        c.next_seq = 0;
+        c.generation = c.generation.wrapping_add(1);
+        Self::back_off(c, now);
+    }
+
+    /// Stamps up to `budget` records into connection `i`'s slot and queues the write.
+    fn start_write(&mut self, i: usize, budget: u64, now_real: u64) -> u64 {
+        let records = budget.min(self.config.records_per_write());
+        let len = records as usize * self.config.size;
+        let offset = i * self.slot_bytes;
+        let (size, epoch) = (self.config.size, self.config.epoch);
+        let c = &mut self.conns[i];
+        let fd = c.socket.as_ref().map_or(-1, |s| s.as_raw_fd());
+        if let Some(bytes) = self.engine.arena_bytes_mut(offset, len) {
+            for (k, record) in bytes.chunks_exact_mut(size).enumerate() {
+                RecordHeader {
+                    len: size as u32,
+                    flags: 0,
+                    flow: c.flow,
+                    epoch,
+                    seq: c.next_seq + k as u64,
+                    timestamp_ns: now_real,
+                }
+                .write(record);
+            }
+        }
+        let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+        if !push_write(
+            &mut self.engine,
+            self.config.op,
+            fd,
+            offset,
+            len as u32,
+            token,
+        ) {
+            return 0;
+        }
+        let c = &mut self.conns[i];
+        c.write_len = len as u32;
+        c.written = 0;
+        c.write_records = records;
+        c.next_seq += records;
+        self.writing += 1;
+        records
+    }
+
+    /// Queues writes on idle connections, round robin, within `budget` records.
+    fn push_writes(&mut self, mut budget: u64, now_real: u64) -> u64 {
+        let n = self.conns.len();
+        let mut queued = 0;
+        for step in 0..n {
+            if budget == 0 {
+                break;
+            }
+            let i = (self.next_conn + step) % n;
+            let c = &self.conns[i];
+            if c.state != State::Up || c.write_len != 0 {
+                continue;
+            }
+            let records = self.start_write(i, budget, now_real);
+            if records == 0 {
+                break;
+            }
+            budget -= records;
+            queued += records;
+            self.next_conn = (i + 1) % n;
+        }
+        queued
+    }
+
+    fn on_connect(&mut self, i: usize, result: i32, now: u64) {
+        if result < 0 {
+            self.counters.add(TxCounter::ConnectFailures, 1);
+            let c = &mut self.conns[i];
+            c.generation = c.generation.wrapping_add(1);
+            Self::back_off(c, now);
+            return;
+        }
+        let c = &mut self.conns[i];
+        c.state = State::Up;
+        c.backoff_ns = BACKOFF_FIRST_NS;
+        let again = c.ever_up;
+        c.ever_up = true;
+        self.counters.add(TxCounter::Connects, 1);
+        self.counters.add(TxCounter::ConnsUp, 1);
+        if again {
+            self.counters.add(TxCounter::Reconnects, 1);
+        }
+    }
+
+    fn on_write(&mut self, i: usize, result: i32, now: u64) {
+        if result <= 0 {
+            let reset = matches!(-result, libc::ECONNRESET | libc::EPIPE) || result == 0;
+            self.counters.add(
+                if reset {
+                    TxCounter::Resets
+                } else {
+                    TxCounter::SendErrors
+                },
+                1,
+            );
+            self.fail(i, now);
+            return;
+        }
+        self.counters.add(TxCounter::Bytes, result as u64);
+        let c = &mut self.conns[i];
+        c.written += result as u32;
+        if c.written < c.write_len {
+            self.counters.add(TxCounter::ShortWrites, 1);
+            let (offset, rest) = (
+                i * self.slot_bytes + c.written as usize,
+                c.write_len - c.written,
+            );
+            let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+            let fd = self.fd(i);
+            if !push_write(&mut self.engine, self.config.op, fd, offset, rest, token) {
+                // The SQ is full: the stream cannot be continued in order, so it is reset.
+                self.counters.add(TxCounter::SendErrors, 1);
+                self.fail(i, now);
+            }
+            return;
+        }
+        self.counters.add(TxCounter::Records, c.write_records);
+        c.write_len = 0;
+        c.write_records = 0;
+        self.writing -= 1;
+    }
+
+    fn reap(&mut self) {
+        let n = self.engine.reap(&mut self.completions);
+        let now = clock::monotonic_ns();
+        for k in 0..n {
+            let cqe = self.completions[k];
+            let Some(token) = Token::decode(cqe.user_data) else {
+                continue;
+            };
+            let i = token.index as usize;
+            if i >= self.conns.len() || !token.is_generation(self.conns[i].generation) {
+                continue;
+            }
+            match token.kind {
+                OpKind::Connect => self.on_connect(i, cqe.result, now),
+                // A zero-copy send's notification only releases the slot, which the write's
+                // own completion already accounted for.
+                OpKind::Send if cqe.is_notification() => {}
+                OpKind::Send => self.on_write(i, cqe.result, now),
+                OpKind::Recv | OpKind::Accept => {}
+            }
+        }
+    }
+
+    fn publish(&self) {
+        self.shared.publish(&self.counters);
+    }
+}
+
+fn push_write(
+    engine: &mut Engine,
+    op: SendOp,
+    fd: i32,
+    offset: usize,
+    len: u32,
+    token: u64,
+) -> bool {
+    match op {
+        SendOp::WriteFixed => engine.push_write_fixed(fd, offset, len, token),
+        SendOp::SendZc => engine.push_send_zc_fixed(fd, offset, len, token),
+        SendOp::Send => engine.push_send(fd, offset, len, token),
+    }
+}
+
+impl crate::worker::Job for TcpSendWorker {
+    type Output = TcpSendOutcome;
+
+    fn run(mut self, control: &crate::worker::Control) -> TcpSendOutcome {
+        let started_ns = clock::monotonic_ns();
+        let burst = self.config.records_per_write() * u64::from(self.config.conns);
+        let mut pacer = Pacer::new(self.config.rate_rps, started_ns, burst);
+        let deadline = self
+            .config
+            .duration
+            .map(|d| started_ns + d.as_nanos() as u64);
+        let mut remaining = self.config.count.unwrap_or(u64::MAX);
+        let mut last_publish = started_ns;
+        let mut stop_at: Option<u64> = None;
+        let mut ring_failed = false;
+        loop {
+            let now = clock::monotonic_ns();
+            if stop_at.is_none()
+                && (control.stop_requested()
+                    || remaining == 0
+                    || deadline.is_some_and(|d| now >= d))
+            {
+                stop_at = Some(now);
+            }
+            match stop_at {
+                Some(at) if self.writing == 0 || now - at > STOP_GRACE_NS => break,
+                Some(_) => {}
+                None => {
+                    self.connect_due(now);
+                    let budget = pacer.allowance(now).min(remaining);
+                    if budget > 0 {
+                        let queued = self.push_writes(budget, clock::realtime_ns());
+                        pacer.commit(queued);
+                        remaining -= queued;
+                    }
+                }
+            }
+            let until = pacer.next_due_ns().unwrap_or(now + MAX_SLEEP_NS);
+            let timeout_ns = until.saturating_sub(now).clamp(1_000, MAX_SLEEP_NS);
+            if self.engine.submit(Wait::One { timeout_ns }).is_err() {
+                ring_failed = true;
+                break;
+            }
+            self.reap();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.publish();
+                last_publish = now;
+            }
+        }
+        // Send FIN on every connection now, so the sink sees each stream end cleanly.
+        for c in &self.conns {
+            if let (State::Up, Some(s)) = (c.state, c.socket.as_ref()) {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        self.publish();
+        TcpSendOutcome {
+            started_ns,
+            ended_ns: clock::monotonic_ns(),
+            ring_failed,
+        }
+    }
+}
