@@ -348,3 +348,118 @@ fn a_thousand_connections_over_two_queues_arrive_exactly() {
     );
     assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
 }
+
+#[test]
+fn request_response_transactions_equal_the_sinks_responses_exactly() {
+    let _lock = common::traffic_lock();
+    for (conns, depth, request, response) in [("1", "1", "64", "64"), ("3", "8", "100", "4000")] {
+        let port = common::free_port();
+        let to = format!("127.0.0.1:{port}");
+        let sink = start_sink(None, &to);
+        let tx = send(
+            None,
+            &[
+                "--to",
+                &to,
+                "--pattern",
+                "rr",
+                "--conns",
+                conns,
+                "--depth",
+                depth,
+                "--request-size",
+                request,
+                "--response-size",
+                response,
+                "--duration",
+                "1s",
+            ],
+        );
+        let n: u64 = conns.parse().unwrap();
+        let rx = stop_sink(sink, n);
+        let transactions = u(&tx, "transactions");
+        assert!(transactions > 0, "{tx}");
+        assert_eq!(transactions, u(&rx, "responses"), "send {tx}\nsink {rx}");
+        assert_eq!(
+            transactions,
+            u(&tx, "tx_records"),
+            "every request answered: {tx}"
+        );
+        assert_eq!(
+            u(&tx, "tx_records"),
+            u(&rx, "rx_records"),
+            "send {tx}\nsink {rx}"
+        );
+        assert_eq!(u(&tx, "rx_response_bytes"), u(&rx, "tx_response_bytes"));
+        assert_eq!(
+            u(&tx, "rx_response_bytes"),
+            transactions * response.parse::<u64>().unwrap()
+        );
+        assert_eq!(u(&tx, "bad_responses"), 0, "{tx}");
+        assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
+        assert!(u(&tx, "tps") > 0, "{tx}");
+        let (p50, p99) = (u(&tx, "rtt_p50_ns"), u(&tx, "rtt_p99_ns"));
+        assert!(p50 > 0 && p50 <= p99, "{tx}");
+        assert!(
+            tx["ctx_switches_per_transaction"].as_f64().is_some(),
+            "{tx}"
+        );
+    }
+}
+
+#[test]
+fn bad_tcp_options_are_usage_errors() {
+    for args in [
+        &[
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--proto",
+            "tcp",
+            "--pattern",
+            "rr",
+            "--depth",
+            "65",
+        ][..],
+        &[
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--proto",
+            "tcp",
+            "--pattern",
+            "rr",
+            "--request-size",
+            "20",
+        ],
+        &[
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--proto",
+            "tcp",
+            "--gso",
+            "4",
+        ],
+        &["send", "--to", "127.0.0.1:9", "--conns", "4"],
+        &[
+            "send",
+            "--to",
+            "127.0.0.1:9",
+            "--proto",
+            "tcp",
+            "--control",
+            "127.0.0.1:9",
+        ],
+    ] {
+        let out = common::ringblast(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "one line naming the fix: {err}");
+    }
+}

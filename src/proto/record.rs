@@ -16,6 +16,9 @@
 //! | 16     | 8    | record sequence number, 0 for a connection's first record   |
 //! | 24     | 8    | send timestamp, ns since the Unix epoch (a response echoes its request's) |
 //!
+//! A request (request/response pattern, [`FLAG_REQUEST`]) carries the length of the response it
+//! asks for in the 4 bytes after the header, so requests are at least 36 bytes.
+//!
 //! [`StreamParser`] follows one connection's stream across receive buffers of any size. It
 //! keeps the partial header in a fixed array and never allocates. A record out of sequence is
 //! reported and counted; a bad magic, version, flag or length means the framing is lost, and the
@@ -35,6 +38,12 @@ pub const RECORD_VERSION: u8 = 2;
 pub const FLAG_RECORD: u8 = 0x80;
 /// Flag bit of a sink's response to a request (request/response pattern).
 pub const FLAG_RESPONSE: u8 = 0x40;
+/// Flag bit of a request: the 4 bytes after the header hold the response length.
+pub const FLAG_REQUEST: u8 = 0x20;
+/// Bytes of a request's header: the record header and the response length.
+pub const REQUEST_HEADER_LEN: usize = RECORD_HEADER_LEN + 4;
+/// The largest response a request may ask for.
+pub const MAX_RESPONSE: usize = 16 * 1024;
 
 const VERSION_AT: usize = 4;
 const FLAGS_AT: usize = 5;
@@ -49,7 +58,7 @@ const TIMESTAMP_AT: Range<usize> = 24..32;
 pub struct RecordHeader {
     /// Record bytes, header included.
     pub len: u32,
-    /// [`FLAG_RESPONSE`] or 0 (the record flag is implied).
+    /// [`FLAG_RESPONSE`], [`FLAG_REQUEST`] or 0 (the record flag is implied).
     pub flags: u8,
     /// Connection id at the sender (16 bits on the wire).
     pub flow: u16,
@@ -151,19 +160,38 @@ impl Broken {
 pub struct Record {
     /// Its header.
     pub header: RecordHeader,
+    /// The response length a request asks for (0 for other records).
+    pub response_len: u32,
     /// Its sequence number was the one expected on this connection.
     pub in_sequence: bool,
 }
 
 /// One connection's framing state.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct StreamParser {
-    head: [u8; RECORD_HEADER_LEN],
+    head: [u8; REQUEST_HEADER_LEN],
     have: usize,
+    /// Header bytes of the current record: 32, or 36 for a request.
+    want: usize,
+    response_len: u32,
     current: RecordHeader,
     /// Payload bytes of the current record still to come (0 while reading a header).
     rest: u32,
     expect_seq: u64,
+}
+
+impl Default for StreamParser {
+    fn default() -> Self {
+        StreamParser {
+            head: [0; REQUEST_HEADER_LEN],
+            have: 0,
+            want: RECORD_HEADER_LEN,
+            response_len: 0,
+            current: RecordHeader::default(),
+            rest: 0,
+            expect_seq: 0,
+        }
+    }
 }
 
 impl StreamParser {
@@ -181,8 +209,9 @@ impl StreamParser {
         mut on_record: impl FnMut(Record),
     ) -> Result<(), Broken> {
         while !data.is_empty() {
-            if self.have < RECORD_HEADER_LEN {
-                let take = (RECORD_HEADER_LEN - self.have).min(data.len());
+            if self.have < self.want.max(RECORD_HEADER_LEN) {
+                let want = self.want.max(RECORD_HEADER_LEN);
+                let take = (want - self.have).min(data.len());
                 self.head[self.have..self.have + take].copy_from_slice(&data[..take]);
                 self.have += take;
                 data = &data[take..];
@@ -190,11 +219,33 @@ impl StreamParser {
                 if self.have >= 4 && self.head[0..4] != MAGIC.to_be_bytes() {
                     return Err(Broken::Magic);
                 }
-                if self.have < RECORD_HEADER_LEN {
+                if self.have < want {
                     return Ok(());
                 }
-                self.current = RecordHeader::parse(&self.head)?;
-                self.rest = self.current.len - RECORD_HEADER_LEN as u32;
+                if want == RECORD_HEADER_LEN {
+                    let Some(h) = self.head.first_chunk::<RECORD_HEADER_LEN>() else {
+                        return Err(Broken::Length);
+                    };
+                    self.current = RecordHeader::parse(h)?;
+                    if self.current.flags & FLAG_REQUEST != 0 {
+                        if (self.current.len as usize) < REQUEST_HEADER_LEN {
+                            return Err(Broken::Length);
+                        }
+                        self.want = REQUEST_HEADER_LEN;
+                        continue;
+                    }
+                    self.response_len = 0;
+                } else {
+                    let mut word = [0u8; 4];
+                    word.copy_from_slice(&self.head[RECORD_HEADER_LEN..REQUEST_HEADER_LEN]);
+                    self.response_len = u32::from_be_bytes(word);
+                    if (self.response_len as usize) < RECORD_HEADER_LEN
+                        || self.response_len as usize > MAX_RESPONSE
+                    {
+                        return Err(Broken::Length);
+                    }
+                }
+                self.rest = self.current.len - want as u32;
             } else {
                 let take = (self.rest as usize).min(data.len());
                 self.rest -= take as u32;
@@ -204,8 +255,10 @@ impl StreamParser {
                 let in_sequence = self.current.seq == self.expect_seq;
                 self.expect_seq = self.current.seq.wrapping_add(1);
                 self.have = 0;
+                self.want = RECORD_HEADER_LEN;
                 on_record(Record {
                     header: self.current,
+                    response_len: self.response_len,
                     in_sequence,
                 });
             }
@@ -262,6 +315,30 @@ mod tests {
                 "chunk {chunk}"
             );
         }
+    }
+
+    #[test]
+    fn a_request_carries_its_response_length_across_any_split() {
+        let mut r = vec![0u8; 40];
+        RecordHeader {
+            len: 40,
+            flags: FLAG_REQUEST,
+            ..RecordHeader::default()
+        }
+        .write(&mut r);
+        r[32..36].copy_from_slice(&100u32.to_be_bytes());
+        let stream: Vec<u8> = [r.clone(), record(1, 33)].concat();
+        for chunk in 1..=stream.len() {
+            let mut p = StreamParser::new();
+            let mut seen = Vec::new();
+            for piece in stream.chunks(chunk) {
+                p.feed(piece, |rec| seen.push((rec.response_len, rec.in_sequence)))
+                    .unwrap();
+            }
+            assert_eq!(seen, vec![(100, true), (0, true)], "chunk {chunk}");
+        }
+        r[32..36].copy_from_slice(&(MAX_RESPONSE as u32 + 1).to_be_bytes());
+        assert_eq!(StreamParser::new().feed(&r, |_| {}), Err(Broken::Length));
     }
 
     #[test]

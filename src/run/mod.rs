@@ -3,6 +3,7 @@
 //! only parses.
 
 pub mod control_link;
+pub mod ctx;
 pub mod exporting;
 pub mod fds;
 pub mod judge;

@@ -12,10 +12,10 @@ use crate::{
     cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, TrafficArgs},
     cli_tcp::{Pattern, TcpSendArgs},
     error::Error,
-    proto::record::MAX_RECORD,
+    proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
     report::QueueView,
     say,
-    sender::tcp::{TcpSendConfig, TcpSendWorker, TcpTxShared},
+    sender::tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
     sink::tcp::{TcpSinkConfig, TcpSinkShared, TcpSinkWorker},
     worker::{self, Control},
 };
@@ -29,15 +29,7 @@ fn send_configs(
     default_duration: Option<Duration>,
     hugepages: bool,
 ) -> Result<(Vec<TcpSendConfig>, Option<f64>), Error> {
-    if tcp.pattern == Pattern::Rr
-        || tcp.request_size.is_some()
-        || tcp.response_size.is_some()
-        || tcp.depth.is_some()
-    {
-        return Err(Error::Usage(
-            "--pattern rr (and --request-size, --response-size, --depth) is not in this build yet; run a TCP stream (--pattern stream)".into(),
-        ));
-    }
+    let rr = rr_shape(tcp)?;
     let refused = [
         (traffic.gso != 1, "--gso"),
         (traffic.frame_size.is_some(), "--frame-size"),
@@ -62,7 +54,8 @@ fn send_configs(
             traffic.size
         )));
     }
-    let target = traffic.rate.packets_per_second(traffic.size);
+    let size = rr.map_or(traffic.size, |r| r.request);
+    let target = traffic.rate.packets_per_second(size);
     let epoch = rand::random::<u32>().max(1);
     let duration = traffic.duration.or(if traffic.count.is_none() {
         default_duration
@@ -72,7 +65,7 @@ fn send_configs(
     let configs = (0..queues)
         .map(|q| TcpSendConfig {
             to,
-            size: traffic.size,
+            size,
             conns,
             first_flow: (q as u32 * conns) as u16,
             rate_rps: target.map(|r| r / queues as f64),
@@ -83,9 +76,46 @@ fn send_configs(
             op: traffic.send_op,
             epoch,
             hugepages,
+            rr,
         })
         .collect();
     Ok((configs, target))
+}
+
+/// The request/response shape from `--pattern rr` and its sizes, checked.
+fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
+    if tcp.pattern != Pattern::Rr {
+        if tcp.request_size.is_some() || tcp.response_size.is_some() || tcp.depth.is_some() {
+            return Err(Error::Usage(
+                "--request-size, --response-size and --depth need --pattern rr".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let shape = RrShape {
+        request: tcp.request_size.unwrap_or(64),
+        response: tcp.response_size.unwrap_or(64),
+        depth: tcp.depth.unwrap_or(1),
+    };
+    if !(REQUEST_HEADER_LEN..=MAX_RECORD).contains(&shape.request) {
+        return Err(Error::Usage(format!(
+            "--request-size {} must be {REQUEST_HEADER_LEN} to {MAX_RECORD} bytes (a request carries the 32-byte header and the response length)",
+            shape.request
+        )));
+    }
+    if !(RECORD_HEADER_LEN..=MAX_RESPONSE).contains(&shape.response) {
+        return Err(Error::Usage(format!(
+            "--response-size {} must be {RECORD_HEADER_LEN} to {MAX_RESPONSE} bytes",
+            shape.response
+        )));
+    }
+    if !(1..=64).contains(&shape.depth) {
+        return Err(Error::Usage(format!(
+            "--depth {} must be 1 to 64 requests outstanding per connection",
+            shape.depth
+        )));
+    }
+    Ok(Some(shape))
 }
 
 /// Started sender queues.
@@ -93,11 +123,13 @@ pub struct TcpSenders {
     /// Placement.
     pub queues: Vec<QueueView>,
     /// Counters per queue.
-    pub shared: Vec<Arc<TcpTxShared>>,
+    pub shared: Vec<Arc<TcpSendShared>>,
     /// The threads.
     pub group: worker::Group<crate::sender::tcp::TcpSendOutcome>,
     /// Records/s target of the run.
     pub target_rps: Option<f64>,
+    /// The senders run request/response.
+    pub rr: bool,
 }
 
 /// Started sink queues.
@@ -118,8 +150,9 @@ fn start_senders(
 ) -> Result<TcpSenders, Error> {
     let mut shared = Vec::new();
     let mut workers = Vec::new();
+    let rr = configs.iter().any(|c| c.rr.is_some());
     for (q, config) in queues.iter().zip(configs) {
-        let s = Arc::new(TcpTxShared::default());
+        let s = Arc::new(TcpSendShared::default());
         shared.push(Arc::clone(&s));
         let node = q.node;
         workers.push((q.cpu, move || TcpSendWorker::new(config, node, s)));
@@ -130,6 +163,7 @@ fn start_senders(
         shared,
         group,
         target_rps,
+        rr,
     })
 }
 

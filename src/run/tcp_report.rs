@@ -37,13 +37,15 @@ pub struct Reporter {
     sink_duration: Option<Duration>,
     sinks_released: bool,
     target_rps: Option<f64>,
+    rr: bool,
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Snapshot {
     tx: TxCounters,
     rx: RxCounters,
     latency: LatencyCells,
+    rtt: crate::sender::rtt::RttCells,
 }
 
 fn rate(n: u64, seconds: f64) -> f64 {
@@ -74,12 +76,13 @@ fn counters_json<const N: usize>(
 }
 
 fn snapshot<'a>(
-    tx: impl Iterator<Item = &'a Arc<crate::sender::tcp::TcpTxShared>>,
+    tx: impl Iterator<Item = &'a Arc<crate::sender::tcp::TcpSendShared>>,
     rx: impl Iterator<Item = &'a Arc<crate::sink::tcp::TcpSinkShared>>,
 ) -> Snapshot {
     let mut s = Snapshot::default();
     for q in tx {
-        s.tx.merge(&q.load());
+        s.tx.merge(&q.counters.load());
+        s.rtt.merge(&q.rtt.load());
     }
     for q in rx {
         s.rx.merge(&q.counters.load());
@@ -101,6 +104,7 @@ impl Reporter {
         let (sink_control, sink_duration) = sink.map_or((None, None), |(c, d)| (Some(c), d));
         Reporter {
             target_rps: senders.as_ref().and_then(|s| s.target_rps),
+            rr: senders.as_ref().is_some_and(|s| s.rr),
             json,
             interval,
             senders,
@@ -175,6 +179,35 @@ impl Reporter {
         }
     }
 
+    fn rr_line(
+        &self,
+        now: &Snapshot,
+        before: &Snapshot,
+        seconds: f64,
+        (process, machine): (Option<u64>, Option<u64>),
+    ) {
+        let n = now.tx.get(TxCounter::Transactions) - before.tx.get(TxCounter::Transactions);
+        let mut cells = now.rtt;
+        for (c, b) in cells.0.iter_mut().zip(before.rtt.0) {
+            *c -= b;
+        }
+        let per = |c: Option<u64>| {
+            c.filter(|_| n > 0).map_or("unknown".to_string(), |c| {
+                format!("{:.2}", c as f64 / n as f64)
+            })
+        };
+        say!(
+            "           rr {:>8} trans/s  rtt p50 {} ns  p99 {} ns  ctx/s {} (machine {})  ctx/trans {} (machine {})",
+            si(rate(n, seconds)),
+            crate::sender::rtt::quantile(&cells, 0.5),
+            crate::sender::rtt::quantile(&cells, 0.99),
+            process.map_or("unknown".into(), |p| si(rate(p, seconds))),
+            machine.map_or("unknown".into(), |m| si(rate(m, seconds))),
+            per(process),
+            per(machine),
+        );
+    }
+
     /// Runs until the run ends, then prints the summaries.
     pub fn run(mut self, signal: &AtomicBool) -> Result<(), Error> {
         if let Some(s) = &self.sinks
@@ -186,6 +219,8 @@ impl Reporter {
             s.group.release();
         }
         let start = clock::monotonic_ns();
+        let ctx_start = super::ctx::sample();
+        let mut ctx_last = ctx_start;
         let secs = |ns: u64| (ns - start) as f64 / 1e9;
         let mut last = Snapshot::default();
         let mut last_at = start;
@@ -232,7 +267,17 @@ impl Reporter {
             let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
             let done = senders_done && sinks_done;
             if !self.interval.is_zero() && (now - last_at >= self.interval.as_nanos() as u64) {
+                let ctx_now = super::ctx::sample();
                 self.interval_lines(&snap, &last, secs(last_at), secs(now));
+                if self.rr {
+                    self.rr_line(
+                        &snap,
+                        &last,
+                        secs(now) - secs(last_at),
+                        super::ctx::delta(&ctx_last, &ctx_now),
+                    );
+                }
+                ctx_last = ctx_now;
                 last = snap;
                 last_at = now;
             }
@@ -242,6 +287,7 @@ impl Reporter {
             prev_tick = now;
         }
         let end = clock::monotonic_ns();
+        let ctx = super::ctx::delta(&ctx_start, &super::ctx::sample());
         let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
         let rx_shared: Vec<_> = self.sinks.iter().flat_map(|g| g.shared.clone()).collect();
         let mut ring_failed = false;
@@ -259,7 +305,7 @@ impl Reporter {
         let snap = snapshot(tx_shared.iter(), rx_shared.iter());
         let mut result = Ok(());
         if let Some(span) = tx_span {
-            self.send_summary(&snap.tx, span);
+            self.send_summary(&snap, span, ctx);
             if snap.tx.get(TxCounter::Connects) == 0 {
                 result = Err(Error::io(
                     "tcp send",
@@ -282,7 +328,8 @@ impl Reporter {
         result
     }
 
-    fn send_summary(&self, tx: &TxCounters, seconds: f64) {
+    fn send_summary(&self, snap: &Snapshot, seconds: f64, ctx: (Option<u64>, Option<u64>)) {
+        let tx = &snap.tx;
         let bytes = tx.get(TxCounter::Bytes);
         let records = tx.get(TxCounter::Records);
         let mut line = counters_json(TX_KEYS, tx);
@@ -294,6 +341,9 @@ impl Reporter {
         line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
         if let Some(t) = self.target_rps {
             line.insert("target_records_per_s".into(), json!(t));
+        }
+        if self.rr {
+            self.rr_summary(&mut line, snap, seconds, ctx);
         }
         if self.json {
             crate::output::json_line(&Value::Object(line));
@@ -307,6 +357,51 @@ impl Reporter {
             tx.get(TxCounter::ConnectFailures),
             tx.get(TxCounter::Resets),
             tx.get(TxCounter::ShortWrites),
+        );
+    }
+
+    fn rr_summary(
+        &self,
+        line: &mut Map<String, Value>,
+        snap: &Snapshot,
+        seconds: f64,
+        (process, machine): (Option<u64>, Option<u64>),
+    ) {
+        let n = snap.tx.get(TxCounter::Transactions);
+        let per = |c: Option<u64>| c.filter(|_| n > 0).map(|c| c as f64 / n as f64);
+        let q = |x| crate::sender::rtt::quantile(&snap.rtt, x);
+        let fields = [
+            ("tps", json!(rate(n, seconds).round() as u64)),
+            ("rtt_p50_ns", json!(q(0.5))),
+            ("rtt_p99_ns", json!(q(0.99))),
+            ("rtt_p999_ns", json!(q(0.999))),
+            ("rtt_max_ns", json!(q(1.0))),
+            ("ctx_switches", json!(process)),
+            (
+                "ctx_switches_per_s",
+                json!(process.map(|p| rate(p, seconds))),
+            ),
+            ("ctx_switches_per_transaction", json!(per(process))),
+            ("machine_ctx_switches", json!(machine)),
+            (
+                "machine_ctx_switches_per_s",
+                json!(machine.map(|m| rate(m, seconds))),
+            ),
+            ("machine_ctx_switches_per_transaction", json!(per(machine))),
+        ];
+        for (k, v) in fields {
+            line.insert(k.into(), v);
+        }
+        let text = |v: Option<f64>| v.map_or("unknown".into(), |v| format!("{v:.2}"));
+        say!(
+            "rr summary: {n} transactions = {} trans/s; rtt p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns (cell bounds, within 12.5 %); ctx switches per transaction: process {}, machine {}",
+            si(rate(n, seconds)),
+            q(0.5),
+            q(0.99),
+            q(0.999),
+            q(1.0),
+            text(per(process)),
+            text(per(machine)),
         );
     }
 

@@ -6,6 +6,7 @@
 //! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
+pub mod rtt;
 mod slots;
 pub mod tcp;
 

@@ -6,8 +6,12 @@
 //! write fails is closed and reopened after a capped exponential backoff (10 ms doubling to
 //! 1 s); connects, reconnects, connect failures and resets are counted. Sockets are created in
 //! the loop only on reconnect (a `socket(2)` call; a failure is counted like a refused
-//! connect). The loop never allocates, locks, logs or formats; counters are published to
-//! [`TcpTxShared`] every 10 ms and at the end.
+//! connect). With the request/response pattern (`rr`) each record is a request and the
+//! responses are read back through a multishot receive (see `rr`). The loop never allocates,
+//! locks, logs or formats; counters are published to [`TcpSendShared`] every 10 ms and at the
+//! end.
+
+mod rr;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -19,11 +23,12 @@ use crate::{
     error::Error,
     mem::{Arena, limits},
     pacing::Pacer,
-    proto::record::{RECORD_HEADER_LEN, RecordHeader},
+    proto::record::{FLAG_REQUEST, RECORD_HEADER_LEN, RecordHeader, StreamParser},
     ring::{
-        Completion, Engine, RingSize, Wait, probe,
+        BufRingLayout, Completion, Engine, RingSize, Wait, probe,
         token::{OpKind, Token},
     },
+    sender::rtt::{RttCells, SharedRtt},
 };
 
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
@@ -58,7 +63,33 @@ crate::counter_array! {
         ShortWrites = "short_writes",
         /// Connections up now (a gauge).
         ConnsUp = "conns_up",
+        /// rr: responses received in order (round trips completed).
+        Transactions = "transactions",
+        /// rr: bytes of those responses.
+        ResponseBytes = "rx_response_bytes",
+        /// rr: responses out of order, not marked as responses, or with lost framing.
+        BadResponses = "bad_responses",
     }
+}
+
+/// What one TCP sender queue shares with the reporter.
+#[derive(Debug, Default)]
+pub struct TcpSendShared {
+    /// Counters.
+    pub counters: TcpTxShared,
+    /// rr: round-trip time cells.
+    pub rtt: SharedRtt,
+}
+
+/// The request/response shape of a sender.
+#[derive(Clone, Copy, Debug)]
+pub struct RrShape {
+    /// Request bytes (the record size).
+    pub request: usize,
+    /// Response bytes asked for.
+    pub response: usize,
+    /// Requests outstanding per connection.
+    pub depth: u32,
 }
 
 /// Everything one TCP sender worker needs, resolved before start.
@@ -84,10 +115,15 @@ pub struct TcpSendConfig {
     pub epoch: u32,
     /// Try 2 MiB pages for the arena.
     pub hugepages: bool,
+    /// The request/response pattern, `None` for streams.
+    pub rr: Option<RrShape>,
 }
 
 impl TcpSendConfig {
     fn slot_bytes(&self) -> usize {
+        if let Some(rr) = self.rr {
+            return rr.request * rr.depth as usize;
+        }
         let per_conn = (MAX_SLOT_MEMORY / self.conns.max(1) as usize).min(MAX_WRITE);
         (per_conn / self.size).max(1) * self.size
     }
@@ -96,9 +132,19 @@ impl TcpSendConfig {
         (self.slot_bytes() / self.size) as u64
     }
 
+    /// rr: the receive buffers for responses (at the start of the arena).
+    fn recv_layout(&self) -> Option<BufRingLayout> {
+        self.rr.map(|_| rr::RECV_LAYOUT)
+    }
+
+    /// Where the send slots start in the arena.
+    fn slot_base(&self) -> usize {
+        self.recv_layout().map_or(0, |l| l.arena_bytes())
+    }
+
     /// Arena bytes of one worker.
     pub fn arena_bytes(&self) -> usize {
-        (self.slot_bytes() * self.conns as usize).div_ceil(4096) * 4096
+        (self.slot_base() + self.slot_bytes() * self.conns as usize).div_ceil(4096) * 4096
     }
 
     fn ring_size(&self) -> RingSize {
@@ -143,6 +189,10 @@ struct Conn {
     write_len: u32,
     written: u32,
     write_records: u64,
+    /// rr: requests written or queued whose response has not arrived.
+    outstanding: u32,
+    /// rr: framing of the responses.
+    parser: StreamParser,
 }
 
 /// A TCP sender worker, set up and ready to run on its thread.
@@ -151,8 +201,10 @@ pub struct TcpSendWorker {
     conns: Vec<Conn>,
     config: TcpSendConfig,
     slot_bytes: usize,
-    shared: Arc<TcpTxShared>,
+    slot_base: usize,
+    shared: Arc<TcpSendShared>,
     counters: TxCounters,
+    rtt: RttCells,
     completions: Vec<Completion>,
     next_conn: usize,
     writing: usize,
@@ -166,7 +218,11 @@ fn stream_socket(to: std::net::SocketAddr) -> std::io::Result<Socket> {
 
 impl TcpSendWorker {
     /// Builds the worker on the calling (already pinned) thread.
-    pub fn new(config: TcpSendConfig, node: u32, shared: Arc<TcpTxShared>) -> Result<Self, Error> {
+    pub fn new(
+        config: TcpSendConfig,
+        node: u32,
+        shared: Arc<TcpSendShared>,
+    ) -> Result<Self, Error> {
         if config.size < RECORD_HEADER_LEN {
             return Err(Error::Usage(format!(
                 "--size {} is smaller than the {RECORD_HEADER_LEN}-byte record header",
@@ -183,7 +239,7 @@ impl TcpSendWorker {
             SendOp::Send => probe::SEND_PLAIN_OPS,
         };
         let ops = [probe::TCP_CONNECT_OPS, send_ops].concat();
-        let mut engine = Engine::new(size, arena, &ops, true, None)?;
+        let mut engine = Engine::new(size, arena, &ops, true, config.recv_layout())?;
         engine.set_connect_target(config.to);
         let conns = (0..config.conns)
             .map(|i| Conn {
@@ -198,14 +254,18 @@ impl TcpSendWorker {
                 write_len: 0,
                 written: 0,
                 write_records: 0,
+                outstanding: 0,
+                parser: StreamParser::new(),
             })
             .collect();
         Ok(TcpSendWorker {
             engine,
             conns,
             slot_bytes: config.slot_bytes(),
+            slot_base: config.slot_base(),
             shared,
             counters: TxCounters::default(),
+            rtt: RttCells::default(),
             completions: vec![Completion::default(); size.cq_entries as usize],
             next_conn: 0,
             writing: 0,
@@ -263,29 +323,42 @@ impl TcpSendWorker {
         c.written = 0;
         c.write_records = 0;
         c.next_seq = 0;
+        c.outstanding = 0;
+        c.parser = StreamParser::new();
         c.generation = c.generation.wrapping_add(1);
         Self::back_off(c, now);
     }
 
     /// Stamps up to `budget` records into connection `i`'s slot and queues the write.
     fn start_write(&mut self, i: usize, budget: u64, now_real: u64) -> u64 {
-        let records = budget.min(self.config.records_per_write());
+        let room = match self.config.rr {
+            Some(rr) => u64::from(rr.depth - self.conns[i].outstanding),
+            None => self.config.records_per_write(),
+        };
+        let records = budget.min(room);
+        if records == 0 {
+            return 0;
+        }
         let len = records as usize * self.config.size;
-        let offset = i * self.slot_bytes;
+        let offset = self.slot_base + i * self.slot_bytes;
         let (size, epoch) = (self.config.size, self.config.epoch);
+        let response = self.config.rr.map(|rr| rr.response as u32);
         let c = &mut self.conns[i];
         let fd = c.socket.as_ref().map_or(-1, |s| s.as_raw_fd());
         if let Some(bytes) = self.engine.arena_bytes_mut(offset, len) {
             for (k, record) in bytes.chunks_exact_mut(size).enumerate() {
                 RecordHeader {
                     len: size as u32,
-                    flags: 0,
+                    flags: if response.is_some() { FLAG_REQUEST } else { 0 },
                     flow: c.flow,
                     epoch,
                     seq: c.next_seq + k as u64,
                     timestamp_ns: now_real,
                 }
                 .write(record);
+                if let (Some(r), Some(word)) = (response, record.get_mut(32..36)) {
+                    word.copy_from_slice(&r.to_be_bytes());
+                }
             }
         }
         let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
@@ -304,6 +377,9 @@ impl TcpSendWorker {
         c.written = 0;
         c.write_records = records;
         c.next_seq += records;
+        if response.is_some() {
+            c.outstanding += records as u32;
+        }
         self.writing += 1;
         records
     }
@@ -323,7 +399,7 @@ impl TcpSendWorker {
             }
             let records = self.start_write(i, budget, now_real);
             if records == 0 {
-                break;
+                continue;
             }
             budget -= records;
             queued += records;
@@ -350,6 +426,9 @@ impl TcpSendWorker {
         if again {
             self.counters.add(TxCounter::Reconnects, 1);
         }
+        if self.config.rr.is_some() {
+            self.arm_responses(i, now);
+        }
     }
 
     fn on_write(&mut self, i: usize, result: i32, now: u64) {
@@ -372,7 +451,7 @@ impl TcpSendWorker {
         if c.written < c.write_len {
             self.counters.add(TxCounter::ShortWrites, 1);
             let (offset, rest) = (
-                i * self.slot_bytes + c.written as usize,
+                self.slot_base + i * self.slot_bytes + c.written as usize,
                 c.write_len - c.written,
             );
             let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
@@ -400,6 +479,10 @@ impl TcpSendWorker {
             };
             let i = token.index as usize;
             if i >= self.conns.len() || !token.is_generation(self.conns[i].generation) {
+                // A late completion of a closed connection: only a response buffer matters.
+                if let (OpKind::Recv, Some(bid)) = (token.kind, cqe.buffer_id()) {
+                    self.engine.recycle_buffer(bid);
+                }
                 continue;
             }
             match token.kind {
@@ -408,13 +491,22 @@ impl TcpSendWorker {
                 // own completion already accounted for.
                 OpKind::Send if cqe.is_notification() => {}
                 OpKind::Send => self.on_write(i, cqe.result, now),
-                OpKind::Recv | OpKind::Accept => {}
+                OpKind::Recv => self.on_responses(i, cqe, now),
+                OpKind::Accept => {}
             }
+        }
+        if n > 0 && self.config.rr.is_some() {
+            self.engine.publish_buffers();
         }
     }
 
     fn publish(&self) {
-        self.shared.publish(&self.counters);
+        self.shared.counters.publish(&self.counters);
+        self.shared.rtt.publish(&self.rtt);
+    }
+
+    fn outstanding(&self) -> u32 {
+        self.conns.iter().map(|c| c.outstanding).sum()
     }
 }
 
@@ -458,7 +550,12 @@ impl crate::worker::Job for TcpSendWorker {
                 stop_at = Some(now);
             }
             match stop_at {
-                Some(at) if self.writing == 0 || now - at > STOP_GRACE_NS => break,
+                Some(at)
+                    if (self.writing == 0 && self.outstanding() == 0)
+                        || now - at > STOP_GRACE_NS =>
+                {
+                    break;
+                }
                 Some(_) => {}
                 None => {
                     self.connect_due(now);

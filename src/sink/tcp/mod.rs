@@ -7,7 +7,11 @@
 //! `sequence`; lost framing (bad magic, version or length) counts as invalid with its reason
 //! and closes that connection; a stream that ends inside a record counts as `truncated`.
 //! Connection slots are preallocated (`--max-conns` per queue); a connection beyond them is
-//! closed at once and counted as refused. The loop never allocates, locks, logs or formats.
+//! closed at once and counted as refused. A request (request/response pattern) is answered
+//! with the response it asks for (see `respond`). The loop never allocates, locks, logs or
+//! formats.
+
+mod respond;
 
 use std::{
     net::SocketAddr,
@@ -21,7 +25,7 @@ use crate::{
     clock,
     counters::Counters,
     error::Error,
-    mem::{Arena, limits},
+    mem::{Arena, PAGE_SIZE, Populate, limits},
     proto::record::{Broken, Record, StreamParser},
     ring::{
         BufRingLayout, Completion, Engine, RingSize, Wait, probe,
@@ -69,6 +73,12 @@ crate::counter_array! {
         ConnsOpen = "conns_open",
         /// Receive re-arms after the buffer ring ran dry (ENOBUFS).
         BufferStalls = "buffer_stalls",
+        /// Connections closed for keeping more than 64 requests outstanding.
+        InvalidDepth = "invalid_depth",
+        /// Responses written completely (request/response pattern).
+        Responses = "responses",
+        /// Bytes of those responses.
+        ResponseBytes = "tx_response_bytes",
     }
 }
 
@@ -107,6 +117,15 @@ impl TcpSinkConfig {
         }
     }
 
+    /// Where the response slots start in the arena (after the receive buffers).
+    fn response_base(&self) -> usize {
+        self.layout().arena_bytes()
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.response_base() + self.max_conns as usize * respond::SLOT_BYTES
+    }
+
     fn ring_size(&self) -> RingSize {
         let sq = (self.max_conns + 8).next_power_of_two().clamp(64, 4096);
         RingSize {
@@ -121,6 +140,12 @@ struct Conn {
     fd: Option<OwnedFd>,
     generation: u32,
     parser: StreamParser,
+    /// Requests read and not yet answered.
+    owed: respond::Owed,
+    /// The response write in flight: bytes, bytes done, responses it carries (0 = none).
+    reply_len: u32,
+    reply_written: u32,
+    reply_count: u32,
 }
 
 /// A TCP sink worker, set up and ready to run.
@@ -129,6 +154,7 @@ pub struct TcpSinkWorker {
     listener: Socket,
     conns: Vec<Conn>,
     free: Vec<u32>,
+    response_base: usize,
     shared: Arc<TcpSinkShared>,
     counters: RxCounters,
     latency: LatencyCells,
@@ -175,8 +201,15 @@ impl TcpSinkWorker {
         let layout = config.layout();
         let size = config.ring_size();
         limits::check_memlock(layout.ring_bytes() as u64 + size.locked_bytes())?;
-        let arena = Arena::allocate_on_node(layout.arena_bytes(), node, config.hugepages)
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        // Fault in the entry ring and the first page of each buffer now, the rest on first use.
+        let populate = Populate::Strided {
+            head: layout.ring_bytes(),
+            stride: TCP_BUFFER_BYTES as usize,
+            touch: PAGE_SIZE,
+        };
+        let arena =
+            Arena::allocate_on_node_with(config.arena_bytes(), node, config.hugepages, populate)
+                .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut engine = Engine::new(size, arena, probe::TCP_SINK_OPS, false, Some(layout))?;
         let listener = listener(config.listen)?;
         let accept = Token::new(OpKind::Accept, 0, LISTENER).user_data();
@@ -193,6 +226,7 @@ impl TcpSinkWorker {
             listener,
             conns: (0..config.max_conns).map(|_| Conn::default()).collect(),
             free: (0..config.max_conns).rev().collect(),
+            response_base: config.response_base(),
             shared,
             counters: RxCounters::default(),
             latency: LatencyCells::default(),
@@ -212,6 +246,8 @@ impl TcpSinkWorker {
                     let c = &mut self.conns[i as usize];
                     c.generation = c.generation.wrapping_add(1);
                     c.parser = StreamParser::new();
+                    c.owed = respond::Owed::default();
+                    (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
                     let token = Token::new(OpKind::Recv, c.generation, i).user_data();
                     let raw = fd.as_raw_fd();
                     c.fd = Some(fd);
@@ -265,7 +301,13 @@ impl TcpSinkWorker {
             let data = &self.engine.received_buffer(bid)[..len];
             let counters = &mut self.counters;
             let latency = &mut self.latency;
-            let fed = self.conns[i].parser.feed(data, |r: Record| {
+            let conn = &mut self.conns[i];
+            let (parser, owed) = (&mut conn.parser, &mut conn.owed);
+            let mut overflow = false;
+            let fed = parser.feed(data, |r: Record| {
+                if r.response_len > 0 {
+                    overflow |= !owed.push(&r);
+                }
                 if r.in_sequence {
                     counters.add(RxCounter::Records, 1);
                     counters.add(RxCounter::Bytes, u64::from(r.header.len));
@@ -283,6 +325,13 @@ impl TcpSinkWorker {
                 self.broken(i, why);
                 return;
             }
+            if overflow {
+                self.counters.add(RxCounter::Invalid, 1);
+                self.counters.add(RxCounter::InvalidDepth, 1);
+                self.close(i);
+                return;
+            }
+            self.reply(i);
         } else if let Some(bid) = bid {
             self.engine.recycle_buffer(bid);
         }
@@ -345,7 +394,17 @@ impl TcpSinkWorker {
                         self.engine.recycle_buffer(bid);
                     }
                 }
-                OpKind::Send | OpKind::Connect => {}
+                OpKind::Send => {
+                    let i = token.index as usize;
+                    let current = self
+                        .conns
+                        .get(i)
+                        .is_some_and(|s| s.fd.is_some() && token.is_generation(s.generation));
+                    if current {
+                        self.on_reply(i, c.result);
+                    }
+                }
+                OpKind::Connect => {}
             }
         }
         if n > 0 {
