@@ -9,7 +9,7 @@
 //! |-------:|-----:|--------------------------------------------------------------|
 //! | 0      | 4    | magic `0x52424C53` ("RBLS")                                  |
 //! | 4      | 1    | version (2)                                                  |
-//! | 5      | 1    | flags: [`FLAG_RECORD`] always, [`FLAG_RESPONSE`] on responses |
+//! | 5      | 1    | flags: [`FLAG_RECORD`] always; [`FLAG_REQUEST`], [`FLAG_RESPONSE`], [`FLAG_ACK`] |
 //! | 6      | 4    | record length in bytes, header included (32 ..= [`MAX_RECORD`]) |
 //! | 10     | 2    | flow: the connection's id at its sender                     |
 //! | 12     | 4    | epoch (random per sender run)                                |
@@ -40,6 +40,9 @@ pub const FLAG_RECORD: u8 = 0x80;
 pub const FLAG_RESPONSE: u8 = 0x40;
 /// Flag bit of a request: the 4 bytes after the header hold the response length.
 pub const FLAG_REQUEST: u8 = 0x20;
+/// Flag bit of a sink's acknowledgement on a stream: its sequence field holds how many records
+/// of this connection the sink has counted so far.
+pub const FLAG_ACK: u8 = 0x10;
 /// Bytes of a request's header: the record header and the response length.
 pub const REQUEST_HEADER_LEN: usize = RECORD_HEADER_LEN + 4;
 /// The largest response a request may ask for.

@@ -11,9 +11,15 @@
 //! locks, logs or formats; counters are published to [`TcpSendShared`] every 10 ms and at the
 //! end.
 
+mod config;
 mod rr;
 
-use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
+pub use self::config::{
+    RrShape, TX_KEYS, TcpSendConfig, TcpSendOutcome, TcpSendShared, TcpTxShared, TxCounter,
+    TxCounters,
+};
+
+use std::{os::fd::AsRawFd, sync::Arc};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -25,147 +31,18 @@ use crate::{
     pacing::Pacer,
     proto::record::{FLAG_REQUEST, RECORD_HEADER_LEN, RecordHeader, StreamParser},
     ring::{
-        BufRingLayout, Completion, Engine, RingSize, Wait, probe,
+        Completion, Engine, Wait, probe,
         token::{OpKind, Token},
     },
-    sender::rtt::{RttCells, SharedRtt},
+    sender::rtt::RttCells,
 };
 
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
 const MAX_SLEEP_NS: u64 = 5_000_000;
 const BACKOFF_FIRST_NS: u64 = 10_000_000;
 const BACKOFF_CAP_NS: u64 = 1_000_000_000;
-/// The most bytes one write carries.
-const MAX_WRITE: usize = 128 * 1024;
-/// Send-slot memory per queue at most (slots shrink with many connections).
-const MAX_SLOT_MEMORY: usize = 32 << 20;
 /// How long a stopping sender waits for its writes in flight to finish.
 const STOP_GRACE_NS: u64 = 2_000_000_000;
-
-crate::counter_array! {
-    /// Counters of one TCP sender queue.
-    TxCounter, TX_KEYS, TxCounters, TcpTxShared {
-        /// Application bytes the kernel accepted.
-        Bytes = "tx_bytes",
-        /// Records written completely.
-        Records = "tx_records",
-        /// Connections established.
-        Connects = "connects",
-        /// Connections established again after one had failed.
-        Reconnects = "reconnects",
-        /// Connects that failed (refused, reset, unreachable, socket creation).
-        ConnectFailures = "connect_failures",
-        /// Established connections reset or broken by the peer (ECONNRESET, EPIPE).
-        Resets = "resets",
-        /// Writes that failed otherwise.
-        SendErrors = "send_errors",
-        /// Writes the kernel took only in part (continued).
-        ShortWrites = "short_writes",
-        /// Connections up now (a gauge).
-        ConnsUp = "conns_up",
-        /// rr: responses received in order (round trips completed).
-        Transactions = "transactions",
-        /// rr: bytes of those responses.
-        ResponseBytes = "rx_response_bytes",
-        /// rr: responses out of order, not marked as responses, or with lost framing.
-        BadResponses = "bad_responses",
-    }
-}
-
-/// What one TCP sender queue shares with the reporter.
-#[derive(Debug, Default)]
-pub struct TcpSendShared {
-    /// Counters.
-    pub counters: TcpTxShared,
-    /// rr: round-trip time cells.
-    pub rtt: SharedRtt,
-}
-
-/// The request/response shape of a sender.
-#[derive(Clone, Copy, Debug)]
-pub struct RrShape {
-    /// Request bytes (the record size).
-    pub request: usize,
-    /// Response bytes asked for.
-    pub response: usize,
-    /// Requests outstanding per connection.
-    pub depth: u32,
-}
-
-/// Everything one TCP sender worker needs, resolved before start.
-#[derive(Clone, Debug)]
-pub struct TcpSendConfig {
-    /// Destination.
-    pub to: std::net::SocketAddr,
-    /// Record bytes, header included.
-    pub size: usize,
-    /// Connections of this queue.
-    pub conns: u32,
-    /// Flow id of this queue's first connection (ids are queue-major).
-    pub first_flow: u16,
-    /// Records per second for this worker, `None` = as fast as possible.
-    pub rate_rps: Option<f64>,
-    /// Records this worker writes before it stops.
-    pub count: Option<u64>,
-    /// How long this worker sends.
-    pub duration: Option<Duration>,
-    /// The write operation.
-    pub op: SendOp,
-    /// Epoch written into every record.
-    pub epoch: u32,
-    /// Try 2 MiB pages for the arena.
-    pub hugepages: bool,
-    /// The request/response pattern, `None` for streams.
-    pub rr: Option<RrShape>,
-}
-
-impl TcpSendConfig {
-    fn slot_bytes(&self) -> usize {
-        if let Some(rr) = self.rr {
-            return rr.request * rr.depth as usize;
-        }
-        let per_conn = (MAX_SLOT_MEMORY / self.conns.max(1) as usize).min(MAX_WRITE);
-        (per_conn / self.size).max(1) * self.size
-    }
-
-    fn records_per_write(&self) -> u64 {
-        (self.slot_bytes() / self.size) as u64
-    }
-
-    /// rr: the receive buffers for responses (at the start of the arena).
-    fn recv_layout(&self) -> Option<BufRingLayout> {
-        self.rr.map(|_| rr::RECV_LAYOUT)
-    }
-
-    /// Where the send slots start in the arena.
-    fn slot_base(&self) -> usize {
-        self.recv_layout().map_or(0, |l| l.arena_bytes())
-    }
-
-    /// Arena bytes of one worker.
-    pub fn arena_bytes(&self) -> usize {
-        (self.slot_base() + self.slot_bytes() * self.conns as usize).div_ceil(4096) * 4096
-    }
-
-    fn ring_size(&self) -> RingSize {
-        let sq = (self.conns * 2).next_power_of_two().clamp(64, 4096);
-        RingSize {
-            sq_entries: sq,
-            cq_entries: sq * 4,
-        }
-    }
-}
-
-/// What a TCP sender worker reports when it ends.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TcpSendOutcome {
-    /// Monotonic ns when sending began.
-    pub started_ns: u64,
-    /// Monotonic ns when the worker ended.
-    pub ended_ns: u64,
-    /// A fatal ring error ended the run early.
-    pub ring_failed: bool,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -191,6 +68,8 @@ struct Conn {
     write_records: u64,
     /// rr: requests written or queued whose response has not arrived.
     outstanding: u32,
+    /// Records of this connection the sink has acknowledged.
+    acked: u64,
     /// rr: framing of the responses.
     parser: StreamParser,
 }
@@ -208,6 +87,8 @@ pub struct TcpSendWorker {
     completions: Vec<Completion>,
     next_conn: usize,
     writing: usize,
+    /// The run is over: writes are done and FINs sent; waiting for the last acknowledgements.
+    draining: bool,
 }
 
 fn stream_socket(to: std::net::SocketAddr) -> std::io::Result<Socket> {
@@ -255,6 +136,7 @@ impl TcpSendWorker {
                 written: 0,
                 write_records: 0,
                 outstanding: 0,
+                acked: 0,
                 parser: StreamParser::new(),
             })
             .collect();
@@ -269,6 +151,7 @@ impl TcpSendWorker {
             completions: vec![Completion::default(); size.cq_entries as usize],
             next_conn: 0,
             writing: 0,
+            draining: false,
             config,
         })
     }
@@ -324,6 +207,7 @@ impl TcpSendWorker {
         c.write_records = 0;
         c.next_seq = 0;
         c.outstanding = 0;
+        c.acked = 0;
         c.parser = StreamParser::new();
         c.generation = c.generation.wrapping_add(1);
         Self::back_off(c, now);
@@ -426,9 +310,7 @@ impl TcpSendWorker {
         if again {
             self.counters.add(TxCounter::Reconnects, 1);
         }
-        if self.config.rr.is_some() {
-            self.arm_responses(i, now);
-        }
+        self.arm_responses(i, now);
     }
 
     fn on_write(&mut self, i: usize, result: i32, now: u64) {
@@ -495,7 +377,7 @@ impl TcpSendWorker {
                 OpKind::Accept => {}
             }
         }
-        if n > 0 && self.config.rr.is_some() {
+        if n > 0 {
             self.engine.publish_buffers();
         }
     }
@@ -507,6 +389,36 @@ impl TcpSendWorker {
 
     fn outstanding(&self) -> u32 {
         self.conns.iter().map(|c| c.outstanding).sum()
+    }
+}
+
+impl TcpSendWorker {
+    /// Sends FIN on every connection, so the sink sees each stream end cleanly, and waits (at
+    /// most [`STOP_GRACE_NS`]) until the sink has acknowledged every record of every stream
+    /// still up and closed it.
+    fn drain(&mut self) {
+        self.draining = true;
+        for c in &self.conns {
+            if let (State::Up, Some(s)) = (c.state, c.socket.as_ref()) {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        let until = clock::monotonic_ns() + STOP_GRACE_NS;
+        let stream = self.config.rr.is_none();
+        while clock::monotonic_ns() < until
+            && self
+                .conns
+                .iter()
+                .any(|c| c.state == State::Up && (!stream || c.acked < c.next_seq))
+        {
+            let wait = Wait::One {
+                timeout_ns: MAX_SLEEP_NS,
+            };
+            if self.engine.submit(wait).is_err() {
+                break;
+            }
+            self.reap();
+        }
     }
 }
 
@@ -579,11 +491,8 @@ impl crate::worker::Job for TcpSendWorker {
                 last_publish = now;
             }
         }
-        // Send FIN on every connection now, so the sink sees each stream end cleanly.
-        for c in &self.conns {
-            if let (State::Up, Some(s)) = (c.state, c.socket.as_ref()) {
-                let _ = s.shutdown(std::net::Shutdown::Write);
-            }
+        if !ring_failed {
+            self.drain();
         }
         self.publish();
         TcpSendOutcome {

@@ -1,13 +1,15 @@
-//! The request/response half of the TCP sender: each connection keeps up to `--depth` requests
-//! outstanding and reads the responses back with a multishot `RECV` into the worker's
-//! provided-buffer ring. A response in order completes one transaction; its round trip is the
-//! time since the request's timestamp, which the sink echoes, so the sender keeps no table of
-//! send times.
+//! What the TCP sender reads back: every connection has a multishot `RECV` into the worker's
+//! provided-buffer ring. On a stream the sink sends acknowledgements (how many records it has
+//! counted on this connection), which make `delivered_records`: what reached the sink's books,
+//! not only the local socket. With `rr` each connection keeps up to `--depth` requests
+//! outstanding; a response in order completes one transaction, and its round trip is the time
+//! since the request's timestamp, which the sink echoes, so the sender keeps no table of send
+//! times.
 
 use super::{TcpSendWorker, TxCounter};
 use crate::{
     clock,
-    proto::record::{FLAG_RESPONSE, Record},
+    proto::record::{FLAG_ACK, FLAG_RESPONSE, Record},
     ring::{
         BufRingLayout, Completion,
         token::{OpKind, Token},
@@ -15,10 +17,10 @@ use crate::{
     sender::rtt::rtt_cell,
 };
 
-/// Receive buffers for responses: 256 of 16 KiB per queue.
+/// Receive buffers for responses and acknowledgements: 1024 of 4 KiB per queue.
 pub(super) const RECV_LAYOUT: BufRingLayout = BufRingLayout {
-    entries: 256,
-    buf_size: 16 * 1024,
+    entries: 1024,
+    buf_size: 4096,
 };
 
 impl TcpSendWorker {
@@ -43,10 +45,20 @@ impl TcpSendWorker {
             let data = &self.engine.received_buffer(bid)[..cqe.result as usize];
             let now_real = clock::realtime_ns();
             let (counters, rtt) = (&mut self.counters, &mut self.rtt);
+            let size = self.config.size as u64;
             let c = &mut self.conns[i];
-            let outstanding = &mut c.outstanding;
+            let (outstanding, acked, sent) = (&mut c.outstanding, &mut c.acked, c.next_seq);
             let fed = c.parser.feed(data, |r: Record| {
-                if r.in_sequence && r.header.flags & FLAG_RESPONSE != 0 && *outstanding > 0 {
+                if r.header.flags & FLAG_ACK != 0 {
+                    let count = r.header.seq;
+                    if count >= *acked && count <= sent {
+                        counters.add(TxCounter::DeliveredRecords, count - *acked);
+                        counters.add(TxCounter::DeliveredBytes, (count - *acked) * size);
+                        *acked = count;
+                    } else {
+                        counters.add(TxCounter::BadResponses, 1);
+                    }
+                } else if r.in_sequence && r.header.flags & FLAG_RESPONSE != 0 && *outstanding > 0 {
                     *outstanding -= 1;
                     counters.add(TxCounter::Transactions, 1);
                     counters.add(TxCounter::ResponseBytes, u64::from(r.header.len));
@@ -71,6 +83,8 @@ impl TcpSendWorker {
         }
         match -cqe.result {
             libc::ENOBUFS => self.arm_responses(i, now),
+            // A stopping sender's streams end when the sink has acknowledged and closed them.
+            0 if self.draining => self.fail(i, now),
             // End of stream or an error: the sink went away or reset the connection.
             _ => {
                 self.counters.add(TxCounter::Resets, 1);

@@ -8,8 +8,11 @@
 //! and closes that connection; a stream that ends inside a record counts as `truncated`.
 //! Connection slots are preallocated (`--max-conns` per queue); a connection beyond them is
 //! closed at once and counted as refused. A request (request/response pattern) is answered
-//! with the response it asks for (see `respond`). The loop never allocates, locks, logs or
-//! formats.
+//! with the response it asks for, and a stream is acknowledged with the count of its records
+//! this sink has counted (see `respond`), also once more when the stream ends or the sink
+//! stops, so a sender knows what reached these books. A stopping sink counts nothing more,
+//! sends its last acknowledgements (waiting at most 500 ms) and then closes. The loop never
+//! allocates, locks, logs or formats.
 
 mod respond;
 
@@ -37,6 +40,8 @@ use crate::{
 
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
 const MAX_SLEEP_NS: u64 = 5_000_000;
+/// How long a stopping sink waits for its last acknowledgements to go out.
+const STOP_GRACE_NS: u64 = 500_000_000;
 /// Bytes of each provided receive buffer.
 pub const TCP_BUFFER_BYTES: u32 = 32 * 1024;
 /// Index of the listener in accept tokens.
@@ -79,6 +84,8 @@ crate::counter_array! {
         Responses = "responses",
         /// Bytes of those responses.
         ResponseBytes = "tx_response_bytes",
+        /// Acknowledgements written on streams.
+        Acks = "acks",
     }
 }
 
@@ -146,6 +153,11 @@ struct Conn {
     reply_len: u32,
     reply_written: u32,
     reply_count: u32,
+    /// Stream records counted on this connection, and the count last acknowledged (or being).
+    counted: u64,
+    acked: u64,
+    /// The stream ended (or the sink stops): close once the last acknowledgement is out.
+    close_after_reply: bool,
 }
 
 /// A TCP sink worker, set up and ready to run.
@@ -155,6 +167,7 @@ pub struct TcpSinkWorker {
     conns: Vec<Conn>,
     free: Vec<u32>,
     response_base: usize,
+    stopping: bool,
     shared: Arc<TcpSinkShared>,
     counters: RxCounters,
     latency: LatencyCells,
@@ -227,6 +240,7 @@ impl TcpSinkWorker {
             conns: (0..config.max_conns).map(|_| Conn::default()).collect(),
             free: (0..config.max_conns).rev().collect(),
             response_base: config.response_base(),
+            stopping: false,
             shared,
             counters: RxCounters::default(),
             latency: LatencyCells::default(),
@@ -248,6 +262,7 @@ impl TcpSinkWorker {
                     c.parser = StreamParser::new();
                     c.owed = respond::Owed::default();
                     (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
+                    (c.counted, c.acked, c.close_after_reply) = (0, 0, false);
                     let token = Token::new(OpKind::Recv, c.generation, i).user_data();
                     let raw = fd.as_raw_fd();
                     c.fd = Some(fd);
@@ -302,11 +317,13 @@ impl TcpSinkWorker {
             let counters = &mut self.counters;
             let latency = &mut self.latency;
             let conn = &mut self.conns[i];
-            let (parser, owed) = (&mut conn.parser, &mut conn.owed);
+            let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
             let mut overflow = false;
             let fed = parser.feed(data, |r: Record| {
                 if r.response_len > 0 {
                     overflow |= !owed.push(&r);
+                } else if r.in_sequence {
+                    *counted += 1;
                 }
                 if r.in_sequence {
                     counters.add(RxCounter::Records, 1);
@@ -340,7 +357,8 @@ impl TcpSinkWorker {
             r if r > 0 => {}
             0 => {
                 if self.conns[i].parser.at_boundary() {
-                    self.close(i);
+                    self.conns[i].close_after_reply = true;
+                    self.reply(i);
                 } else {
                     self.broken(i, Broken::Truncated);
                 }
@@ -387,7 +405,7 @@ impl TcpSinkWorker {
                         .conns
                         .get(i)
                         .is_some_and(|s| s.fd.is_some() && token.is_generation(s.generation));
-                    if current {
+                    if current && !self.stopping {
                         self.on_recv(i, c, now_real);
                     } else if let Some(bid) = c.buffer_id() {
                         // A late completion of a closed connection: only its buffer matters.
@@ -413,6 +431,17 @@ impl TcpSinkWorker {
         n
     }
 
+    /// Stops counting and sends every open stream its last acknowledgement.
+    fn stop(&mut self) {
+        self.stopping = true;
+        for i in 0..self.conns.len() {
+            if self.conns[i].fd.is_some() {
+                self.conns[i].close_after_reply = true;
+                self.reply(i);
+            }
+        }
+    }
+
     fn publish(&self) {
         self.shared.counters.publish(&self.counters);
         self.shared.latency.publish(&self.latency);
@@ -424,10 +453,18 @@ impl Job for TcpSinkWorker {
 
     fn run(mut self, control: &Control) {
         let mut last_publish = clock::monotonic_ns();
+        let mut stop_at = None;
         loop {
             let now = clock::monotonic_ns();
             let open = self.counters.get(RxCounter::ConnsOpen);
-            if control.stop_requested() || (control.drain_requested() && open == 0) {
+            if control.drain_requested() && open == 0 {
+                break;
+            }
+            if control.stop_requested() && stop_at.is_none() {
+                stop_at = Some(now);
+                self.stop();
+            }
+            if stop_at.is_some_and(|at| open == 0 || now - at > STOP_GRACE_NS) {
                 break;
             }
             if self

@@ -1,12 +1,17 @@
-//! The sink's side of the request/response pattern: every complete request is queued on its
-//! connection (at most [`MAX_OWED`]) and answered, in order, with a response record of the
-//! length it asked for, echoing its flow, epoch, sequence number and timestamp. Responses go out
-//! with plain `SEND`s from the connection's slot of the arena, one write in flight per
-//! connection, as many responses per write as fit in the slot; short writes are continued.
+//! What the sink writes back: on request/response connections every complete request is queued
+//! (at most [`MAX_OWED`]) and answered, in order, with a response record of the length it asked
+//! for, echoing its flow, epoch, sequence number and timestamp; on streams an acknowledgement
+//! record carries the count of records counted so far (coalesced: one in flight at a time).
+//! Replies go out with plain `SEND`s from the connection's slot of the arena, one write in
+//! flight per connection, as many responses per write as fit in the slot; short writes are
+//! continued. A connection marked `close_after_reply` is closed once nothing is left to send.
 
 use super::{RxCounter, TcpSinkWorker};
 use crate::{
-    proto::record::{FLAG_RESPONSE, MAX_RESPONSE, Record, RecordHeader},
+    clock,
+    proto::record::{
+        FLAG_ACK, FLAG_RESPONSE, MAX_RESPONSE, RECORD_HEADER_LEN, Record, RecordHeader,
+    },
     ring::token::{OpKind, Token},
 };
 
@@ -61,16 +66,45 @@ impl Owed {
 }
 
 impl TcpSinkWorker {
-    /// Starts a response write on connection `i` if one is owed and none is in flight.
+    /// Starts a write on connection `i` if none is in flight: the responses owed, else an
+    /// acknowledgement if records were counted since the last; with nothing to send, a
+    /// connection marked `close_after_reply` is closed.
     pub(super) fn reply(&mut self, i: usize) {
         let offset = self.response_base + i * SLOT_BYTES;
         let c = &mut self.conns[i];
-        if c.reply_len != 0 || c.owed.len == 0 {
+        if c.reply_len != 0 {
             return;
         }
         let Some(fd) = c.fd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd) else {
             return;
         };
+        if c.owed.len == 0 {
+            if c.counted > c.acked {
+                let ack = RecordHeader {
+                    len: RECORD_HEADER_LEN as u32,
+                    flags: FLAG_ACK,
+                    seq: c.counted,
+                    timestamp_ns: clock::realtime_ns(),
+                    ..RecordHeader::default()
+                };
+                if let Some(bytes) = self.engine.arena_bytes_mut(offset, RECORD_HEADER_LEN) {
+                    ack.write(bytes);
+                }
+                c.acked = c.counted;
+                let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+                (c.reply_len, c.reply_written, c.reply_count) = (RECORD_HEADER_LEN as u32, 0, 0);
+                self.counters.add(RxCounter::Acks, 1);
+                if !self
+                    .engine
+                    .push_send(fd, offset, RECORD_HEADER_LEN as u32, token)
+                {
+                    self.close(i);
+                }
+            } else if c.close_after_reply {
+                self.close(i);
+            }
+            return;
+        }
         let (mut len, mut count) = (0usize, 0u32);
         while let Some(h) = c.owed.front().copied() {
             let size = h.len as usize;
@@ -110,10 +144,12 @@ impl TcpSinkWorker {
             }
             return;
         }
-        self.counters
-            .add(RxCounter::Responses, u64::from(c.reply_count));
-        self.counters
-            .add(RxCounter::ResponseBytes, u64::from(c.reply_len));
+        if c.reply_count > 0 {
+            self.counters
+                .add(RxCounter::Responses, u64::from(c.reply_count));
+            self.counters
+                .add(RxCounter::ResponseBytes, u64::from(c.reply_len));
+        }
         c.reply_len = 0;
         c.reply_count = 0;
         self.reply(i);
