@@ -533,3 +533,75 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
         "{rx1}\n{rx2}"
     );
 }
+
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn series(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
+}
+
+#[test]
+fn scraped_tcp_series_equal_the_summaries() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let mut pair = spawn(
+        None,
+        &[
+            "pair",
+            "--proto",
+            "tcp",
+            "--conns",
+            "2",
+            "--size",
+            "4000",
+            "--duration",
+            "1s",
+            "--json",
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-linger",
+            "30s",
+        ],
+    );
+    pair.wait_line("sink summary:", WAIT);
+    let text = scrape(port);
+    pair.interrupt();
+    let (status, out, err) = pair.finish();
+    assert!(status.success(), "{err}");
+    let (tx, rx) = (last_summary(&out, "send"), last_summary(&out, "sink"));
+    let q = r#"{node="0",queue="0",protocol="tcp"}"#;
+    for (name, value) in [
+        ("ringblast_tcp_tx_bytes_total", u(&tx, "tx_bytes")),
+        ("ringblast_tcp_tx_records_total", u(&tx, "tx_records")),
+        (
+            "ringblast_tcp_delivered_records_total",
+            u(&tx, "delivered_records"),
+        ),
+        ("ringblast_tcp_connects_total", u(&tx, "connects")),
+        ("ringblast_tcp_rx_bytes_total", u(&rx, "rx_bytes")),
+        ("ringblast_tcp_rx_records_total", u(&rx, "rx_records")),
+        ("ringblast_tcp_accepts_total", u(&rx, "accepts")),
+    ] {
+        assert_eq!(
+            series(&text, &format!("{name}{q}")),
+            value,
+            "{name}\n{text}"
+        );
+    }
+    assert!(u(&tx, "tx_bytes") > 0);
+    assert!(
+        text.contains(r#"ringblast_run_info{role="send",protocol="tcp"} 1"#),
+        "{text}"
+    );
+}

@@ -241,6 +241,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
     let mut notes = String::new();
     let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
     let signal = super::session::install_signals()?;
+    let metrics = install_metrics(common.metrics, common.max_series)?;
     let control = Arc::new(Control::default());
     let senders = start_senders(&control, queues, configs, target)?;
     crate::output::human_text(&notes);
@@ -250,7 +251,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
         args.tcp.conns.unwrap_or(1),
         args.traffic.size
     );
-    Reporter::new(
+    let result = Reporter::new(
         common.json,
         common.interval,
         Some(senders),
@@ -258,7 +259,10 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
         control,
         None,
     )
-    .run(&signal)
+    .with_metrics(metrics)
+    .run(&signal);
+    linger(metrics, common.metrics_linger, &signal);
+    result
 }
 
 /// `ringblast sink --proto tcp`.
@@ -282,11 +286,12 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
     )?;
     notes.push_str(RECV_NOTE);
     let signal = super::session::install_signals()?;
+    let metrics = install_metrics(common.metrics, common.max_series)?;
     let control = Arc::new(Control::default());
     let sinks = start_sinks(&control, queues, config)?;
     crate::output::human_text(&notes);
     say!("tcp sink listening on {}", args.listen);
-    Reporter::new(
+    let result = Reporter::new(
         common.json,
         common.interval,
         None,
@@ -294,7 +299,10 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
         Arc::new(Control::default()),
         Some((control, args.duration)),
     )
-    .run(&signal)
+    .with_metrics(metrics)
+    .run(&signal);
+    linger(metrics, common.metrics_linger, &signal);
+    result
 }
 
 /// `ringblast pair --proto tcp`.
@@ -331,6 +339,18 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     )?;
     notes.push_str(RECV_NOTE);
     let signal = super::session::install_signals()?;
+    let metrics_addr = if args.no_metrics {
+        None
+    } else {
+        Some(
+            common.metrics.unwrap_or(
+                crate::cli::DEFAULT_METRICS
+                    .parse()
+                    .map_err(|_| Error::Usage("bad default metrics address".into()))?,
+            ),
+        )
+    };
+    let metrics = install_metrics(metrics_addr, common.max_series)?;
     let sink_control = Arc::new(Control::default());
     let sinks = start_sinks(&sink_control, sink_queues, sink_cfg)?;
     sinks.group.release();
@@ -344,7 +364,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
         }
     };
     crate::output::human_text(&notes);
-    Reporter::new(
+    let result = Reporter::new(
         common.json,
         common.interval,
         Some(senders),
@@ -353,5 +373,27 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
         Some((sink_control, None)),
     )
     .pair_released()
-    .run(&signal)
+    .with_metrics(metrics)
+    .run(&signal);
+    linger(metrics, common.metrics_linger, &signal);
+    result
+}
+
+/// Starts the metrics endpoint when asked (before any worker); says whether it runs.
+fn install_metrics(addr: Option<std::net::SocketAddr>, max_series: usize) -> Result<bool, Error> {
+    let Some(addr) = addr else {
+        return Ok(false);
+    };
+    super::exporting::install(&super::exporting::Plan {
+        addr,
+        max_series,
+        shape: crate::metrics::Shape::default(),
+    })?;
+    Ok(true)
+}
+
+fn linger(metrics: bool, linger: Duration, signal: &std::sync::atomic::AtomicBool) {
+    if metrics {
+        super::exporting::linger(linger, signal);
+    }
 }

@@ -38,6 +38,7 @@ pub struct Reporter {
     sinks_released: bool,
     target_rps: Option<f64>,
     rr: bool,
+    metrics: Option<crate::metrics::tcp::TcpHandles>,
 }
 
 #[derive(Clone, Default)]
@@ -105,6 +106,7 @@ impl Reporter {
         Reporter {
             target_rps: senders.as_ref().and_then(|s| s.target_rps),
             rr: senders.as_ref().is_some_and(|s| s.rr),
+            metrics: None,
             json,
             interval,
             senders,
@@ -114,6 +116,28 @@ impl Reporter {
             sink_duration,
             sinks_released: false,
         }
+    }
+
+    /// Registers the TCP series (at 0) when `addr` is given; the exporter must be installed.
+    pub fn with_metrics(mut self, on: bool) -> Reporter {
+        if on {
+            let tx: Vec<_> = self
+                .senders
+                .iter()
+                .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
+                .collect();
+            let rx: Vec<_> = self
+                .sinks
+                .iter()
+                .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
+                .collect();
+            self.metrics = Some(crate::metrics::tcp::TcpHandles::register(
+                &tx,
+                &rx,
+                super::ctx::sample(),
+            ));
+        }
+        self
     }
 
     /// The sinks were released already (a pair starts them before the senders).
@@ -258,6 +282,9 @@ impl Reporter {
                 c.request_stop();
             }
             let snap = self.snapshot();
+            if let Some(m) = &self.metrics {
+                m.flush(&super::ctx::sample());
+            }
             let rx_bytes = snap.rx.get(RxCounter::Bytes);
             if rx_bytes != rx_seen {
                 rx_first.get_or_insert(prev_tick);
@@ -303,6 +330,9 @@ impl Reporter {
             s.group.join();
         }
         let snap = snapshot(tx_shared.iter(), rx_shared.iter());
+        if let Some(m) = &self.metrics {
+            m.flush(&super::ctx::sample());
+        }
         let mut result = Ok(());
         if let Some(span) = tx_span {
             self.send_summary(&snap, span, ctx);
