@@ -468,8 +468,9 @@ fn topo(args: TopoArgs) -> Result<(), Error> {
     };
     let (_, plan) = plan_queues("send", &place)?;
     print!(
-        "{}{plan}",
-        topology::render_topology(&topo, nic.as_ref().map(|(n, l)| (n.as_str(), l)))
+        "{}{plan}{}",
+        topology::render_topology(&topo, nic.as_ref().map(|(n, l)| (n.as_str(), l))),
+        tcp::RECV_NOTE
     );
     Ok(())
 }

@@ -218,7 +218,8 @@ fn sink_config(
     })
 }
 
-const RECV_NOTE: &str = "  tcp sink: SO_REUSEPORT listener per queue, multishot ACCEPT, multishot RECV into the provided-buffer ring (plain; recv bundles not used)\n";
+/// How a TCP sink receives, for `topo` and the sink's start-up notes.
+pub const RECV_NOTE: &str = "  tcp sink: SO_REUSEPORT listener per queue, multishot ACCEPT, multishot RECV into the provided-buffer ring (plain; recv bundles not used)\n";
 
 /// `ringblast send --proto tcp`.
 pub fn send(args: SendArgs) -> Result<(), Error> {
