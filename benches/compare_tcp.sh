@@ -10,8 +10,10 @@
 #   stream_veth  2 queues/streams over a veth pair between two namespaces: ringblast --queues 2
 #                against iperf3 -P 2.
 #   rr_lo        request/response over loopback, 1 connection, transactions/s: ringblast
-#                --pattern rr with 1-byte requests and responses against sockperf ping-pong
-#                --tcp --mps max (sockperf's smallest message is 14 bytes, its own header).
+#                --pattern rr with its smallest records (36-byte requests, which carry the
+#                response length, and 32-byte responses: the ringblast header) against sockperf
+#                ping-pong --tcp --mps max (14 bytes, sockperf's smallest message, its own header).
+#                Neither tool can send the 1-byte requests.
 # For every run: received (or, for sockperf tp, sent) Gbit/s or transactions/s; the CPU cost from
 # the busy time of the two pinned CPUs (streams: CPU-seconds per GB moved; rr: CPU-microseconds
 # per transaction); and for rr the context switches per transaction, of both processes
@@ -141,14 +143,14 @@ run_one() {
             --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
         [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
-            --queues "$q" --conns 1 --size 65536 --duration "${DURATION}s" --json || crc=$?; }
+            --queues "$q" --conns 1 --size 131072 --duration "${DURATION}s" --json || crc=$?; }
         kill -INT "$SERVER" 2>/dev/null || true ;;
     rr_lo:ringblast)
         unit=tps
         start "$sns" "$SINK_CPU" "$dir/s" "$RINGBLAST" sink --listen "$host:$port" --proto tcp --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
         [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
-            --pattern rr --request-size 1 --response-size 1 --conns 1 --duration "${DURATION}s" --json || crc=$?; }
+            --pattern rr --request-size 36 --response-size 32 --conns 1 --duration "${DURATION}s" --json || crc=$?; }
         kill -INT "$SERVER" 2>/dev/null || true ;;
     stream_*:iperf3)
         local p=1

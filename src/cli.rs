@@ -200,6 +200,9 @@ pub struct SendArgs {
     /// Traffic shape.
     #[command(flatten)]
     pub traffic: TrafficArgs,
+    /// TCP: protocol, connections and pattern.
+    #[command(flatten)]
+    pub tcp: crate::cli_tcp::TcpSendArgs,
     /// Placement and reporting.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -299,6 +302,9 @@ pub struct SinkArgs {
     /// Receive tuning.
     #[command(flatten)]
     pub tuning: SinkTuning,
+    /// TCP: protocol and connection cap.
+    #[command(flatten)]
+    pub tcp: crate::cli_tcp::TcpSinkArgs,
     /// Placement and reporting.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -313,6 +319,9 @@ pub struct PairArgs {
     /// Receive tuning.
     #[command(flatten)]
     pub tuning: SinkTuning,
+    /// TCP: protocol, connections and pattern.
+    #[command(flatten)]
+    pub tcp: crate::cli_tcp::TcpSendArgs,
     /// Placement and reporting (the sink gets the same number of queues on other CPUs).
     #[command(flatten)]
     pub common: CommonArgs,

@@ -5,6 +5,7 @@
 //! The binary is a thin shell over [`run::execute`]; everything is reachable from tests.
 
 pub mod cli;
+pub mod cli_tcp;
 pub mod clock;
 pub mod config {
     //! Units and configuration files.
@@ -14,6 +15,7 @@ pub mod config {
     pub mod units;
 }
 pub mod control;
+pub mod counters;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;
@@ -28,6 +30,7 @@ pub mod proto {
     #[cfg(test)]
     mod fuzz;
     pub mod header;
+    pub mod record;
     pub mod seq;
 }
 pub mod report;

@@ -9,6 +9,7 @@ pub mod handles;
 pub mod http;
 pub mod names;
 pub mod senders;
+pub mod tcp;
 
 use std::net::SocketAddr;
 

@@ -73,6 +73,22 @@ metrics! {
     REGISTERED_BYTES = "ringblast_registered_buffer_bytes", Gauge, "node", "Packet memory registered with io_uring (fixed buffers and buffer rings), by NUMA node.";
     WORKER_INFO = "ringblast_worker_info", Gauge, "role,node,queue,cpu", "Placement of each worker (always 1).";
     RUN_INFO = "ringblast_run_info", Gauge, "role,protocol", "What this process runs (always 1).";
+    TCP_TX_BYTES = "ringblast_tcp_tx_bytes_total", Counter, "node,queue,protocol", "Application bytes the kernel accepted on TCP connections.";
+    TCP_TX_RECORDS = "ringblast_tcp_tx_records_total", Counter, "node,queue,protocol", "Records written completely on TCP connections.";
+    TCP_DELIVERED_RECORDS = "ringblast_tcp_delivered_records_total", Counter, "node,queue,protocol", "Records the sink acknowledged having counted.";
+    TCP_CONNECTS = "ringblast_tcp_connects_total", Counter, "node,queue,protocol", "TCP connections established by the sender.";
+    TCP_CONNECT_FAILURES = "ringblast_tcp_connect_failures_total", Counter, "node,queue,protocol", "TCP connects that failed (refused, reset, unreachable).";
+    TCP_TX_RESETS = "ringblast_tcp_tx_resets_total", Counter, "node,queue,protocol", "Sender's established TCP connections reset or broken by the peer.";
+    TCP_TX_CONNS_OPEN = "ringblast_tcp_tx_connections_open", Gauge, "node,queue,protocol", "Sender's TCP connections up now.";
+    TCP_RX_RESETS = "ringblast_tcp_rx_resets_total", Counter, "node,queue,protocol", "Sink's TCP connections that ended with an error (reset by the peer).";
+    TCP_RX_CONNS_OPEN = "ringblast_tcp_rx_connections_open", Gauge, "node,queue,protocol", "Sink's TCP connections open now.";
+    TCP_RX_BYTES = "ringblast_tcp_rx_bytes_total", Counter, "node,queue,protocol", "Bytes of complete, in-sequence records received.";
+    TCP_RX_RECORDS = "ringblast_tcp_rx_records_total", Counter, "node,queue,protocol", "Complete, in-sequence records received.";
+    TCP_RX_INVALID = "ringblast_tcp_rx_invalid_total", Counter, "node,queue,protocol,reason", "Invalid records or streams, by reason (sequence, magic, version, length, truncated, depth).";
+    TCP_ACCEPTS = "ringblast_tcp_accepts_total", Counter, "node,queue,protocol", "TCP connections the sink accepted.";
+    RR_TRANSACTIONS = "ringblast_rr_transactions_total", Counter, "node,queue,protocol", "Request/response round trips completed.";
+    RR_RTT = "ringblast_rr_rtt_seconds", Gauge, "node,queue,protocol,quantile", "Round-trip time quantiles since the start (upper bounds of 12.5 % cells).";
+    CTX_SWITCHES = "ringblast_ctx_switches_total", Counter, "scope", "Context switches during the run: this process (voluntary + involuntary) or the whole machine (/proc/stat ctxt).";
     BUILD_INFO = "ringblast_build_info", Gauge, "version", "Build of this binary (always 1).";
 }
 

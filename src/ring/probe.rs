@@ -77,9 +77,9 @@ pub const TCP_SINK_OPS: &[RequiredOp] = &[
         since: "5.6 (multishot 6.0)",
     },
     RequiredOp {
-        code: opcode::WriteFixed::CODE,
-        name: "IORING_OP_WRITE_FIXED",
-        since: "5.1",
+        code: opcode::Send::CODE,
+        name: "IORING_OP_SEND",
+        since: "5.6",
     },
 ];
 

@@ -3,12 +3,15 @@
 //! only parses.
 
 pub mod control_link;
+pub mod ctx;
 pub mod exporting;
 pub mod fds;
 pub mod judge;
 pub mod placement;
 pub mod roles;
 pub mod session;
+pub mod tcp;
+pub mod tcp_report;
 pub mod wire;
 
 use crate::say;
@@ -272,6 +275,10 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
 }
 
 fn send(args: SendArgs) -> Result<(), Error> {
+    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+        return tcp::send(args);
+    }
+    udp_only(&args.tcp)?;
     let common = args.common;
     let configs = sender_configs(
         args.to,
@@ -315,6 +322,9 @@ fn send(args: SendArgs) -> Result<(), Error> {
 }
 
 fn sink(args: SinkArgs) -> Result<(), Error> {
+    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+        return tcp::sink(args);
+    }
     let common = args.common;
     let config = sink_config(args.listen, &args.tuning, args.duration, common.hugepages)?;
     let mut notes = String::new();
@@ -361,6 +371,10 @@ fn free_udp_port(ip: std::net::IpAddr) -> Result<SocketAddr, Error> {
 }
 
 fn pair(args: PairArgs) -> Result<(), Error> {
+    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+        return tcp::pair(args);
+    }
+    udp_only(&args.tcp)?;
     if !args.address.is_loopback() {
         return Err(Error::Usage(format!(
             "pair runs over loopback only; {} is not a loopback address",
@@ -417,6 +431,16 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     })
 }
 
+/// Refuses TCP-only options on a UDP run.
+fn udp_only(tcp: &crate::cli_tcp::TcpSendArgs) -> Result<(), Error> {
+    if tcp.conns.is_some() || tcp.pattern != crate::cli_tcp::Pattern::Stream {
+        return Err(Error::Usage(
+            "--conns and --pattern apply to TCP only; add --proto tcp".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The shared secret from `--secret-file`, if given.
 fn read_secret(
     path: Option<&std::path::Path>,
@@ -444,8 +468,9 @@ fn topo(args: TopoArgs) -> Result<(), Error> {
     };
     let (_, plan) = plan_queues("send", &place)?;
     print!(
-        "{}{plan}",
-        topology::render_topology(&topo, nic.as_ref().map(|(n, l)| (n.as_str(), l)))
+        "{}{plan}{}",
+        topology::render_topology(&topo, nic.as_ref().map(|(n, l)| (n.as_str(), l))),
+        tcp::RECV_NOTE
     );
     Ok(())
 }

@@ -6,7 +6,9 @@
 //! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
+pub mod rtt;
 mod slots;
+pub mod tcp;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 

@@ -14,6 +14,7 @@ pub mod cmsg;
 mod inline;
 pub mod mailbox;
 pub mod registry;
+pub mod tcp;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 

@@ -1,0 +1,400 @@
+//! TCP runs (`--proto tcp` on `send`, `sink` and `pair`): checks the TCP options once, plans the
+//! queues as UDP runs do, starts the TCP workers and hands them to the TCP reporter.
+//!
+//! The control channel is not used on TCP runs yet: a sender's `--control auto` means off, an
+//! explicit `--control ADDR:PORT` is refused, and a TCP sink serves no control connections on
+//! its port (a connection that does not start with a record counts as invalid `magic`).
+
+use std::{sync::Arc, time::Duration};
+
+use super::{PAIR_DEFAULT_DURATION, placement_args, planned, tcp_report::Reporter};
+use crate::{
+    cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, TrafficArgs},
+    cli_tcp::{Pattern, TcpSendArgs},
+    error::Error,
+    proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
+    report::QueueView,
+    say,
+    sender::tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
+    sink::tcp::{TcpSinkConfig, TcpSinkShared, TcpSinkWorker},
+    worker::{self, Control},
+};
+
+/// Per-queue configs of a TCP sender, and the total records/s target.
+fn send_configs(
+    to: std::net::SocketAddr,
+    traffic: &TrafficArgs,
+    tcp: &TcpSendArgs,
+    queues: usize,
+    default_duration: Option<Duration>,
+    hugepages: bool,
+) -> Result<(Vec<TcpSendConfig>, Option<f64>), Error> {
+    let rr = rr_shape(tcp)?;
+    let refused = [
+        (traffic.gso != 1, "--gso"),
+        (traffic.frame_size.is_some(), "--frame-size"),
+        (traffic.allow_fragments, "--allow-fragments"),
+        (traffic.wire_rate, "--wire-rate"),
+        (traffic.flows.is_some(), "--flows (use --conns)"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        return Err(Error::Usage(format!(
+            "{flag} applies to UDP only; drop it for --proto tcp"
+        )));
+    }
+    let conns = tcp.conns.unwrap_or(1);
+    if conns == 0 || conns as usize * queues > 65_536 {
+        return Err(Error::Usage(format!(
+            "--conns {conns} × --queues {queues} must be between 1 and 65536 connections (flow ids are 16 bits)"
+        )));
+    }
+    if traffic.size > MAX_RECORD {
+        return Err(Error::Usage(format!(
+            "--size {} exceeds the largest TCP record ({MAX_RECORD} bytes)",
+            traffic.size
+        )));
+    }
+    let size = rr.map_or(traffic.size, |r| r.request);
+    let target = traffic.rate.packets_per_second(size);
+    let epoch = rand::random::<u32>().max(1);
+    let duration = traffic.duration.or(if traffic.count.is_none() {
+        default_duration
+    } else {
+        None
+    });
+    let configs = (0..queues)
+        .map(|q| TcpSendConfig {
+            to,
+            size,
+            conns,
+            first_flow: (q as u32 * conns) as u16,
+            rate_rps: target.map(|r| r / queues as f64),
+            count: traffic
+                .count
+                .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64)),
+            duration,
+            op: traffic.send_op,
+            epoch,
+            hugepages,
+            rr,
+        })
+        .collect();
+    Ok((configs, target))
+}
+
+/// The request/response shape from `--pattern rr` and its sizes, checked.
+fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
+    if tcp.pattern != Pattern::Rr {
+        if tcp.request_size.is_some() || tcp.response_size.is_some() || tcp.depth.is_some() {
+            return Err(Error::Usage(
+                "--request-size, --response-size and --depth need --pattern rr".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let shape = RrShape {
+        request: tcp.request_size.unwrap_or(64),
+        response: tcp.response_size.unwrap_or(64),
+        depth: tcp.depth.unwrap_or(1),
+    };
+    if !(REQUEST_HEADER_LEN..=MAX_RECORD).contains(&shape.request) {
+        return Err(Error::Usage(format!(
+            "--request-size {} must be {REQUEST_HEADER_LEN} to {MAX_RECORD} bytes (a request carries the 32-byte header and the response length)",
+            shape.request
+        )));
+    }
+    if !(RECORD_HEADER_LEN..=MAX_RESPONSE).contains(&shape.response) {
+        return Err(Error::Usage(format!(
+            "--response-size {} must be {RECORD_HEADER_LEN} to {MAX_RESPONSE} bytes",
+            shape.response
+        )));
+    }
+    if !(1..=64).contains(&shape.depth) {
+        return Err(Error::Usage(format!(
+            "--depth {} must be 1 to 64 requests outstanding per connection",
+            shape.depth
+        )));
+    }
+    Ok(Some(shape))
+}
+
+/// Started sender queues.
+pub struct TcpSenders {
+    /// Placement.
+    pub queues: Vec<QueueView>,
+    /// Counters per queue.
+    pub shared: Vec<Arc<TcpSendShared>>,
+    /// The threads.
+    pub group: worker::Group<crate::sender::tcp::TcpSendOutcome>,
+    /// Records/s target of the run.
+    pub target_rps: Option<f64>,
+    /// The senders run request/response.
+    pub rr: bool,
+}
+
+/// Started sink queues.
+pub struct TcpSinks {
+    /// Placement.
+    pub queues: Vec<QueueView>,
+    /// Counters per queue.
+    pub shared: Vec<Arc<TcpSinkShared>>,
+    /// The threads.
+    pub group: worker::Group<()>,
+}
+
+fn start_senders(
+    control: &Arc<Control>,
+    queues: Vec<QueueView>,
+    configs: Vec<TcpSendConfig>,
+    target_rps: Option<f64>,
+) -> Result<TcpSenders, Error> {
+    let mut shared = Vec::new();
+    let mut workers = Vec::new();
+    let rr = configs.iter().any(|c| c.rr.is_some());
+    for (q, config) in queues.iter().zip(configs) {
+        let s = Arc::new(TcpSendShared::default());
+        shared.push(Arc::clone(&s));
+        let node = q.node;
+        workers.push((q.cpu, move || TcpSendWorker::new(config, node, s)));
+    }
+    let group = worker::start("send", control, workers)?;
+    Ok(TcpSenders {
+        queues,
+        shared,
+        group,
+        target_rps,
+        rr,
+    })
+}
+
+fn start_sinks(
+    control: &Arc<Control>,
+    queues: Vec<QueueView>,
+    config: TcpSinkConfig,
+) -> Result<TcpSinks, Error> {
+    let mut shared = Vec::new();
+    let mut workers = Vec::new();
+    for q in &queues {
+        let s = Arc::new(TcpSinkShared::default());
+        shared.push(Arc::clone(&s));
+        let (node, config) = (q.node, config.clone());
+        workers.push((q.cpu, move || TcpSinkWorker::new(config, node, s)));
+    }
+    let group = worker::start("sink", control, workers)?;
+    Ok(TcpSinks {
+        queues,
+        shared,
+        group,
+    })
+}
+
+fn ensure_fds(sockets: u64, queues: u64) -> Result<(), Error> {
+    super::fds::ensure(&super::fds::Needs {
+        sender_flows: sockets,
+        sender_queues: queues,
+        ..Default::default()
+    })
+}
+
+fn sink_config(
+    listen: std::net::SocketAddr,
+    max_conns: u32,
+    rx_buffers: u16,
+    hugepages: bool,
+) -> Result<TcpSinkConfig, Error> {
+    if !rx_buffers.is_power_of_two() {
+        return Err(Error::Usage(format!(
+            "--rx-buffers {rx_buffers} must be a power of two"
+        )));
+    }
+    if max_conns == 0 {
+        return Err(Error::Usage("--max-conns must be at least 1".into()));
+    }
+    Ok(TcpSinkConfig {
+        listen,
+        max_conns,
+        rx_buffers,
+        hugepages,
+    })
+}
+
+/// How a TCP sink receives, for `topo` and the sink's start-up notes.
+pub const RECV_NOTE: &str = "  tcp sink: SO_REUSEPORT listener per queue, multishot ACCEPT, multishot RECV into the provided-buffer ring (plain; recv bundles not used)\n";
+
+/// `ringblast send --proto tcp`.
+pub fn send(args: SendArgs) -> Result<(), Error> {
+    if let ControlTarget::At(addr) = args.control {
+        return Err(Error::Usage(format!(
+            "--control {addr}: the control channel is not available with --proto tcp yet; use --control off"
+        )));
+    }
+    let common = args.common;
+    let (configs, target) = send_configs(
+        args.to,
+        &args.traffic,
+        &args.tcp,
+        common.queues,
+        None,
+        common.hugepages,
+    )?;
+    let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
+    ensure_fds(conns, common.queues as u64)?;
+    let mut notes = String::new();
+    let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
+    let signal = super::session::install_signals()?;
+    let metrics = install_metrics(common.metrics, common.max_series)?;
+    let control = Arc::new(Control::default());
+    let senders = start_senders(&control, queues, configs, target)?;
+    crate::output::human_text(&notes);
+    say!(
+        "tcp send to {}: {} connection(s) per queue, {}-byte records, no control channel on TCP runs",
+        args.to,
+        args.tcp.conns.unwrap_or(1),
+        args.traffic.size
+    );
+    let result = Reporter::new(
+        common.json,
+        common.interval,
+        Some(senders),
+        None,
+        control,
+        None,
+    )
+    .with_metrics(metrics)
+    .run(&signal);
+    linger(metrics, common.metrics_linger, &signal);
+    result
+}
+
+/// `ringblast sink --proto tcp`.
+pub fn sink(args: SinkArgs) -> Result<(), Error> {
+    let common = args.common;
+    let config = sink_config(
+        args.listen,
+        args.tcp.max_conns,
+        args.tuning.rx_buffers,
+        common.hugepages,
+    )?;
+    ensure_fds(
+        u64::from(config.max_conns) * common.queues as u64,
+        common.queues as u64,
+    )?;
+    let mut notes = String::new();
+    let queues = planned(
+        "sink",
+        &placement_args(&common, args.listen, &[]),
+        &mut notes,
+    )?;
+    notes.push_str(RECV_NOTE);
+    let signal = super::session::install_signals()?;
+    let metrics = install_metrics(common.metrics, common.max_series)?;
+    let control = Arc::new(Control::default());
+    let sinks = start_sinks(&control, queues, config)?;
+    crate::output::human_text(&notes);
+    say!("tcp sink listening on {}", args.listen);
+    let result = Reporter::new(
+        common.json,
+        common.interval,
+        None,
+        Some(sinks),
+        Arc::new(Control::default()),
+        Some((control, args.duration)),
+    )
+    .with_metrics(metrics)
+    .run(&signal);
+    linger(metrics, common.metrics_linger, &signal);
+    result
+}
+
+/// `ringblast pair --proto tcp`.
+pub fn pair(args: PairArgs) -> Result<(), Error> {
+    let common = args.common;
+    let probe = std::net::TcpListener::bind((args.address, 0))
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Usage(format!("cannot bind {}: {e}", args.address)))?;
+    let (configs, target) = send_configs(
+        probe,
+        &args.traffic,
+        &args.tcp,
+        common.queues,
+        Some(PAIR_DEFAULT_DURATION),
+        common.hugepages,
+    )?;
+    let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
+    let sink_cfg = sink_config(probe, 1024, args.tuning.rx_buffers, common.hugepages)?;
+    ensure_fds(
+        conns * 2 + 1024 * common.queues as u64,
+        2 * common.queues as u64,
+    )?;
+    let mut notes = String::new();
+    let send_queues = planned("send", &placement_args(&common, probe, &[]), &mut notes)?;
+    let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
+    let sink_common = crate::cli::CommonArgs {
+        cpus: None,
+        ..common.clone()
+    };
+    let sink_queues = planned(
+        "sink",
+        &placement_args(&sink_common, probe, &send_cpus),
+        &mut notes,
+    )?;
+    notes.push_str(RECV_NOTE);
+    let signal = super::session::install_signals()?;
+    let metrics_addr = if args.no_metrics {
+        None
+    } else {
+        Some(
+            common.metrics.unwrap_or(
+                crate::cli::DEFAULT_METRICS
+                    .parse()
+                    .map_err(|_| Error::Usage("bad default metrics address".into()))?,
+            ),
+        )
+    };
+    let metrics = install_metrics(metrics_addr, common.max_series)?;
+    let sink_control = Arc::new(Control::default());
+    let sinks = start_sinks(&sink_control, sink_queues, sink_cfg)?;
+    sinks.group.release();
+    let send_control = Arc::new(Control::default());
+    let senders = match start_senders(&send_control, send_queues, configs, target) {
+        Ok(s) => s,
+        Err(e) => {
+            sink_control.request_stop();
+            sinks.group.join();
+            return Err(e);
+        }
+    };
+    crate::output::human_text(&notes);
+    let result = Reporter::new(
+        common.json,
+        common.interval,
+        Some(senders),
+        Some(sinks),
+        send_control,
+        Some((sink_control, None)),
+    )
+    .pair_released()
+    .with_metrics(metrics)
+    .run(&signal);
+    linger(metrics, common.metrics_linger, &signal);
+    result
+}
+
+/// Starts the metrics endpoint when asked (before any worker); says whether it runs.
+fn install_metrics(addr: Option<std::net::SocketAddr>, max_series: usize) -> Result<bool, Error> {
+    let Some(addr) = addr else {
+        return Ok(false);
+    };
+    super::exporting::install(&super::exporting::Plan {
+        addr,
+        max_series,
+        shape: crate::metrics::Shape::default(),
+    })?;
+    Ok(true)
+}
+
+fn linger(metrics: bool, linger: Duration, signal: &std::sync::atomic::AtomicBool) {
+    if metrics {
+        super::exporting::linger(linger, signal);
+    }
+}

@@ -1,0 +1,474 @@
+//! The reporter of TCP runs: releases the workers, prints pktgen-style live lines (Gbit/s,
+//! records/s, connections up, reconnects) and `--json` interval lines, decides when the run
+//! ends, and prints one summary line per role with `"protocol":"tcp"`.
+//!
+//! It only reads what the workers publish. A pair run drains: once the senders are done, the
+//! sinks stop as soon as every connection has ended (at most 3 s later).
+
+use std::{
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
+
+use serde_json::{Map, Value, json};
+
+use super::tcp::{TcpSenders, TcpSinks};
+use crate::{
+    clock,
+    error::Error,
+    say,
+    sender::tcp::{TX_KEYS, TxCounter, TxCounters},
+    sink::tcp::{LatencyCells, RX_KEYS, RxCounter, RxCounters},
+    stats::{LATENCY_CELLS, latency_quantile_bound},
+    worker::Control,
+};
+
+const TICK: Duration = Duration::from_millis(20);
+const DRAIN_BOUND_NS: u64 = 3_000_000_000;
+
+/// Reports one TCP run to its end.
+pub struct Reporter {
+    json: bool,
+    interval: Duration,
+    senders: Option<TcpSenders>,
+    sinks: Option<TcpSinks>,
+    send_control: Arc<Control>,
+    sink_control: Option<Arc<Control>>,
+    sink_duration: Option<Duration>,
+    sinks_released: bool,
+    target_rps: Option<f64>,
+    rr: bool,
+    metrics: Option<crate::metrics::tcp::TcpHandles>,
+}
+
+#[derive(Clone, Default)]
+struct Snapshot {
+    tx: TxCounters,
+    rx: RxCounters,
+    latency: LatencyCells,
+    rtt: crate::sender::rtt::RttCells,
+}
+
+fn rate(n: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        n as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn si(v: f64) -> String {
+    match v {
+        v if v >= 1e9 => format!("{:.2}G", v / 1e9),
+        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        v if v >= 1e3 => format!("{:.2}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
+fn counters_json<const N: usize>(
+    keys: &[&str],
+    values: &crate::counters::Counters<N>,
+) -> Map<String, Value> {
+    keys.iter()
+        .zip(values.0)
+        .map(|(k, v)| ((*k).to_string(), json!(v)))
+        .collect()
+}
+
+fn snapshot<'a>(
+    tx: impl Iterator<Item = &'a Arc<crate::sender::tcp::TcpSendShared>>,
+    rx: impl Iterator<Item = &'a Arc<crate::sink::tcp::TcpSinkShared>>,
+) -> Snapshot {
+    let mut s = Snapshot::default();
+    for q in tx {
+        s.tx.merge(&q.counters.load());
+        s.rtt.merge(&q.rtt.load());
+    }
+    for q in rx {
+        s.rx.merge(&q.counters.load());
+        s.latency.merge(&q.latency.load());
+    }
+    s
+}
+
+impl Reporter {
+    /// A reporter for these groups; `sink` is the sinks' control and a sink-only duration.
+    pub fn new(
+        json: bool,
+        interval: Duration,
+        senders: Option<TcpSenders>,
+        sinks: Option<TcpSinks>,
+        send_control: Arc<Control>,
+        sink: Option<(Arc<Control>, Option<Duration>)>,
+    ) -> Reporter {
+        let (sink_control, sink_duration) = sink.map_or((None, None), |(c, d)| (Some(c), d));
+        Reporter {
+            target_rps: senders.as_ref().and_then(|s| s.target_rps),
+            rr: senders.as_ref().is_some_and(|s| s.rr),
+            metrics: None,
+            json,
+            interval,
+            senders,
+            sinks,
+            send_control,
+            sink_control,
+            sink_duration,
+            sinks_released: false,
+        }
+    }
+
+    /// Registers the TCP series (at 0) when `addr` is given; the exporter must be installed.
+    pub fn with_metrics(mut self, on: bool) -> Reporter {
+        if on {
+            let tx: Vec<_> = self
+                .senders
+                .iter()
+                .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
+                .collect();
+            let rx: Vec<_> = self
+                .sinks
+                .iter()
+                .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
+                .collect();
+            self.metrics = Some(crate::metrics::tcp::TcpHandles::register(
+                &tx,
+                &rx,
+                super::ctx::sample(),
+            ));
+        }
+        self
+    }
+
+    /// The sinks were released already (a pair starts them before the senders).
+    pub fn pair_released(mut self) -> Reporter {
+        self.sinks_released = true;
+        self
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        snapshot(
+            self.senders.iter().flat_map(|g| &g.shared),
+            self.sinks.iter().flat_map(|g| &g.shared),
+        )
+    }
+
+    fn interval_lines(&self, now: &Snapshot, before: &Snapshot, start_s: f64, end_s: f64) {
+        let seconds = end_s - start_s;
+        let label = format!("[{start_s:6.1}-{end_s:6.1}]");
+        if self.senders.is_some() {
+            let bytes = now.tx.get(TxCounter::Bytes) - before.tx.get(TxCounter::Bytes);
+            let records = now.tx.get(TxCounter::Records) - before.tx.get(TxCounter::Records);
+            if self.json {
+                let mut line = counters_json(TX_KEYS, &now.tx);
+                line.insert("type".into(), json!("interval"));
+                line.insert("role".into(), json!("send"));
+                line.insert("protocol".into(), json!("tcp"));
+                line.insert("start_s".into(), json!(start_s));
+                line.insert("end_s".into(), json!(end_s));
+                line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
+                crate::output::json_line(&Value::Object(line));
+            }
+            say!(
+                "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}",
+                rate(bytes * 8, seconds) / 1e9,
+                si(rate(records, seconds)),
+                now.tx.get(TxCounter::ConnsUp),
+                now.tx.get(TxCounter::Reconnects),
+                now.tx.get(TxCounter::Resets),
+                now.tx.get(TxCounter::ConnectFailures),
+            );
+        }
+        if self.sinks.is_some() {
+            let bytes = now.rx.get(RxCounter::Bytes) - before.rx.get(RxCounter::Bytes);
+            let records = now.rx.get(RxCounter::Records) - before.rx.get(RxCounter::Records);
+            if self.json {
+                let mut line = counters_json(RX_KEYS, &now.rx);
+                line.insert("type".into(), json!("interval"));
+                line.insert("role".into(), json!("sink"));
+                line.insert("protocol".into(), json!("tcp"));
+                line.insert("start_s".into(), json!(start_s));
+                line.insert("end_s".into(), json!(end_s));
+                line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
+                crate::output::json_line(&Value::Object(line));
+            }
+            say!(
+                "{label} sink {:>8.3} Gbit/s {:>8} rec/s  conns {} open  accepted {}  invalid {}",
+                rate(bytes * 8, seconds) / 1e9,
+                si(rate(records, seconds)),
+                now.rx.get(RxCounter::ConnsOpen),
+                now.rx.get(RxCounter::Accepts),
+                now.rx.get(RxCounter::Invalid),
+            );
+        }
+    }
+
+    fn rr_line(
+        &self,
+        now: &Snapshot,
+        before: &Snapshot,
+        seconds: f64,
+        (process, machine): (Option<u64>, Option<u64>),
+    ) {
+        let n = now.tx.get(TxCounter::Transactions) - before.tx.get(TxCounter::Transactions);
+        let mut cells = now.rtt;
+        for (c, b) in cells.0.iter_mut().zip(before.rtt.0) {
+            *c -= b;
+        }
+        let per = |c: Option<u64>| {
+            c.filter(|_| n > 0).map_or("unknown".to_string(), |c| {
+                format!("{:.2}", c as f64 / n as f64)
+            })
+        };
+        say!(
+            "           rr {:>8} trans/s  rtt p50 {} ns  p99 {} ns  ctx/s {} (machine {})  ctx/trans {} (machine {})",
+            si(rate(n, seconds)),
+            crate::sender::rtt::quantile(&cells, 0.5),
+            crate::sender::rtt::quantile(&cells, 0.99),
+            process.map_or("unknown".into(), |p| si(rate(p, seconds))),
+            machine.map_or("unknown".into(), |m| si(rate(m, seconds))),
+            per(process),
+            per(machine),
+        );
+    }
+
+    /// Runs until the run ends, then prints the summaries.
+    pub fn run(mut self, signal: &AtomicBool) -> Result<(), Error> {
+        if let Some(s) = &self.sinks
+            && !self.sinks_released
+        {
+            s.group.release();
+        }
+        if let Some(s) = &self.senders {
+            s.group.release();
+        }
+        let start = clock::monotonic_ns();
+        let ctx_start = super::ctx::sample();
+        let mut ctx_last = ctx_start;
+        let secs = |ns: u64| (ns - start) as f64 / 1e9;
+        let mut last = Snapshot::default();
+        let mut last_at = start;
+        let mut senders_done_at = None;
+        // The sink's active span: first and last tick at which its byte count moved.
+        let (mut rx_first, mut rx_last) = (None, start);
+        let mut rx_seen = 0;
+        let mut prev_tick = start;
+        loop {
+            std::thread::sleep(TICK);
+            let now = clock::monotonic_ns();
+            let interrupted =
+                signal.load(std::sync::atomic::Ordering::Relaxed) || crate::output::closed();
+            if interrupted {
+                self.send_control.request_stop();
+                if let Some(c) = &self.sink_control {
+                    c.request_stop();
+                }
+            }
+            let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
+            if self.senders.is_some() && senders_done && senders_done_at.is_none() {
+                senders_done_at = Some(now);
+                if let Some(c) = &self.sink_control {
+                    c.request_drain();
+                }
+            }
+            if let (Some(at), Some(c)) = (senders_done_at, &self.sink_control)
+                && now - at > DRAIN_BOUND_NS
+            {
+                c.request_stop();
+            }
+            if let (Some(d), Some(c)) = (self.sink_duration, &self.sink_control)
+                && now - start >= d.as_nanos() as u64
+            {
+                c.request_stop();
+            }
+            let snap = self.snapshot();
+            if let Some(m) = &self.metrics {
+                m.flush(&super::ctx::sample());
+            }
+            let rx_bytes = snap.rx.get(RxCounter::Bytes);
+            if rx_bytes != rx_seen {
+                rx_first.get_or_insert(prev_tick);
+                rx_last = now;
+                rx_seen = rx_bytes;
+            }
+            let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
+            let done = senders_done && sinks_done;
+            if !self.interval.is_zero() && (now - last_at >= self.interval.as_nanos() as u64) {
+                let ctx_now = super::ctx::sample();
+                self.interval_lines(&snap, &last, secs(last_at), secs(now));
+                if self.rr {
+                    self.rr_line(
+                        &snap,
+                        &last,
+                        secs(now) - secs(last_at),
+                        super::ctx::delta(&ctx_last, &ctx_now),
+                    );
+                }
+                ctx_last = ctx_now;
+                last = snap;
+                last_at = now;
+            }
+            if done {
+                break;
+            }
+            prev_tick = now;
+        }
+        let end = clock::monotonic_ns();
+        let ctx = super::ctx::delta(&ctx_start, &super::ctx::sample());
+        let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
+        let rx_shared: Vec<_> = self.sinks.iter().flat_map(|g| g.shared.clone()).collect();
+        let mut ring_failed = false;
+        let mut tx_span = None;
+        if let Some(s) = self.senders.take() {
+            let outcomes = s.group.join();
+            ring_failed |= outcomes.iter().any(|o| o.is_none_or(|o| o.ring_failed));
+            let first = outcomes.iter().flatten().map(|o| o.started_ns).min();
+            let last = outcomes.iter().flatten().map(|o| o.ended_ns).max();
+            tx_span = first.zip(last).map(|(a, b)| (b - a) as f64 / 1e9);
+        }
+        if let Some(s) = self.sinks.take() {
+            s.group.join();
+        }
+        let snap = snapshot(tx_shared.iter(), rx_shared.iter());
+        if let Some(m) = &self.metrics {
+            m.flush(&super::ctx::sample());
+        }
+        let mut result = Ok(());
+        if let Some(span) = tx_span {
+            self.send_summary(&snap, span, ctx);
+            if snap.tx.get(TxCounter::Connects) == 0 {
+                result = Err(Error::io(
+                    "tcp send",
+                    std::io::Error::other(
+                        "no connection succeeded: is a `ringblast sink --proto tcp` listening there?",
+                    ),
+                ));
+            }
+        }
+        if self.sink_control.is_some() {
+            let span = rx_first.map_or(0.0, |f| (rx_last - f) as f64 / 1e9);
+            self.sink_summary(&snap, span, secs(end));
+        }
+        if ring_failed {
+            result = Err(Error::io(
+                "io_uring_enter",
+                std::io::Error::other("a worker's ring failed"),
+            ));
+        }
+        result
+    }
+
+    fn send_summary(&self, snap: &Snapshot, seconds: f64, ctx: (Option<u64>, Option<u64>)) {
+        let tx = &snap.tx;
+        let bytes = tx.get(TxCounter::Bytes);
+        let records = tx.get(TxCounter::Records);
+        let mut line = counters_json(TX_KEYS, tx);
+        line.insert("type".into(), json!("summary"));
+        line.insert("role".into(), json!("send"));
+        line.insert("protocol".into(), json!("tcp"));
+        line.insert("duration_s".into(), json!(seconds));
+        line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
+        line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
+        if let Some(t) = self.target_rps {
+            line.insert("target_records_per_s".into(), json!(t));
+        }
+        if self.rr {
+            self.rr_summary(&mut line, snap, seconds, ctx);
+        }
+        if self.json {
+            crate::output::json_line(&Value::Object(line));
+        }
+        say!(
+            "send summary: {bytes} bytes, {records} records in {seconds:.2} s = {:.3} Gbit/s, {} rec/s; connects {}, reconnects {}, connect failures {}, resets {}, short writes {}",
+            rate(bytes * 8, seconds) / 1e9,
+            si(rate(records, seconds)),
+            tx.get(TxCounter::Connects),
+            tx.get(TxCounter::Reconnects),
+            tx.get(TxCounter::ConnectFailures),
+            tx.get(TxCounter::Resets),
+            tx.get(TxCounter::ShortWrites),
+        );
+    }
+
+    fn rr_summary(
+        &self,
+        line: &mut Map<String, Value>,
+        snap: &Snapshot,
+        seconds: f64,
+        (process, machine): (Option<u64>, Option<u64>),
+    ) {
+        let n = snap.tx.get(TxCounter::Transactions);
+        let per = |c: Option<u64>| c.filter(|_| n > 0).map(|c| c as f64 / n as f64);
+        let q = |x| crate::sender::rtt::quantile(&snap.rtt, x);
+        let fields = [
+            ("tps", json!(rate(n, seconds).round() as u64)),
+            ("rtt_p50_ns", json!(q(0.5))),
+            ("rtt_p99_ns", json!(q(0.99))),
+            ("rtt_p999_ns", json!(q(0.999))),
+            ("rtt_max_ns", json!(q(1.0))),
+            ("ctx_switches", json!(process)),
+            (
+                "ctx_switches_per_s",
+                json!(process.map(|p| rate(p, seconds))),
+            ),
+            ("ctx_switches_per_transaction", json!(per(process))),
+            ("machine_ctx_switches", json!(machine)),
+            (
+                "machine_ctx_switches_per_s",
+                json!(machine.map(|m| rate(m, seconds))),
+            ),
+            ("machine_ctx_switches_per_transaction", json!(per(machine))),
+        ];
+        for (k, v) in fields {
+            line.insert(k.into(), v);
+        }
+        let text = |v: Option<f64>| v.map_or("unknown".into(), |v| format!("{v:.2}"));
+        say!(
+            "rr summary: {n} transactions = {} trans/s; rtt p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns (cell bounds, within 12.5 %); ctx switches per transaction: process {}, machine {}",
+            si(rate(n, seconds)),
+            q(0.5),
+            q(0.99),
+            q(0.999),
+            q(1.0),
+            text(per(process)),
+            text(per(machine)),
+        );
+    }
+
+    fn sink_summary(&self, snap: &Snapshot, active_s: f64, run_s: f64) {
+        let rx = &snap.rx;
+        let bytes = rx.get(RxCounter::Bytes);
+        let records = rx.get(RxCounter::Records);
+        let cells: [u64; LATENCY_CELLS] = snap.latency.0;
+        let mut line = counters_json(RX_KEYS, rx);
+        line.insert("type".into(), json!("summary"));
+        line.insert("role".into(), json!("sink"));
+        line.insert("protocol".into(), json!("tcp"));
+        line.insert("duration_s".into(), json!(run_s));
+        line.insert("active_s".into(), json!(active_s));
+        line.insert("bps".into(), json!(rate(bytes * 8, active_s) as u64));
+        line.insert(
+            "latency_p50_ns_le".into(),
+            json!(latency_quantile_bound(&cells, 0.5)),
+        );
+        line.insert(
+            "latency_p99_ns_le".into(),
+            json!(latency_quantile_bound(&cells, 0.99)),
+        );
+        if self.json {
+            crate::output::json_line(&Value::Object(line));
+        }
+        say!(
+            "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}), refused {}",
+            rate(bytes * 8, active_s) / 1e9,
+            rx.get(RxCounter::Accepts),
+            rx.get(RxCounter::Invalid),
+            rx.get(RxCounter::InvalidSequence),
+            rx.get(RxCounter::InvalidMagic),
+            rx.get(RxCounter::InvalidVersion),
+            rx.get(RxCounter::InvalidLength),
+            rx.get(RxCounter::InvalidTruncated),
+            rx.get(RxCounter::Refused),
+        );
+    }
+}

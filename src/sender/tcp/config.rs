@@ -1,0 +1,146 @@
+//! What a TCP sender worker is given and what it publishes: its resolved configuration (sizes
+//! of its send slots and receive buffers follow from it), the request/response shape, and the
+//! counters the reporter reads.
+
+use std::time::Duration;
+
+use super::{SendOp, rr};
+use crate::{
+    ring::{BufRingLayout, RingSize},
+    sender::rtt::SharedRtt,
+};
+
+/// The most bytes one write carries.
+const MAX_WRITE: usize = 128 * 1024;
+/// Send-slot memory per queue at most (slots shrink with many connections).
+const MAX_SLOT_MEMORY: usize = 32 << 20;
+
+crate::counter_array! {
+    /// Counters of one TCP sender queue.
+    TxCounter, TX_KEYS, TxCounters, TcpTxShared {
+        /// Application bytes the kernel accepted.
+        Bytes = "tx_bytes",
+        /// Records written completely.
+        Records = "tx_records",
+        /// Connections established.
+        Connects = "connects",
+        /// Connections established again after one had failed.
+        Reconnects = "reconnects",
+        /// Connects that failed (refused, reset, unreachable, socket creation).
+        ConnectFailures = "connect_failures",
+        /// Established connections reset or broken by the peer (ECONNRESET, EPIPE).
+        Resets = "resets",
+        /// Writes that failed otherwise.
+        SendErrors = "send_errors",
+        /// Writes the kernel took only in part (continued).
+        ShortWrites = "short_writes",
+        /// Connections up now (a gauge).
+        ConnsUp = "conns_up",
+        /// rr: responses received in order (round trips completed).
+        Transactions = "transactions",
+        /// rr: bytes of those responses.
+        ResponseBytes = "rx_response_bytes",
+        /// rr: responses out of order, not marked as responses, or with lost framing; streams:
+        /// acknowledgements that went backwards or beyond what was sent.
+        BadResponses = "bad_responses",
+        /// Stream records the sink acknowledged having counted (delivered to the application).
+        DeliveredRecords = "delivered_records",
+        /// Bytes of those records.
+        DeliveredBytes = "delivered_bytes",
+    }
+}
+
+/// What one TCP sender queue shares with the reporter.
+#[derive(Debug, Default)]
+pub struct TcpSendShared {
+    /// Counters.
+    pub counters: TcpTxShared,
+    /// rr: round-trip time cells.
+    pub rtt: SharedRtt,
+}
+
+/// The request/response shape of a sender.
+#[derive(Clone, Copy, Debug)]
+pub struct RrShape {
+    /// Request bytes (the record size).
+    pub request: usize,
+    /// Response bytes asked for.
+    pub response: usize,
+    /// Requests outstanding per connection.
+    pub depth: u32,
+}
+
+/// Everything one TCP sender worker needs, resolved before start.
+#[derive(Clone, Debug)]
+pub struct TcpSendConfig {
+    /// Destination.
+    pub to: std::net::SocketAddr,
+    /// Record bytes, header included.
+    pub size: usize,
+    /// Connections of this queue.
+    pub conns: u32,
+    /// Flow id of this queue's first connection (ids are queue-major).
+    pub first_flow: u16,
+    /// Records per second for this worker, `None` = as fast as possible.
+    pub rate_rps: Option<f64>,
+    /// Records this worker writes before it stops.
+    pub count: Option<u64>,
+    /// How long this worker sends.
+    pub duration: Option<Duration>,
+    /// The write operation.
+    pub op: SendOp,
+    /// Epoch written into every record.
+    pub epoch: u32,
+    /// Try 2 MiB pages for the arena.
+    pub hugepages: bool,
+    /// The request/response pattern, `None` for streams.
+    pub rr: Option<RrShape>,
+}
+
+impl TcpSendConfig {
+    pub(super) fn slot_bytes(&self) -> usize {
+        if let Some(rr) = self.rr {
+            return rr.request * rr.depth as usize;
+        }
+        let per_conn = (MAX_SLOT_MEMORY / self.conns.max(1) as usize).min(MAX_WRITE);
+        (per_conn / self.size).max(1) * self.size
+    }
+
+    pub(super) fn records_per_write(&self) -> u64 {
+        (self.slot_bytes() / self.size) as u64
+    }
+
+    /// The receive buffers for responses and acknowledgements (at the start of the arena).
+    pub(super) fn recv_layout(&self) -> Option<BufRingLayout> {
+        Some(rr::RECV_LAYOUT)
+    }
+
+    /// Where the send slots start in the arena.
+    pub(super) fn slot_base(&self) -> usize {
+        self.recv_layout().map_or(0, |l| l.arena_bytes())
+    }
+
+    /// Arena bytes of one worker.
+    pub fn arena_bytes(&self) -> usize {
+        (self.slot_base() + self.slot_bytes() * self.conns as usize).div_ceil(4096) * 4096
+    }
+
+    pub(super) fn ring_size(&self) -> RingSize {
+        let sq = (self.conns * 2).next_power_of_two().clamp(64, 4096);
+        RingSize {
+            sq_entries: sq,
+            cq_entries: sq * 4,
+        }
+    }
+}
+
+/// What a TCP sender worker reports when it ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TcpSendOutcome {
+    /// Monotonic ns when sending began.
+    pub started_ns: u64,
+    /// Monotonic ns when the worker ended.
+    pub ended_ns: u64,
+    /// A fatal ring error ended the run early.
+    pub ring_failed: bool,
+}

@@ -1,0 +1,504 @@
+//! The TCP stream sender worker: `conns` connections per queue, each connected through its
+//! ring, writing records of `size` bytes from its own slot of the registered arena.
+//!
+//! Each connection has at most one write in flight, so a short write is continued from where
+//! the kernel stopped before anything else goes on that stream. A connection whose connect or
+//! write fails is closed and reopened after a capped exponential backoff (10 ms doubling to
+//! 1 s); connects, reconnects, connect failures and resets are counted. Sockets are created in
+//! the loop only on reconnect (a `socket(2)` call; a failure is counted like a refused
+//! connect). With the request/response pattern (`rr`) each record is a request and the
+//! responses are read back through a multishot receive (see `rr`). The loop never allocates,
+//! locks, logs or formats; counters are published to [`TcpSendShared`] every 10 ms and at the
+//! end.
+
+mod config;
+mod rr;
+
+pub use self::config::{
+    RrShape, TX_KEYS, TcpSendConfig, TcpSendOutcome, TcpSendShared, TcpTxShared, TxCounter,
+    TxCounters,
+};
+
+use std::{os::fd::AsRawFd, sync::Arc};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::SendOp;
+use crate::{
+    clock,
+    error::Error,
+    mem::{Arena, limits},
+    pacing::Pacer,
+    proto::record::{FLAG_REQUEST, RECORD_HEADER_LEN, RecordHeader, StreamParser},
+    ring::{
+        Completion, Engine, Wait, probe,
+        token::{OpKind, Token},
+    },
+    sender::rtt::RttCells,
+};
+
+const PUBLISH_EVERY_NS: u64 = 10_000_000;
+const MAX_SLEEP_NS: u64 = 5_000_000;
+const BACKOFF_FIRST_NS: u64 = 10_000_000;
+const BACKOFF_CAP_NS: u64 = 1_000_000_000;
+/// How long a stopping sender waits for its writes in flight to finish.
+const STOP_GRACE_NS: u64 = 2_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting to (re)connect at `retry_at`.
+    Down,
+    Connecting,
+    Up,
+}
+
+#[derive(Debug)]
+struct Conn {
+    socket: Option<Socket>,
+    state: State,
+    generation: u32,
+    flow: u16,
+    next_seq: u64,
+    ever_up: bool,
+    backoff_ns: u64,
+    retry_at: u64,
+    /// Bytes of the current write, bytes of it done, and the records it carries.
+    write_len: u32,
+    written: u32,
+    write_records: u64,
+    /// rr: requests written or queued whose response has not arrived.
+    outstanding: u32,
+    /// Records of this connection the sink has acknowledged.
+    acked: u64,
+    /// rr: framing of the responses.
+    parser: StreamParser,
+}
+
+/// A TCP sender worker, set up and ready to run on its thread.
+pub struct TcpSendWorker {
+    engine: Engine,
+    conns: Vec<Conn>,
+    config: TcpSendConfig,
+    slot_bytes: usize,
+    slot_base: usize,
+    shared: Arc<TcpSendShared>,
+    counters: TxCounters,
+    rtt: RttCells,
+    completions: Vec<Completion>,
+    next_conn: usize,
+    writing: usize,
+    /// The run is over: writes are done and FINs sent; waiting for the last acknowledgements.
+    draining: bool,
+}
+
+fn stream_socket(to: std::net::SocketAddr) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_tcp_nodelay(true)?;
+    Ok(socket)
+}
+
+impl TcpSendWorker {
+    /// Builds the worker on the calling (already pinned) thread.
+    pub fn new(
+        config: TcpSendConfig,
+        node: u32,
+        shared: Arc<TcpSendShared>,
+    ) -> Result<Self, Error> {
+        if config.size < RECORD_HEADER_LEN {
+            return Err(Error::Usage(format!(
+                "--size {} is smaller than the {RECORD_HEADER_LEN}-byte record header",
+                config.size
+            )));
+        }
+        let size = config.ring_size();
+        limits::check_memlock(config.arena_bytes() as u64 + size.locked_bytes())?;
+        let arena = Arena::allocate_on_node(config.arena_bytes(), node, config.hugepages)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let send_ops = match config.op {
+            SendOp::WriteFixed => probe::SEND_OPS,
+            SendOp::SendZc => probe::SEND_ZC_OPS,
+            SendOp::Send => probe::SEND_PLAIN_OPS,
+        };
+        let ops = [probe::TCP_CONNECT_OPS, send_ops].concat();
+        let mut engine = Engine::new(size, arena, &ops, true, config.recv_layout())?;
+        engine.set_connect_target(config.to);
+        let conns = (0..config.conns)
+            .map(|i| Conn {
+                socket: None,
+                state: State::Down,
+                generation: 0,
+                flow: config.first_flow.wrapping_add(i as u16),
+                next_seq: 0,
+                ever_up: false,
+                backoff_ns: BACKOFF_FIRST_NS,
+                retry_at: 0,
+                write_len: 0,
+                written: 0,
+                write_records: 0,
+                outstanding: 0,
+                acked: 0,
+                parser: StreamParser::new(),
+            })
+            .collect();
+        Ok(TcpSendWorker {
+            engine,
+            conns,
+            slot_bytes: config.slot_bytes(),
+            slot_base: config.slot_base(),
+            shared,
+            counters: TxCounters::default(),
+            rtt: RttCells::default(),
+            completions: vec![Completion::default(); size.cq_entries as usize],
+            next_conn: 0,
+            writing: 0,
+            draining: false,
+            config,
+        })
+    }
+
+    fn fd(&self, i: usize) -> i32 {
+        self.conns[i].socket.as_ref().map_or(-1, |s| s.as_raw_fd())
+    }
+
+    /// Starts connects for every connection that is down and due.
+    fn connect_due(&mut self, now: u64) {
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.state != State::Down || c.retry_at > now {
+                continue;
+            }
+            match stream_socket(self.config.to) {
+                Ok(s) => c.socket = Some(s),
+                Err(_) => {
+                    self.counters.add(TxCounter::ConnectFailures, 1);
+                    Self::back_off(c, now);
+                    continue;
+                }
+            }
+            c.generation = c.generation.wrapping_add(1);
+            let token = Token::new(OpKind::Connect, c.generation, i as u32).user_data();
+            let fd = self.fd(i);
+            if !self.engine.push_connect(fd, token) {
+                self.conns[i].socket = None;
+                break;
+            }
+            self.conns[i].state = State::Connecting;
+        }
+    }
+
+    fn back_off(c: &mut Conn, now: u64) {
+        c.socket = None;
+        c.state = State::Down;
+        c.retry_at = now + c.backoff_ns;
+        c.backoff_ns = (c.backoff_ns * 2).min(BACKOFF_CAP_NS);
+    }
+
+    /// Closes connection `i` after a failure and schedules its reconnect.
+    fn fail(&mut self, i: usize, now: u64) {
+        let c = &mut self.conns[i];
+        if c.state == State::Up {
+            self.counters.sub(TxCounter::ConnsUp, 1);
+        }
+        if c.write_len > 0 {
+            self.writing -= 1;
+        }
+        c.write_len = 0;
+        c.written = 0;
+        c.write_records = 0;
+        c.next_seq = 0;
+        c.outstanding = 0;
+        c.acked = 0;
+        c.parser = StreamParser::new();
+        c.generation = c.generation.wrapping_add(1);
+        Self::back_off(c, now);
+    }
+
+    /// Stamps up to `budget` records into connection `i`'s slot and queues the write.
+    fn start_write(&mut self, i: usize, budget: u64, now_real: u64) -> u64 {
+        let room = match self.config.rr {
+            Some(rr) => u64::from(rr.depth - self.conns[i].outstanding),
+            None => self.config.records_per_write(),
+        };
+        let records = budget.min(room);
+        if records == 0 {
+            return 0;
+        }
+        let len = records as usize * self.config.size;
+        let offset = self.slot_base + i * self.slot_bytes;
+        let (size, epoch) = (self.config.size, self.config.epoch);
+        let response = self.config.rr.map(|rr| rr.response as u32);
+        let c = &mut self.conns[i];
+        let fd = c.socket.as_ref().map_or(-1, |s| s.as_raw_fd());
+        if let Some(bytes) = self.engine.arena_bytes_mut(offset, len) {
+            for (k, record) in bytes.chunks_exact_mut(size).enumerate() {
+                RecordHeader {
+                    len: size as u32,
+                    flags: if response.is_some() { FLAG_REQUEST } else { 0 },
+                    flow: c.flow,
+                    epoch,
+                    seq: c.next_seq + k as u64,
+                    timestamp_ns: now_real,
+                }
+                .write(record);
+                if let (Some(r), Some(word)) = (response, record.get_mut(32..36)) {
+                    word.copy_from_slice(&r.to_be_bytes());
+                }
+            }
+        }
+        let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+        if !push_write(
+            &mut self.engine,
+            self.config.op,
+            fd,
+            offset,
+            len as u32,
+            token,
+        ) {
+            return 0;
+        }
+        let c = &mut self.conns[i];
+        c.write_len = len as u32;
+        c.written = 0;
+        c.write_records = records;
+        c.next_seq += records;
+        if response.is_some() {
+            c.outstanding += records as u32;
+        }
+        self.writing += 1;
+        records
+    }
+
+    /// Queues writes on idle connections, round robin, within `budget` records.
+    fn push_writes(&mut self, mut budget: u64, now_real: u64) -> u64 {
+        let n = self.conns.len();
+        let mut queued = 0;
+        for step in 0..n {
+            if budget == 0 {
+                break;
+            }
+            let i = (self.next_conn + step) % n;
+            let c = &self.conns[i];
+            if c.state != State::Up || c.write_len != 0 {
+                continue;
+            }
+            let records = self.start_write(i, budget, now_real);
+            if records == 0 {
+                continue;
+            }
+            budget -= records;
+            queued += records;
+            self.next_conn = (i + 1) % n;
+        }
+        queued
+    }
+
+    fn on_connect(&mut self, i: usize, result: i32, now: u64) {
+        if result < 0 {
+            self.counters.add(TxCounter::ConnectFailures, 1);
+            let c = &mut self.conns[i];
+            c.generation = c.generation.wrapping_add(1);
+            Self::back_off(c, now);
+            return;
+        }
+        let c = &mut self.conns[i];
+        c.state = State::Up;
+        c.backoff_ns = BACKOFF_FIRST_NS;
+        let again = c.ever_up;
+        c.ever_up = true;
+        self.counters.add(TxCounter::Connects, 1);
+        self.counters.add(TxCounter::ConnsUp, 1);
+        if again {
+            self.counters.add(TxCounter::Reconnects, 1);
+        }
+        self.arm_responses(i, now);
+    }
+
+    fn on_write(&mut self, i: usize, result: i32, now: u64) {
+        if result <= 0 {
+            let reset = matches!(-result, libc::ECONNRESET | libc::EPIPE) || result == 0;
+            self.counters.add(
+                if reset {
+                    TxCounter::Resets
+                } else {
+                    TxCounter::SendErrors
+                },
+                1,
+            );
+            self.fail(i, now);
+            return;
+        }
+        self.counters.add(TxCounter::Bytes, result as u64);
+        let c = &mut self.conns[i];
+        c.written += result as u32;
+        if c.written < c.write_len {
+            self.counters.add(TxCounter::ShortWrites, 1);
+            let (offset, rest) = (
+                self.slot_base + i * self.slot_bytes + c.written as usize,
+                c.write_len - c.written,
+            );
+            let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+            let fd = self.fd(i);
+            if !push_write(&mut self.engine, self.config.op, fd, offset, rest, token) {
+                // The SQ is full: the stream cannot be continued in order, so it is reset.
+                self.counters.add(TxCounter::SendErrors, 1);
+                self.fail(i, now);
+            }
+            return;
+        }
+        self.counters.add(TxCounter::Records, c.write_records);
+        c.write_len = 0;
+        c.write_records = 0;
+        self.writing -= 1;
+    }
+
+    fn reap(&mut self) {
+        let n = self.engine.reap(&mut self.completions);
+        let now = clock::monotonic_ns();
+        for k in 0..n {
+            let cqe = self.completions[k];
+            let Some(token) = Token::decode(cqe.user_data) else {
+                continue;
+            };
+            let i = token.index as usize;
+            if i >= self.conns.len() || !token.is_generation(self.conns[i].generation) {
+                // A late completion of a closed connection: only a response buffer matters.
+                if let (OpKind::Recv, Some(bid)) = (token.kind, cqe.buffer_id()) {
+                    self.engine.recycle_buffer(bid);
+                }
+                continue;
+            }
+            match token.kind {
+                OpKind::Connect => self.on_connect(i, cqe.result, now),
+                // A zero-copy send's notification only releases the slot, which the write's
+                // own completion already accounted for.
+                OpKind::Send if cqe.is_notification() => {}
+                OpKind::Send => self.on_write(i, cqe.result, now),
+                OpKind::Recv => self.on_responses(i, cqe, now),
+                OpKind::Accept => {}
+            }
+        }
+        if n > 0 {
+            self.engine.publish_buffers();
+        }
+    }
+
+    fn publish(&self) {
+        self.shared.counters.publish(&self.counters);
+        self.shared.rtt.publish(&self.rtt);
+    }
+
+    fn outstanding(&self) -> u32 {
+        self.conns.iter().map(|c| c.outstanding).sum()
+    }
+}
+
+impl TcpSendWorker {
+    /// Sends FIN on every connection, so the sink sees each stream end cleanly, and waits (at
+    /// most [`STOP_GRACE_NS`]) until the sink has acknowledged every record of every stream
+    /// still up and closed it.
+    fn drain(&mut self) {
+        self.draining = true;
+        for c in &self.conns {
+            if let (State::Up, Some(s)) = (c.state, c.socket.as_ref()) {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        let until = clock::monotonic_ns() + STOP_GRACE_NS;
+        let stream = self.config.rr.is_none();
+        while clock::monotonic_ns() < until
+            && self
+                .conns
+                .iter()
+                .any(|c| c.state == State::Up && (!stream || c.acked < c.next_seq))
+        {
+            let wait = Wait::One {
+                timeout_ns: MAX_SLEEP_NS,
+            };
+            if self.engine.submit(wait).is_err() {
+                break;
+            }
+            self.reap();
+        }
+    }
+}
+
+fn push_write(
+    engine: &mut Engine,
+    op: SendOp,
+    fd: i32,
+    offset: usize,
+    len: u32,
+    token: u64,
+) -> bool {
+    match op {
+        SendOp::WriteFixed => engine.push_write_fixed(fd, offset, len, token),
+        SendOp::SendZc => engine.push_send_zc_fixed(fd, offset, len, token),
+        SendOp::Send => engine.push_send(fd, offset, len, token),
+    }
+}
+
+impl crate::worker::Job for TcpSendWorker {
+    type Output = TcpSendOutcome;
+
+    fn run(mut self, control: &crate::worker::Control) -> TcpSendOutcome {
+        let started_ns = clock::monotonic_ns();
+        let burst = self.config.records_per_write() * u64::from(self.config.conns);
+        let mut pacer = Pacer::new(self.config.rate_rps, started_ns, burst);
+        let deadline = self
+            .config
+            .duration
+            .map(|d| started_ns + d.as_nanos() as u64);
+        let mut remaining = self.config.count.unwrap_or(u64::MAX);
+        let mut last_publish = started_ns;
+        let mut stop_at: Option<u64> = None;
+        let mut ring_failed = false;
+        loop {
+            let now = clock::monotonic_ns();
+            if stop_at.is_none()
+                && (control.stop_requested()
+                    || remaining == 0
+                    || deadline.is_some_and(|d| now >= d))
+            {
+                stop_at = Some(now);
+            }
+            match stop_at {
+                Some(at)
+                    if (self.writing == 0 && self.outstanding() == 0)
+                        || now - at > STOP_GRACE_NS =>
+                {
+                    break;
+                }
+                Some(_) => {}
+                None => {
+                    self.connect_due(now);
+                    let budget = pacer.allowance(now).min(remaining);
+                    if budget > 0 {
+                        let queued = self.push_writes(budget, clock::realtime_ns());
+                        pacer.commit(queued);
+                        remaining -= queued;
+                    }
+                }
+            }
+            let until = pacer.next_due_ns().unwrap_or(now + MAX_SLEEP_NS);
+            let timeout_ns = until.saturating_sub(now).clamp(1_000, MAX_SLEEP_NS);
+            if self.engine.submit(Wait::One { timeout_ns }).is_err() {
+                ring_failed = true;
+                break;
+            }
+            self.reap();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.publish();
+                last_publish = now;
+            }
+        }
+        if !ring_failed {
+            self.drain();
+        }
+        self.publish();
+        TcpSendOutcome {
+            started_ns,
+            ended_ns: clock::monotonic_ns(),
+            ring_failed,
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! The TCP sink worker: one `SO_REUSEPORT` listener per queue, a multishot `ACCEPT` on it, and a
+//! multishot `RECV` per connection into the queue's provided-buffer ring (plain multishot
+//! receive; recv bundles are not used yet).
+//!
+//! Every connection's bytes go through its [`StreamParser`]: complete in-sequence records count
+//! as received (records, bytes, one-way latency); a record out of sequence counts as invalid
+//! `sequence`; lost framing (bad magic, version or length) counts as invalid with its reason
+//! and closes that connection; a stream that ends inside a record counts as `truncated`.
+//! Connection slots are preallocated (`--max-conns` per queue); a connection beyond them is
+//! closed at once and counted as refused. A request (request/response pattern) is answered
+//! with the response it asks for, and a stream is acknowledged with the count of its records
+//! this sink has counted (see `respond`), also once more when the stream ends or the sink
+//! stops, so a sender knows what reached these books. A stopping sink counts nothing more,
+//! sends its last acknowledgements (waiting at most 500 ms) and then closes. The loop never
+//! allocates, locks, logs or formats.
+
+mod respond;
+
+use std::{
+    net::SocketAddr,
+    os::fd::{AsRawFd, OwnedFd},
+    sync::Arc,
+};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::{
+    clock,
+    counters::Counters,
+    error::Error,
+    mem::{Arena, PAGE_SIZE, Populate, limits},
+    proto::record::{Broken, Record, StreamParser},
+    ring::{
+        BufRingLayout, Completion, Engine, RingSize, Wait, probe,
+        token::{OpKind, Token},
+    },
+    stats::{LATENCY_CELLS, latency_cell},
+    worker::{Control, Job},
+};
+
+const PUBLISH_EVERY_NS: u64 = 10_000_000;
+const MAX_SLEEP_NS: u64 = 5_000_000;
+/// How long a stopping sink waits for its last acknowledgements to go out.
+const STOP_GRACE_NS: u64 = 500_000_000;
+/// Bytes of each provided receive buffer.
+pub const TCP_BUFFER_BYTES: u32 = 32 * 1024;
+/// Index of the listener in accept tokens.
+const LISTENER: u32 = u32::MAX;
+
+crate::counter_array! {
+    /// Counters of one TCP sink queue.
+    RxCounter, RX_KEYS, RxCounters, TcpRxShared {
+        /// Bytes of complete, in-sequence records.
+        Bytes = "rx_bytes",
+        /// Complete, in-sequence records.
+        Records = "rx_records",
+        /// Invalid events, every reason together.
+        Invalid = "rx_invalid",
+        /// Records out of sequence on their connection.
+        InvalidSequence = "invalid_sequence",
+        /// Connections whose stream did not start a record with the magic.
+        InvalidMagic = "invalid_magic",
+        /// Connections with a wrong version or record flag.
+        InvalidVersion = "invalid_version",
+        /// Connections with a record length out of bounds.
+        InvalidLength = "invalid_length",
+        /// Connections that ended inside a record.
+        InvalidTruncated = "invalid_truncated",
+        /// Connections accepted.
+        Accepts = "accepts",
+        /// Connections closed at once because every slot was taken.
+        Refused = "refused",
+        /// Connections that ended (EOF, reset, or closed for lost framing).
+        Closed = "conns_closed",
+        /// Connections that ended with an error (reset by the peer).
+        Resets = "resets",
+        /// Connections open now (a gauge).
+        ConnsOpen = "conns_open",
+        /// Receive re-arms after the buffer ring ran dry (ENOBUFS).
+        BufferStalls = "buffer_stalls",
+        /// Connections closed for keeping more than 64 requests outstanding.
+        InvalidDepth = "invalid_depth",
+        /// Responses written completely (request/response pattern).
+        Responses = "responses",
+        /// Bytes of those responses.
+        ResponseBytes = "tx_response_bytes",
+        /// Acknowledgements written on streams.
+        Acks = "acks",
+    }
+}
+
+/// Latency cells of one queue (one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
+pub type LatencyCells = Counters<LATENCY_CELLS>;
+/// Shared latency cells.
+pub type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;
+
+/// What one TCP sink queue shares with the reporter.
+#[derive(Debug, Default)]
+pub struct TcpSinkShared {
+    /// Counters.
+    pub counters: TcpRxShared,
+    /// One-way latency cells.
+    pub latency: SharedLatency,
+}
+
+/// Everything one TCP sink worker needs.
+#[derive(Clone, Debug)]
+pub struct TcpSinkConfig {
+    /// Listen address (TCP).
+    pub listen: SocketAddr,
+    /// Connection slots per queue.
+    pub max_conns: u32,
+    /// Provided receive buffers (a power of two).
+    pub rx_buffers: u16,
+    /// Try 2 MiB pages for the arena.
+    pub hugepages: bool,
+}
+
+impl TcpSinkConfig {
+    fn layout(&self) -> BufRingLayout {
+        BufRingLayout {
+            entries: self.rx_buffers,
+            buf_size: TCP_BUFFER_BYTES,
+        }
+    }
+
+    /// Where the response slots start in the arena (after the receive buffers).
+    fn response_base(&self) -> usize {
+        self.layout().arena_bytes()
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.response_base() + self.max_conns as usize * respond::SLOT_BYTES
+    }
+
+    fn ring_size(&self) -> RingSize {
+        let sq = (self.max_conns + 8).next_power_of_two().clamp(64, 4096);
+        RingSize {
+            sq_entries: sq,
+            cq_entries: (sq * 4).max(u32::from(self.rx_buffers) * 2),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    fd: Option<OwnedFd>,
+    generation: u32,
+    parser: StreamParser,
+    /// Requests read and not yet answered.
+    owed: respond::Owed,
+    /// The response write in flight: bytes, bytes done, responses it carries (0 = none).
+    reply_len: u32,
+    reply_written: u32,
+    reply_count: u32,
+    /// Stream records counted on this connection, and the count last acknowledged (or being).
+    counted: u64,
+    acked: u64,
+    /// The stream ended (or the sink stops): close once the last acknowledgement is out.
+    close_after_reply: bool,
+}
+
+/// A TCP sink worker, set up and ready to run.
+pub struct TcpSinkWorker {
+    engine: Engine,
+    listener: Socket,
+    conns: Vec<Conn>,
+    free: Vec<u32>,
+    response_base: usize,
+    stopping: bool,
+    shared: Arc<TcpSinkShared>,
+    counters: RxCounters,
+    latency: LatencyCells,
+    completions: Vec<Completion>,
+}
+
+/// A listening TCP socket for one queue (`SO_REUSEPORT`, so every queue binds the same port).
+pub fn listener(listen: SocketAddr) -> Result<Socket, Error> {
+    let socket = Socket::new(
+        Domain::for_address(listen),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| Error::io("socket(TCP)", e))?;
+    socket
+        .set_reuse_address(true)
+        .and_then(|()| socket.set_reuse_port(true))
+        .map_err(|e| Error::io("setsockopt SO_REUSEPORT", e))?;
+    if listen.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    socket.bind(&listen.into()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => Error::Unsupported(format!(
+            "cannot listen on TCP {listen}: address already in use by another program; pick another --listen port"
+        )),
+        std::io::ErrorKind::AddrNotAvailable => Error::Usage(format!(
+            "cannot listen on {listen}: no local interface has that address"
+        )),
+        _ => Error::io(format!("bind {listen}"), e),
+    })?;
+    socket
+        .listen(1024)
+        .map_err(|e| Error::io(format!("listen {listen}"), e))?;
+    Ok(socket)
+}
+
+impl TcpSinkWorker {
+    /// Builds the worker on the calling (already pinned) thread.
+    pub fn new(
+        config: TcpSinkConfig,
+        node: u32,
+        shared: Arc<TcpSinkShared>,
+    ) -> Result<Self, Error> {
+        let layout = config.layout();
+        let size = config.ring_size();
+        limits::check_memlock(layout.ring_bytes() as u64 + size.locked_bytes())?;
+        // Fault in the entry ring and the first page of each buffer now, the rest on first use.
+        let populate = Populate::Strided {
+            head: layout.ring_bytes(),
+            stride: TCP_BUFFER_BYTES as usize,
+            touch: PAGE_SIZE,
+        };
+        let arena =
+            Arena::allocate_on_node_with(config.arena_bytes(), node, config.hugepages, populate)
+                .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let mut engine = Engine::new(size, arena, probe::TCP_SINK_OPS, false, Some(layout))?;
+        let listener = listener(config.listen)?;
+        let accept = Token::new(OpKind::Accept, 0, LISTENER).user_data();
+        if !engine.push_accept_multi(listener.as_raw_fd(), accept) {
+            return Err(Error::Unsupported(
+                "cannot queue the multishot accept".into(),
+            ));
+        }
+        engine
+            .submit(Wait::Nothing)
+            .map_err(|e| Error::io("io_uring_enter (arm multishot accept)", e))?;
+        Ok(TcpSinkWorker {
+            engine,
+            listener,
+            conns: (0..config.max_conns).map(|_| Conn::default()).collect(),
+            free: (0..config.max_conns).rev().collect(),
+            response_base: config.response_base(),
+            stopping: false,
+            shared,
+            counters: RxCounters::default(),
+            latency: LatencyCells::default(),
+            completions: vec![Completion::default(); size.cq_entries as usize],
+        })
+    }
+
+    fn on_accept(&mut self, accepted: Option<OwnedFd>, more: bool) {
+        if let Some(fd) = accepted {
+            self.counters.add(RxCounter::Accepts, 1);
+            match self.free.pop() {
+                None => {
+                    self.counters.add(RxCounter::Refused, 1);
+                    drop(fd);
+                }
+                Some(i) => {
+                    let c = &mut self.conns[i as usize];
+                    c.generation = c.generation.wrapping_add(1);
+                    c.parser = StreamParser::new();
+                    c.owed = respond::Owed::default();
+                    (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
+                    (c.counted, c.acked, c.close_after_reply) = (0, 0, false);
+                    let token = Token::new(OpKind::Recv, c.generation, i).user_data();
+                    let raw = fd.as_raw_fd();
+                    c.fd = Some(fd);
+                    self.counters.add(RxCounter::ConnsOpen, 1);
+                    if !self.engine.push_recv_multi(raw, token) {
+                        self.close(i as usize);
+                    }
+                }
+            }
+        }
+        if !more {
+            let accept = Token::new(OpKind::Accept, 0, LISTENER).user_data();
+            self.engine
+                .push_accept_multi(self.listener.as_raw_fd(), accept);
+        }
+    }
+
+    fn close(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        if let Some(fd) = c.fd.take() {
+            // Shut down first: the armed receive holds the socket open until it completes.
+            let _ = nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+            drop(fd);
+            c.generation = c.generation.wrapping_add(1);
+            self.free.push(i as u32);
+            self.counters.add(RxCounter::Closed, 1);
+            self.counters.sub(RxCounter::ConnsOpen, 1);
+        }
+    }
+
+    fn broken(&mut self, i: usize, why: Broken) {
+        self.counters.add(RxCounter::Invalid, 1);
+        self.counters.add(
+            match why {
+                Broken::Magic => RxCounter::InvalidMagic,
+                Broken::Version => RxCounter::InvalidVersion,
+                Broken::Length => RxCounter::InvalidLength,
+                Broken::Truncated => RxCounter::InvalidTruncated,
+            },
+            1,
+        );
+        self.close(i);
+    }
+
+    fn on_recv(&mut self, i: usize, c: Completion, now_real: u64) {
+        let bid = c.buffer_id();
+        if c.result > 0
+            && let Some(bid) = bid
+        {
+            let len = c.result as usize;
+            let data = &self.engine.received_buffer(bid)[..len];
+            let counters = &mut self.counters;
+            let latency = &mut self.latency;
+            let conn = &mut self.conns[i];
+            let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
+            let mut overflow = false;
+            let fed = parser.feed(data, |r: Record| {
+                if r.response_len > 0 {
+                    overflow |= !owed.push(&r);
+                } else if r.in_sequence {
+                    *counted += 1;
+                }
+                if r.in_sequence {
+                    counters.add(RxCounter::Records, 1);
+                    counters.add(RxCounter::Bytes, u64::from(r.header.len));
+                    latency.add(
+                        latency_cell(now_real.saturating_sub(r.header.timestamp_ns)),
+                        1,
+                    );
+                } else {
+                    counters.add(RxCounter::Invalid, 1);
+                    counters.add(RxCounter::InvalidSequence, 1);
+                }
+            });
+            self.engine.recycle_buffer(bid);
+            if let Err(why) = fed {
+                self.broken(i, why);
+                return;
+            }
+            if overflow {
+                self.counters.add(RxCounter::Invalid, 1);
+                self.counters.add(RxCounter::InvalidDepth, 1);
+                self.close(i);
+                return;
+            }
+            self.reply(i);
+        } else if let Some(bid) = bid {
+            self.engine.recycle_buffer(bid);
+        }
+        match c.result {
+            r if r > 0 && !c.more() => self.rearm(i),
+            r if r > 0 => {}
+            0 => {
+                if self.conns[i].parser.at_boundary() {
+                    self.conns[i].close_after_reply = true;
+                    self.reply(i);
+                } else {
+                    self.broken(i, Broken::Truncated);
+                }
+            }
+            r if -r == libc::ENOBUFS => {
+                self.counters.add(RxCounter::BufferStalls, 1);
+                self.rearm(i);
+            }
+            _ => {
+                self.counters.add(RxCounter::Resets, 1);
+                if self.conns[i].parser.at_boundary() {
+                    self.close(i);
+                } else {
+                    self.broken(i, Broken::Truncated);
+                }
+            }
+        }
+    }
+
+    fn rearm(&mut self, i: usize) {
+        let c = &self.conns[i];
+        if let Some(fd) = c.fd.as_ref() {
+            let token = Token::new(OpKind::Recv, c.generation, i as u32).user_data();
+            let raw = fd.as_raw_fd();
+            if !self.engine.push_recv_multi(raw, token) {
+                self.close(i);
+            }
+        }
+    }
+
+    fn reap(&mut self) -> usize {
+        let n = self.engine.reap(&mut self.completions);
+        let now_real = clock::realtime_ns();
+        for k in 0..n {
+            let c = self.completions[k];
+            let Some(token) = Token::decode(c.user_data) else {
+                continue;
+            };
+            match token.kind {
+                OpKind::Accept => self.on_accept(c.accepted_fd(), c.more()),
+                OpKind::Recv => {
+                    let i = token.index as usize;
+                    let current = self
+                        .conns
+                        .get(i)
+                        .is_some_and(|s| s.fd.is_some() && token.is_generation(s.generation));
+                    if current && !self.stopping {
+                        self.on_recv(i, c, now_real);
+                    } else if let Some(bid) = c.buffer_id() {
+                        // A late completion of a closed connection: only its buffer matters.
+                        self.engine.recycle_buffer(bid);
+                    }
+                }
+                OpKind::Send => {
+                    let i = token.index as usize;
+                    let current = self
+                        .conns
+                        .get(i)
+                        .is_some_and(|s| s.fd.is_some() && token.is_generation(s.generation));
+                    if current {
+                        self.on_reply(i, c.result);
+                    }
+                }
+                OpKind::Connect => {}
+            }
+        }
+        if n > 0 {
+            self.engine.publish_buffers();
+        }
+        n
+    }
+
+    /// Stops counting and sends every open stream its last acknowledgement.
+    fn stop(&mut self) {
+        self.stopping = true;
+        for i in 0..self.conns.len() {
+            if self.conns[i].fd.is_some() {
+                self.conns[i].close_after_reply = true;
+                self.reply(i);
+            }
+        }
+    }
+
+    fn publish(&self) {
+        self.shared.counters.publish(&self.counters);
+        self.shared.latency.publish(&self.latency);
+    }
+}
+
+impl Job for TcpSinkWorker {
+    type Output = ();
+
+    fn run(mut self, control: &Control) {
+        let mut last_publish = clock::monotonic_ns();
+        let mut stop_at = None;
+        loop {
+            let now = clock::monotonic_ns();
+            let open = self.counters.get(RxCounter::ConnsOpen);
+            if control.drain_requested() && open == 0 {
+                break;
+            }
+            if control.stop_requested() && stop_at.is_none() {
+                stop_at = Some(now);
+                self.stop();
+            }
+            if stop_at.is_some_and(|at| open == 0 || now - at > STOP_GRACE_NS) {
+                break;
+            }
+            if self
+                .engine
+                .submit(Wait::One {
+                    timeout_ns: MAX_SLEEP_NS,
+                })
+                .is_err()
+            {
+                break;
+            }
+            self.reap();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.publish();
+                last_publish = now;
+            }
+        }
+        self.publish();
+    }
+}
