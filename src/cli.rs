@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     config::units::{self, Rate},
-    sender::SendOp,
+    sender::{SendOp, mix::SizeSpec},
     sink::RxWait,
 };
 
@@ -71,6 +71,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn parse_count(s: &str) -> Result<u64, String> {
     units::parse_count(s).map_err(|e| e.to_string())
 }
+fn parse_size_spec(s: &str) -> Result<SizeSpec, String> {
+    s.parse()
+}
 fn parse_size(s: &str) -> Result<usize, String> {
     units::parse_byte_size(s).map_err(|e| e.to_string())
 }
@@ -124,9 +127,14 @@ pub struct TrafficArgs {
     /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate of UDP payload (`800Mbit`).
     #[arg(long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
     pub rate: Rate,
-    /// UDP payload bytes per packet, ringblast's 32-byte header included.
-    #[arg(long, default_value = "64", value_parser = parse_size, env = "RINGBLAST_SIZE")]
-    pub size: usize,
+    /// UDP payload bytes per packet (a number), or a mix of Ethernet frame sizes: `imix` (64,
+    /// 570 and 1518-byte frames, 7:4:1) or `FRAME:WEIGHT,...` (e.g. `64:28,570:16,1518:4`).
+    /// Frames convert to UDP payload as F − 46 over IPv4 and F − 66 over IPv6 (64 → 18 B),
+    /// and are sent in a fixed, evenly spread order. Payloads from 32 B carry the full header;
+    /// 18 to 31 B carry an 18-byte compact header that gives up the timestamp (no latency
+    /// sample) and sends the sequence number's low 32 bits.
+    #[arg(long, default_value = "64", value_parser = parse_size_spec, env = "RINGBLAST_SIZE")]
+    pub size: SizeSpec,
     /// Stop after this long (`10s`, `2m`).
     #[arg(long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
     pub duration: Option<Duration>,
@@ -158,7 +166,8 @@ pub struct TrafficArgs {
     pub first_seq: u64,
     /// Ethernet frame size in bytes, FCS included (pktgen/TRex style), instead of `--size`:
     /// the UDP payload is F − 46 over IPv4 and F − 66 over IPv6 (14 Ethernet + 4 FCS + IP + 8
-    /// UDP). The smallest frame is 78 bytes (IPv4) or 98 (IPv6), so the 32-byte header fits.
+    /// UDP). The smallest frame is 64 bytes (IPv4) or 84 (IPv6); frames below 78 (IPv4) or 98
+    /// (IPv6) carry the compact header (no timestamp).
     #[arg(long, conflicts_with = "size", value_parser = parse_size, env = "RINGBLAST_FRAME_SIZE")]
     pub frame_size: Option<usize>,
     /// Send datagrams larger than the path MTU; each leaves as several IP fragments (counted).

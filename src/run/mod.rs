@@ -283,10 +283,11 @@ fn send(args: SendArgs) -> Result<(), Error> {
     )?;
     let mut notes = String::new();
     let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
-    let target = args
-        .traffic
-        .rate
-        .packets_per_second(configs.first().map_or(args.traffic.size, |(c, _)| c.size));
+    let target = configs.first().and_then(|(c, _)| {
+        args.traffic
+            .rate
+            .packets_per_second_at(c.sizes.mean_payload())
+    });
     let metrics = common.metrics;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = match args.control {
@@ -390,10 +391,11 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         &placement_args(&sink_common, addr, &send_cpus),
         &mut notes,
     )?;
-    let target = args
-        .traffic
-        .rate
-        .packets_per_second(configs.first().map_or(args.traffic.size, |(c, _)| c.size));
+    let target = configs.first().and_then(|(c, _)| {
+        args.traffic
+            .rate
+            .packets_per_second_at(c.sizes.mean_payload())
+    });
     let default_metrics: SocketAddr = DEFAULT_METRICS
         .parse()
         .map_err(|_| Error::Usage("bad default metrics address".into()))?;

@@ -8,13 +8,15 @@ use crate::{
     cli::{SinkTuning, TrafficArgs},
     error::Error,
     net::claim,
-    proto::header::HEADER_LEN,
     report::{QueueView, RxSample, TxSample},
-    sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
+    sender::{
+        SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker, mix::SizePlan,
+    },
     sink::books::MAX_SEND_LAG,
     sink::{
         INVALID_TABLE_FULL, SinkConfig, SinkOutcome, SinkShared, SinkWorker,
         registry::{FlowReport, Registry},
+        sizes::SizeTable,
     },
     stats::{RxFlow, TxFlow},
     worker::{self, Control, Group},
@@ -41,8 +43,10 @@ pub struct SenderSet {
     pub target_pps: Option<f64>,
     /// First sequence number of every flow.
     pub first_seq: u64,
-    /// UDP payload bytes of every datagram.
+    /// UDP payload bytes of the largest datagram.
     pub size: usize,
+    /// The size classes sent.
+    pub sizes: Arc<SizePlan>,
     /// Where the datagrams go.
     pub to: SocketAddr,
 }
@@ -61,6 +65,8 @@ pub struct SinkSet {
     pub max_sessions: usize,
     /// Monotonic ns when every queue was bound with its receive armed.
     pub ready_ns: u64,
+    /// The size classes the sink counts.
+    pub sizes: Arc<SizeTable>,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
@@ -76,14 +82,23 @@ pub fn sender_configs(
     if queues == 0 {
         return usage("--queues must be at least 1".into());
     }
-    let size = match t.frame_size {
-        Some(frame) => super::wire::payload_for_frame(frame, to)?,
-        None => t.size,
-    };
-    if size < HEADER_LEN {
+    let sizes = Arc::new(SizePlan::resolve(&t.size, t.frame_size, to)?);
+    let size = sizes.max_payload();
+    if sizes.is_mix() && t.gso > 1 {
         return usage(format!(
-            "--size {} is below the {HEADER_LEN}-byte ringblast header; use --size {HEADER_LEN} or more",
-            size
+            "--gso {} sends trains of one size; a --size mix sends one packet per send: use --gso 1",
+            t.gso
+        ));
+    }
+    if sizes.is_mix() && t.allow_fragments {
+        return usage(
+            "--allow-fragments counts fragments for one size; send a --size mix without it (each class must fit the path MTU)".into(),
+        );
+    }
+    if sizes.has_compact() && t.first_seq > u64::from(u32::MAX / 2) {
+        return usage(format!(
+            "--first-seq {} with packets below 32 bytes: their compact header carries 32 bits of sequence; use --first-seq below 2147483648",
+            t.first_seq
         ));
     }
     if t.gso == 0 || t.gso > MAX_GSO_SEGMENTS {
@@ -134,7 +149,7 @@ pub fn sender_configs(
         return usage(format!("--flows {flows} is too many; use at most 65536"));
     }
     super::wire::check_path(to, size, t.allow_fragments)?;
-    let total_pps = t.rate.packets_per_second(size);
+    let total_pps = t.rate.packets_per_second_at(sizes.mean_payload());
     let duration = t.duration.or(if t.count.is_none() {
         default_duration
     } else {
@@ -149,6 +164,7 @@ pub fn sender_configs(
             let config = SenderConfig {
                 to,
                 size,
+                sizes: Arc::clone(&sizes),
                 gso: t.gso,
                 batch: t.batch,
                 window,
@@ -175,6 +191,10 @@ pub fn start_senders(
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
+    let sizes = configs.first().map_or_else(
+        || Arc::new(SizePlan::single(size)),
+        |(c, _)| Arc::clone(&c.sizes),
+    );
     let to = configs
         .first()
         .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |(c, _)| c.to);
@@ -205,6 +225,7 @@ pub fn start_senders(
         target_pps,
         first_seq,
         size,
+        sizes,
         to,
     })
 }
@@ -244,6 +265,7 @@ pub fn sink_config(
         max_flows: t.max_flows,
         duration,
         hugepages,
+        sizes: Arc::default(),
     })
 }
 
@@ -259,6 +281,7 @@ pub fn start_sinks(
 ) -> Result<SinkSet, Error> {
     let max_sessions = config.max_sessions;
     let listen = config.listen;
+    let sizes = Arc::clone(&config.sizes);
     if !share_port {
         claim::refuse_others(listen)?;
     }
@@ -293,6 +316,7 @@ pub fn start_sinks(
         registry,
         max_sessions,
         ready_ns: crate::clock::monotonic_ns(),
+        sizes,
     })
 }
 

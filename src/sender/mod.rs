@@ -6,6 +6,7 @@
 //! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
+pub mod mix;
 mod slots;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
@@ -46,8 +47,10 @@ pub enum SendOp {
 pub struct SenderConfig {
     /// Destination.
     pub to: std::net::SocketAddr,
-    /// UDP payload bytes per packet (header included).
+    /// UDP payload bytes of the largest packet (header included).
     pub size: usize,
+    /// The size classes and the order they are sent in.
+    pub sizes: Arc<mix::SizePlan>,
     /// Packets per send (1 = no GSO).
     pub gso: u16,
     /// SQEs per `io_uring_enter`.
@@ -235,8 +238,11 @@ impl SenderWorker {
             let segs = u64::from(self.slots.segments(slot));
             let f = &mut self.flows[flow];
             if c.result >= 0 {
+                let class = self.slots.class_of(slot);
                 f.packets += segs;
                 f.bytes += c.result as u64;
+                f.size_packets[class] += segs;
+                f.size_bytes[class] += c.result as u64;
             } else {
                 f.errors[errno_class(-c.result)] += segs;
                 self.failed[flow] += segs;

@@ -12,6 +12,7 @@ pub mod books;
 pub mod cmsg;
 pub mod mailbox;
 pub mod registry;
+pub mod sizes;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -94,6 +95,8 @@ pub struct SinkConfig {
     pub duration: Option<Duration>,
     /// Try 2 MiB pages for the arena.
     pub hugepages: bool,
+    /// The size classes, shared by every queue of this sink.
+    pub sizes: Arc<sizes::SizeTable>,
 }
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
@@ -257,13 +260,14 @@ impl SinkWorker {
             .max(1);
         let mut valid = false;
         for datagram in payload.chunks(segment) {
-            let h = match header::parse(datagram) {
+            let (h, form) = match header::parse_any(datagram) {
                 Ok(h) => h,
                 Err(reason) => {
                     self.counters.invalid[reason as usize] += 1;
                     continue;
                 }
             };
+            let compact = form == header::Form::Compact;
             let delay = now_real.saturating_sub(h.timestamp_ns);
             let cell = latency_cell(delay);
             let packet = Packet {
@@ -277,13 +281,17 @@ impl SinkWorker {
                 source,
                 now_ns,
                 latency_cell: cell,
+                compact,
+                size_class: self.config.sizes.class_of(datagram.len()),
             };
             match self.books.record(packet) {
                 Ok(()) => {
                     valid = true;
-                    self.counters.latency_cells[cell] += 1;
-                    self.counters.latency_sum_ns[cell] += delay;
-                    self.latency.saturating_record(delay.max(1));
+                    if !compact {
+                        self.counters.latency_cells[cell] += 1;
+                        self.counters.latency_sum_ns[cell] += delay;
+                        self.latency.saturating_record(delay.max(1));
+                    }
                 }
                 Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
                 Err(Refused::TableFull) => self.counters.invalid[INVALID_TABLE_FULL] += 1,
