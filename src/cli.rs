@@ -144,6 +144,10 @@ pub struct TrafficArgs {
     /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
     #[arg(long, env = "RINGBLAST_FLOWS")]
     pub flows: Option<u32>,
+    /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
+    /// `--rate`; 1 spaces every packet evenly.
+    #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]
+    pub burst: u64,
     /// SQEs submitted per io_uring_enter.
     #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
     pub batch: u32,

@@ -9,6 +9,7 @@ pub mod judge;
 pub mod placement;
 pub mod roles;
 pub mod session;
+pub mod shape;
 pub mod wire;
 
 use crate::say;

@@ -49,6 +49,8 @@ pub struct SenderSet {
     pub sizes: Arc<SizePlan>,
     /// Where the datagrams go.
     pub to: SocketAddr,
+    /// Packets per pacing tick (1 = evenly spaced).
+    pub burst: u64,
 }
 
 /// Running sinks.
@@ -139,6 +141,7 @@ pub fn sender_configs(
             t.gso
         ));
     }
+    super::shape::check_burst(t.burst, t.gso, window)?;
     let flows = t.flows.unwrap_or(queues as u32);
     if (flows as usize) < queues {
         return usage(format!(
@@ -175,6 +178,7 @@ pub fn sender_configs(
                 epoch,
                 hugepages,
                 first_seq: t.first_seq,
+                burst: t.burst,
             };
             (config, my_flows)
         })
@@ -191,6 +195,7 @@ pub fn start_senders(
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
+    let burst = configs.first().map_or(1, |(c, _)| c.burst);
     let sizes = configs.first().map_or_else(
         || Arc::new(SizePlan::single(size)),
         |(c, _)| Arc::clone(&c.sizes),
@@ -227,6 +232,7 @@ pub fn start_senders(
         size,
         sizes,
         to,
+        burst,
     })
 }
 

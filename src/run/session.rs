@@ -116,6 +116,9 @@ impl Session {
                 if let Some(l1) = wire_l1 {
                     lines += &report::wire_text(report::l1_bytes_sent(l1, n, b), seconds);
                 }
+                if s.burst > 1 {
+                    lines += &format!(" burst {}", s.burst);
+                }
                 lines.push('\n');
             }
             if s.queues.len() > 1 {
@@ -359,6 +362,7 @@ impl Session {
             }
             summary["size"] = json!(s.size);
             summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
+            summary["burst"] = json!(s.burst);
             if fragments > 1 {
                 summary["ip_fragments_per_datagram"] = json!(fragments);
                 summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);

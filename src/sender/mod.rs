@@ -71,6 +71,8 @@ pub struct SenderConfig {
     pub hugepages: bool,
     /// First sequence number of every flow.
     pub first_seq: u64,
+    /// Packets sent back to back at each pacing tick (1 = evenly spaced).
+    pub burst: u64,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -271,8 +273,10 @@ impl Job for SenderWorker {
 
     fn run(mut self, control: &Control) -> SenderOutcome {
         let started_ns = clock::monotonic_ns();
-        let max_burst = u64::from(self.config.batch) * u64::from(self.config.gso);
+        let max_burst =
+            (u64::from(self.config.batch) * u64::from(self.config.gso)).max(self.config.burst);
         let mut pacer = Pacer::new(self.config.rate_pps, started_ns, max_burst);
+        let burst = self.config.burst.max(1);
         let deadline = self
             .config
             .duration
@@ -300,9 +304,14 @@ impl Job for SenderWorker {
             } else {
                 1
             };
+            // A burst waits until its last packet is due, then leaves back to back.
+            let burst_left = (self.config.rate_pps.is_some() && burst > 1)
+                .then(|| (burst - pacer.sent() % burst).min(remaining).max(train));
+            let need = burst_left.unwrap_or(train).max(1);
             if !stopping {
                 let budget = pacer.allowance(now).min(remaining);
-                if budget >= train.max(1) {
+                let budget = burst_left.map_or(budget, |left| budget.min(left));
+                if budget >= need {
                     queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
                     pacer.commit(queued);
                     remaining -= queued;
@@ -315,7 +324,7 @@ impl Job for SenderWorker {
                     timeout_ns: MAX_SLEEP_NS,
                 }
             } else {
-                let due = pacer.due_ns_for(train).unwrap_or(now);
+                let due = pacer.due_ns_for(need).unwrap_or(now);
                 let until = deadline.map_or(due, |d| due.min(d));
                 Wait::One {
                     timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),

@@ -1,0 +1,47 @@
+//! Checks of the traffic-shape options beyond size and rate: `--burst`. Each returns one usage
+//! line naming the fix.
+
+use crate::error::Error;
+
+/// The largest `--burst`.
+pub const MAX_BURST: u64 = 32_768;
+
+/// `--burst N` must be 1 or more, whole GSO trains, and fit the send window so a burst can
+/// leave back to back.
+pub fn check_burst(burst: u64, gso: u16, window: u32) -> Result<(), Error> {
+    let usage = |m: String| Err(Error::Usage(m));
+    if burst == 0 || burst > MAX_BURST {
+        return usage(format!(
+            "--burst {burst} is out of range; use 1 (evenly spaced) to {MAX_BURST}"
+        ));
+    }
+    let gso = u64::from(gso);
+    if !burst.is_multiple_of(gso) {
+        return usage(format!(
+            "--burst {burst} is not a whole number of --gso {gso} trains; use a multiple of {gso}"
+        ));
+    }
+    let room = u64::from(window) * gso;
+    if burst > room {
+        return usage(format!(
+            "--burst {burst} does not fit the {room} packets in flight (--window {window}); use --window {} or more",
+            burst.div_ceil(gso)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bursts_must_fit_the_window_and_the_trains() {
+        assert!(check_burst(32, 1, 64).is_ok());
+        assert!(check_burst(32, 4, 8).is_ok());
+        let e = |b, g, w| check_burst(b, g, w).unwrap_err().to_string();
+        assert!(e(0, 1, 64).contains("out of range"));
+        assert!(e(30, 4, 64).contains("multiple of 4"));
+        assert!(e(100, 1, 64).contains("use --window 100"));
+    }
+}
