@@ -144,6 +144,15 @@ pub struct TrafficArgs {
     /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
     #[arg(long, env = "RINGBLAST_FLOWS")]
     pub flows: Option<u32>,
+    /// A staircase of rates instead of --rate: `RATE:DURATION,...` (e.g.
+    /// `100kpps:10s,200kpps:10s`); the run lasts the whole schedule, each step is reported on
+    /// its own (`"type":"step"` with --json).
+    #[arg(long, conflicts_with_all = ["rate", "ramp", "duration"], env = "RINGBLAST_RATE_STEPS")]
+    pub rate_steps: Option<String>,
+    /// A linear ramp instead of --rate: `FROM:TO:OVER` (e.g. `10kpps:100kpps:10s`), reported
+    /// per second.
+    #[arg(long, conflicts_with_all = ["rate", "duration"], env = "RINGBLAST_RAMP")]
+    pub ramp: Option<String>,
     /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
     /// `--rate`; 1 spaces every packet evenly.
     #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]

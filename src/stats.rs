@@ -243,6 +243,9 @@ counter_set! {
         inflight:,
         /// Sender: nanoseconds behind the pacing schedule (a gauge).
         pacing_lag_ns:,
+        /// Sender: the pacing target now in packets per second × 1000 (a gauge; follows a
+        /// rate schedule).
+        target_milli_pps:,
         /// Sender: zero-copy notifications that report a copy.
         zc_copied:,
         /// Sink: invalid datagrams by reason.

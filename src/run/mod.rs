@@ -10,6 +10,7 @@ pub mod placement;
 pub mod roles;
 pub mod session;
 pub mod shape;
+pub mod steps;
 pub mod wire;
 
 use crate::say;
@@ -284,11 +285,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
     )?;
     let mut notes = String::new();
     let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
-    let target = configs.first().and_then(|(c, _)| {
-        args.traffic
-            .rate
-            .packets_per_second_at(c.sizes.mean_payload())
-    });
+    let target = roles::target_pps(&configs);
     let metrics = common.metrics;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = match args.control {
@@ -392,11 +389,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         &placement_args(&sink_common, addr, &send_cpus),
         &mut notes,
     )?;
-    let target = configs.first().and_then(|(c, _)| {
-        args.traffic
-            .rate
-            .packets_per_second_at(c.sizes.mean_payload())
-    });
+    let target = roles::target_pps(&configs);
     let default_metrics: SocketAddr = DEFAULT_METRICS
         .parse()
         .map_err(|_| Error::Usage("bad default metrics address".into()))?;

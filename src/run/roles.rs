@@ -51,6 +51,8 @@ pub struct SenderSet {
     pub to: SocketAddr,
     /// Packets per pacing tick (1 = evenly spaced).
     pub burst: u64,
+    /// The whole run's rate schedule, if any (the queues' shares summed).
+    pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
 }
 
 /// Running sinks.
@@ -152,12 +154,20 @@ pub fn sender_configs(
         return usage(format!("--flows {flows} is too many; use at most 65536"));
     }
     super::wire::check_path(to, size, t.allow_fragments)?;
-    let total_pps = t.rate.packets_per_second_at(sizes.mean_payload());
-    let duration = t.duration.or(if t.count.is_none() {
-        default_duration
-    } else {
-        None
-    });
+    let schedule = super::shape::schedule(t, sizes.mean_payload())?.map(Arc::new);
+    let total_pps = match &schedule {
+        // The judge's target: the schedule's mean rate.
+        Some(s) => Some(s.mean_rate(0, s.duration().as_nanos() as u64)),
+        None => t.rate.packets_per_second_at(sizes.mean_payload()),
+    };
+    let duration = match &schedule {
+        Some(s) => Some(s.duration()),
+        None => t.duration.or(if t.count.is_none() {
+            default_duration
+        } else {
+            None
+        }),
+    };
     Ok((0..queues)
         .map(|q| {
             let my_flows: Vec<u32> = (0..flows).filter(|f| *f as usize % queues == q).collect();
@@ -179,10 +189,18 @@ pub fn sender_configs(
                 hugepages,
                 first_seq: t.first_seq,
                 burst: t.burst,
+                schedule: schedule
+                    .as_ref()
+                    .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
             };
             (config, my_flows)
         })
         .collect())
+}
+
+/// The whole run's target rate (the queues' shares summed), `None` when unpaced.
+pub fn target_pps(configs: &[(SenderConfig, Vec<u32>)]) -> Option<f64> {
+    configs.iter().map(|(c, _)| c.rate_pps).sum::<Option<f64>>()
 }
 
 /// Starts one sender per planned queue.
@@ -196,6 +214,10 @@ pub fn start_senders(
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
     let burst = configs.first().map_or(1, |(c, _)| c.burst);
+    let schedule = configs
+        .first()
+        .and_then(|(c, _)| c.schedule.as_ref())
+        .map(|s| Arc::new(s.scaled(configs.len() as f64)));
     let sizes = configs.first().map_or_else(
         || Arc::new(SizePlan::single(size)),
         |(c, _)| Arc::clone(&c.sizes),
@@ -207,9 +229,11 @@ pub fn start_senders(
     let mut workers = Vec::new();
     let mut flows = Vec::new();
     for (q, (config, my_flows)) in queues.iter().zip(configs) {
+        let parts = config.schedule.as_ref().map_or(0, |s| s.parts().len());
         let s = Arc::new(SenderShared {
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),
+            step_packets: (0..parts).map(|_| Default::default()).collect(),
         });
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
@@ -233,6 +257,7 @@ pub fn start_senders(
         sizes,
         to,
         burst,
+        schedule,
     })
 }
 

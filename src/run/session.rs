@@ -394,6 +394,15 @@ impl Session {
                 say!("{line}");
             }
             judged = judgement.failure;
+            if let Some(schedule) = &s.schedule {
+                let v = verdict.as_ref().and_then(|v| v.as_ref().ok()).map(|v| &v.1);
+                for (line, json) in super::steps::step_reports(schedule, &s.shared, v) {
+                    say!("{line}");
+                    if self.json {
+                        crate::output::json_line(&json);
+                    }
+                }
+            }
             if self.json {
                 crate::output::json_line(&summary);
             }

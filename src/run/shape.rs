@@ -1,7 +1,17 @@
-//! Checks of the traffic-shape options beyond size and rate: `--burst`. Each returns one usage
-//! line naming the fix.
+//! Checks of the traffic-shape options beyond size and rate: `--burst`, `--rate-steps` and
+//! `--ramp`. Each returns one usage line naming the fix.
 
-use crate::error::Error;
+use crate::{cli::TrafficArgs, error::Error, schedule::RateSchedule};
+
+/// The rate schedule `--rate-steps` or `--ramp` asks for, with bit rates over `mean_payload`.
+pub fn schedule(t: &TrafficArgs, mean_payload: f64) -> Result<Option<RateSchedule>, Error> {
+    let parsed = match (&t.rate_steps, &t.ramp) {
+        (Some(steps), _) => RateSchedule::parse_steps(steps, mean_payload),
+        (None, Some(ramp)) => RateSchedule::parse_ramp(ramp, mean_payload),
+        (None, None) => return Ok(None),
+    };
+    parsed.map(Some).map_err(Error::Usage)
+}
 
 /// The largest `--burst`.
 pub const MAX_BURST: u64 = 32_768;

@@ -73,6 +73,8 @@ pub struct SenderConfig {
     pub first_seq: u64,
     /// Packets sent back to back at each pacing tick (1 = evenly spaced).
     pub burst: u64,
+    /// This worker's share of a rate schedule (`--rate-steps`, `--ramp`) instead of `rate_pps`.
+    pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -93,6 +95,8 @@ pub struct SenderShared {
     pub flows: Vec<crate::stats::SharedTxFlow>,
     /// Engine counters.
     pub worker: crate::stats::SharedWorkerCounters,
+    /// Packets the kernel accepted by the end of each part of the rate schedule.
+    pub step_packets: Vec<std::sync::atomic::AtomicU64>,
 }
 
 /// What a sender reports when it ends.
@@ -224,6 +228,14 @@ impl SenderWorker {
         queued
     }
 
+    /// Notes the packets accepted so far as the end of schedule part `part`.
+    fn mark_step(&self, part: usize) {
+        let accepted = self.flows.iter().map(|f| f.packets).sum();
+        if let Some(mark) = self.shared.step_packets.get(part) {
+            mark.store(accepted, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     fn reap(&mut self) {
         let n = self.engine.reap(&mut self.completions);
         for i in 0..n {
@@ -275,7 +287,14 @@ impl Job for SenderWorker {
         let started_ns = clock::monotonic_ns();
         let max_burst =
             (u64::from(self.config.batch) * u64::from(self.config.gso)).max(self.config.burst);
-        let mut pacer = Pacer::new(self.config.rate_pps, started_ns, max_burst);
+        let mut pacer = match &self.config.schedule {
+            Some(s) => Pacer::scheduled(Arc::clone(s), started_ns, max_burst),
+            None => Pacer::new(self.config.rate_pps, started_ns, max_burst),
+        };
+        let part_ends: Vec<u64> = self.config.schedule.as_ref().map_or_else(Vec::new, |s| {
+            s.parts().iter().map(|p| started_ns + p.1).collect()
+        });
+        let mut next_part = 0;
         let burst = self.config.burst.max(1);
         let deadline = self
             .config
@@ -335,13 +354,22 @@ impl Job for SenderWorker {
                 break;
             }
             self.reap();
+            while part_ends.get(next_part).is_some_and(|&end| now >= end) {
+                self.mark_step(next_part);
+                next_part += 1;
+            }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.counters.pacing_lag_ns = pacer.lag_ns(now);
+                self.counters.target_milli_pps =
+                    pacer.rate_at(now).map_or(0, |r| (r * 1000.0) as u64);
                 self.publish();
                 last_publish = now;
             }
         }
         let ended_ns = clock::monotonic_ns();
+        for part in next_part..part_ends.len() {
+            self.mark_step(part);
+        }
         self.counters.pacing_lag_ns = 0;
         self.publish();
         SenderOutcome {
