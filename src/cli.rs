@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     config::units::{self, Rate},
-    sender::{SendOp, mix::SizeSpec},
+    sender::{SendOp, mix::SizeSpec, payload::PayloadFill},
     sink::RxWait,
 };
 
@@ -70,6 +70,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 fn parse_count(s: &str) -> Result<u64, String> {
     units::parse_count(s).map_err(|e| e.to_string())
+}
+fn parse_payload(s: &str) -> Result<PayloadFill, String> {
+    s.parse()
 }
 fn parse_size_spec(s: &str) -> Result<SizeSpec, String> {
     s.parse()
@@ -153,6 +156,26 @@ pub struct TrafficArgs {
     /// per second.
     #[arg(long, conflicts_with_all = ["rate", "duration"], env = "RINGBLAST_RAMP")]
     pub ramp: Option<String>,
+    /// IPv4 TOS / IPv6 traffic class byte of every packet (0-255 or 0x00-0xff).
+    #[arg(long, conflicts_with = "dscp", value_parser = crate::net::fields::parse_tos, env = "RINGBLAST_TOS")]
+    pub tos: Option<u8>,
+    /// DSCP of every packet (0-63; the TOS byte's upper six bits, ECN 0).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64), env = "RINGBLAST_DSCP")]
+    pub dscp: Option<u8>,
+    /// IPv4 TTL / IPv6 hop limit of every packet (1-255).
+    #[arg(long, visible_alias = "hop-limit", value_parser = clap::value_parser!(u8).range(1..), env = "RINGBLAST_TTL")]
+    pub ttl: Option<u8>,
+    /// Source ports of the flows, `LO-HI`: flow f uses LO + f mod (HI−LO+1) (shown at start).
+    #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_SRC_PORTS")]
+    pub src_ports: Option<(u16, u16)>,
+    /// Destination ports of the flows, `LO-HI`: flow f uses LO + (f div S) mod (HI−LO+1), S
+    /// the number of source ports (the receiver must listen on, or redirect, every one).
+    #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_DST_PORTS")]
+    pub dst_ports: Option<(u16, u16)>,
+    /// Payload after the header: `zero`, `random` or `pattern:HEX`, written into the send
+    /// buffers once at start (no per-packet work).
+    #[arg(long, default_value = "zero", value_parser = parse_payload, env = "RINGBLAST_PAYLOAD")]
+    pub payload: PayloadFill,
     /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
     /// `--rate`; 1 spaces every packet evenly.
     #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]

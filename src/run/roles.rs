@@ -53,6 +53,8 @@ pub struct SenderSet {
     pub burst: u64,
     /// The whole run's rate schedule, if any (the queues' shares summed).
     pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    /// The header fields and port mapping line for the start plan, if any is set.
+    pub fields_plan: Option<String>,
 }
 
 /// Running sinks.
@@ -153,6 +155,13 @@ pub fn sender_configs(
     if flows > 65_536 {
         return usage(format!("--flows {flows} is too many; use at most 65536"));
     }
+    let fields = crate::net::fields::HeaderFields {
+        tos: t.tos.or(t.dscp.map(|d| d << 2)),
+        ttl: t.ttl,
+        src_ports: t.src_ports,
+        dst_ports: t.dst_ports,
+    };
+    fields.check(flows)?;
     super::wire::check_path(to, size, t.allow_fragments)?;
     let schedule = super::shape::schedule(t, sizes.mean_payload())?.map(Arc::new);
     let total_pps = match &schedule {
@@ -189,6 +198,8 @@ pub fn sender_configs(
                 hugepages,
                 first_seq: t.first_seq,
                 burst: t.burst,
+                fields,
+                payload: t.payload.clone(),
                 schedule: schedule
                     .as_ref()
                     .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
@@ -214,6 +225,10 @@ pub fn start_senders(
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
     let burst = configs.first().map_or(1, |(c, _)| c.burst);
+    let all_flows = configs.iter().map(|(_, f)| f.len() as u32).sum();
+    let fields_plan = configs
+        .first()
+        .and_then(|(c, _)| c.fields.describe(all_flows, c.to));
     let schedule = configs
         .first()
         .and_then(|(c, _)| c.schedule.as_ref())
@@ -258,6 +273,7 @@ pub fn start_senders(
         to,
         burst,
         schedule,
+        fields_plan,
     })
 }
 

@@ -234,6 +234,9 @@ impl Session {
         {
             say!("send: {}", s.sizes.describe());
         }
+        if let Some(line) = self.senders.as_ref().and_then(|s| s.fields_plan.as_ref()) {
+            say!("{line}");
+        }
         let mut last_events = start;
         let mut judge = self
             .senders

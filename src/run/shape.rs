@@ -16,8 +16,8 @@ pub fn schedule(t: &TrafficArgs, mean_payload: f64) -> Result<Option<RateSchedul
 /// The largest `--burst`.
 pub const MAX_BURST: u64 = 32_768;
 
-/// `--burst N` must be 1 or more, whole GSO trains, and fit the send window so a burst can
-/// leave back to back.
+/// `--burst N` must be 1 (off) or more; a burst must be whole GSO trains and fit the send
+/// window so it can leave back to back.
 pub fn check_burst(burst: u64, gso: u16, window: u32) -> Result<(), Error> {
     let usage = |m: String| Err(Error::Usage(m));
     if burst == 0 || burst > MAX_BURST {
@@ -26,7 +26,7 @@ pub fn check_burst(burst: u64, gso: u16, window: u32) -> Result<(), Error> {
         ));
     }
     let gso = u64::from(gso);
-    if !burst.is_multiple_of(gso) {
+    if burst > 1 && !burst.is_multiple_of(gso) {
         return usage(format!(
             "--burst {burst} is not a whole number of --gso {gso} trains; use a multiple of {gso}"
         ));
@@ -49,6 +49,7 @@ mod tests {
     fn bursts_must_fit_the_window_and_the_trains() {
         assert!(check_burst(32, 1, 64).is_ok());
         assert!(check_burst(32, 4, 8).is_ok());
+        assert!(check_burst(1, 46, 64).is_ok(), "no burst with any --gso");
         let e = |b, g, w| check_burst(b, g, w).unwrap_err().to_string();
         assert!(e(0, 1, 64).contains("out of range"));
         assert!(e(30, 4, 64).contains("multiple of 4"));

@@ -7,6 +7,7 @@
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
 pub mod mix;
+pub mod payload;
 mod slots;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
@@ -73,6 +74,10 @@ pub struct SenderConfig {
     pub first_seq: u64,
     /// Packets sent back to back at each pacing tick (1 = evenly spaced).
     pub burst: u64,
+    /// TOS, TTL and the port tuple of each flow.
+    pub fields: crate::net::fields::HeaderFields,
+    /// What the payload after the header carries (written at set-up).
+    pub payload: payload::PayloadFill,
     /// This worker's share of a rate schedule (`--rate-steps`, `--ramp`) instead of `rate_pps`.
     pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
 }
@@ -159,7 +164,10 @@ impl SenderWorker {
         let sockets = place
             .flows
             .iter()
-            .map(|_| net::sender_socket(config.to, gso))
+            .map(|&flow| {
+                let (src, dst) = config.fields.tuple(flow, config.to);
+                net::sender_socket_with(dst, gso, |s| config.fields.apply(s, src, dst))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let slots = Slots::new(&config, &mut engine, &place.flows)?;

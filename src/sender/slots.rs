@@ -41,7 +41,7 @@ impl Slots {
         Self::slot_bytes(config) * config.window as usize
     }
 
-    /// Lays out the slots (payload bytes stay as the arena was mapped: zero).
+    /// Lays out the slots and writes the payload fill (`--payload`) into all of them.
     pub(super) fn new(
         config: &SenderConfig,
         engine: &mut Engine,
@@ -58,8 +58,10 @@ impl Slots {
         }
         let window = config.window as usize;
         let slot_bytes = Self::slot_bytes(config);
-        if engine.arena_bytes_mut(0, slot_bytes * window).is_none() {
-            return Err(Error::Usage("arena smaller than the send window".into()));
+        // Nothing is in flight yet: the payload fill is written once, here.
+        match engine.arena_bytes_mut(0, slot_bytes * window) {
+            Some(bytes) => config.payload.fill(bytes),
+            None => return Err(Error::Usage("arena smaller than the send window".into())),
         }
         Ok(Slots {
             slot_bytes,
