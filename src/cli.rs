@@ -32,6 +32,8 @@ pub enum Command {
     Sink(SinkArgs),
     /// Run a sink and a sender in one process over loopback.
     Pair(PairArgs),
+    /// Find the highest rates with loss at most each ratio (NDR/PDR) against a remote sink.
+    Search(SearchArgs),
     /// Print NUMA nodes, CPUs, the NIC's node and the queue placement that would be used.
     Topo(TopoArgs),
     /// Write shell completions or the man page (for packaging; see scripts/build-assets.sh).
@@ -351,6 +353,57 @@ pub struct PairArgs {
     /// Do not start the metrics endpoint (pair serves 127.0.0.1:9977 by default).
     #[arg(long)]
     pub no_metrics: bool,
+}
+
+/// `ringblast search`: trials are `ringblast send` runs against the sink at `--to`, each its
+/// own sender run (epoch) judged by the sink's exact verdict over the control channel.
+#[derive(Debug, Clone, Args)]
+pub struct SearchArgs {
+    /// The sink's ADDR:PORT (its control channel on the same port).
+    #[arg(long, value_parser = parse_destination)]
+    pub to: SocketAddr,
+    /// Packet size as for `send --size` (a payload size, `imix` or a frame mix).
+    #[arg(long, default_value = "64")]
+    pub size: String,
+    /// Loss ratios to find the highest rate for (0 = NDR, 0.005 = PDR).
+    #[arg(long, default_value = "0,0.005", value_delimiter = ',', value_parser = parse_loss_ratio)]
+    pub loss_ratios: Vec<f64>,
+    /// The lowest rate searched.
+    #[arg(long, default_value = "1kpps", value_parser = parse_rate)]
+    pub min_rate: Rate,
+    /// The highest rate searched (default: the unpaced rate measured in a first trial).
+    #[arg(long, value_parser = parse_rate)]
+    pub max_rate: Option<Rate>,
+    /// Relative width of the final interval (0.005 = 0.5 %).
+    #[arg(long, default_value = "0.005", value_parser = parse_ratio)]
+    pub precision: f64,
+    /// Length of the short trials.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub trial: Duration,
+    /// Length of the trial that confirms each lower bound.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub final_trial: Duration,
+    /// Give up (exit 1) after this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub max_time: Duration,
+    /// Sender queues per trial.
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
+    /// File holding the secret shared with the sink.
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_loss_ratio(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if (0.0..1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a loss ratio in [0, 1): e.g. --loss-ratios 0,0.005"
+        )),
+    }
 }
 
 /// `ringblast topo`.

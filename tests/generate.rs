@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-const SUBCOMMANDS: [&str; 4] = ["send", "sink", "pair", "topo"];
+const SUBCOMMANDS: [&str; 5] = ["send", "sink", "pair", "search", "topo"];
 
 /// The long flags `ringblast SUB --help` lists (the source of truth for what users can type).
 fn help_flags(sub: &str) -> Vec<String> {
@@ -85,7 +85,7 @@ echo "sub: ${COMPREPLY[*]}""#;
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("flag: --allow-fragments\n"), "{stdout}");
-    assert!(stdout.contains(" send sink pair topo\n"), "{stdout}");
+    assert!(stdout.contains(" send sink pair search topo\n"), "{stdout}");
 }
 
 #[test]
