@@ -101,6 +101,9 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "search", "{stdout}");
+    let results = last["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "every ratio is reported: {last}");
+    assert!(results.iter().all(|r| r["converged"] == false), "{last}");
     let _ = sink.kill();
     let _ = sink.wait();
 }

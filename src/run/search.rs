@@ -235,7 +235,12 @@ pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
     let mut lower = plan.min_rate;
     for &ratio in &plan.loss_ratios {
         let before = s.trials.len();
-        let (lo, up, done) = s.search(ratio, lower, max)?;
+        // Once time ran out, a larger ratio's bounds are what is known: at least the last lower.
+        let (lo, up, done) = if converged {
+            s.search(ratio, lower, max)?
+        } else {
+            (lower, max, false)
+        };
         converged &= done;
         lower = lo.max(plan.min_rate);
         say!(
@@ -247,9 +252,6 @@ pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
         results.push(json!({"loss_ratio": ratio, "lower_pps": lo.round() as u64,
             "upper_pps": up.round() as u64, "trials": s.trials.len() - before,
             "converged": done}));
-        if !done {
-            break;
-        }
     }
     let duration_s = s.started.elapsed().as_secs_f64();
     if plan.json {
