@@ -208,8 +208,8 @@ pub fn parse_any(buf: &[u8]) -> Result<(Header, Form), Invalid> {
 pub fn extend_seq(reference: u64, low: u32) -> u64 {
     const SPAN: u64 = 1 << 32;
     let candidate = (reference & !(SPAN - 1)) | u64::from(low);
-    if candidate + SPAN / 2 < reference {
-        candidate + SPAN
+    if candidate.saturating_add(SPAN / 2) < reference {
+        candidate.saturating_add(SPAN)
     } else if candidate > reference.saturating_add(SPAN / 2) && candidate >= SPAN {
         candidate - SPAN
     } else {
@@ -367,6 +367,11 @@ mod tests {
             (7u64 << 32) + 0xFFFF_FFFE
         );
         assert_eq!(extend_seq(4_294_967_000, 4_294_967_100), 4_294_967_100);
+        assert_eq!(
+            extend_seq(u64::MAX, 0),
+            u64::MAX,
+            "saturates at the top, never overflows"
+        );
         let mut rng = XorShift(7);
         for _ in 0..10_000 {
             let reference = rng.next() >> 1;
