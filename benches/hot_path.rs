@@ -116,6 +116,8 @@ fn books_benches(c: &mut Criterion) {
                     source,
                     now_ns: i,
                     latency_cell: 3,
+                    compact: false,
+                    size_class: 0,
                 });
             }
         })

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     config::units::{self, Rate},
-    sender::SendOp,
+    sender::{SendOp, mix::SizeSpec, payload::PayloadFill},
     sink::RxWait,
 };
 
@@ -32,6 +32,8 @@ pub enum Command {
     Sink(SinkArgs),
     /// Run a sink and a sender in one process over loopback.
     Pair(PairArgs),
+    /// Find the highest rates with loss at most each ratio (NDR/PDR) against a remote sink.
+    Search(SearchArgs),
     /// Print NUMA nodes, CPUs, the NIC's node and the queue placement that would be used.
     Topo(TopoArgs),
     /// Write shell completions or the man page (for packaging; see scripts/build-assets.sh).
@@ -70,6 +72,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 fn parse_count(s: &str) -> Result<u64, String> {
     units::parse_count(s).map_err(|e| e.to_string())
+}
+fn parse_payload(s: &str) -> Result<PayloadFill, String> {
+    s.parse()
+}
+fn parse_size_spec(s: &str) -> Result<SizeSpec, String> {
+    s.parse()
 }
 fn parse_size(s: &str) -> Result<usize, String> {
     units::parse_byte_size(s).map_err(|e| e.to_string())
@@ -124,9 +132,14 @@ pub struct TrafficArgs {
     /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate of UDP payload (`800Mbit`).
     #[arg(long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
     pub rate: Rate,
-    /// UDP payload bytes per packet, ringblast's 32-byte header included.
-    #[arg(long, default_value = "64", value_parser = parse_size, env = "RINGBLAST_SIZE")]
-    pub size: usize,
+    /// UDP payload bytes per packet (a number), or a mix of Ethernet frame sizes: `imix` (64,
+    /// 570 and 1518-byte frames, 7:4:1) or `FRAME:WEIGHT,...` (e.g. `64:28,570:16,1518:4`).
+    /// Frames convert to UDP payload as F − 46 over IPv4 and F − 66 over IPv6 (64 → 18 B),
+    /// and are sent in a fixed, evenly spread order. Payloads from 32 B carry the full header;
+    /// 18 to 31 B carry an 18-byte compact header that gives up the timestamp (no latency
+    /// sample) and sends the sequence number's low 32 bits.
+    #[arg(long, default_value = "64", value_parser = parse_size_spec, env = "RINGBLAST_SIZE")]
+    pub size: SizeSpec,
     /// Stop after this long (`10s`, `2m`).
     #[arg(long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
     pub duration: Option<Duration>,
@@ -136,6 +149,39 @@ pub struct TrafficArgs {
     /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
     #[arg(long, env = "RINGBLAST_FLOWS")]
     pub flows: Option<u32>,
+    /// A staircase of rates instead of --rate: `RATE:DURATION,...` (e.g.
+    /// `100kpps:10s,200kpps:10s`); the run lasts the whole schedule, each step is reported on
+    /// its own (`"type":"step"` with --json).
+    #[arg(long, conflicts_with_all = ["rate", "ramp", "duration"], env = "RINGBLAST_RATE_STEPS")]
+    pub rate_steps: Option<String>,
+    /// A linear ramp instead of --rate: `FROM:TO:OVER` (e.g. `10kpps:100kpps:10s`), reported
+    /// per second.
+    #[arg(long, conflicts_with_all = ["rate", "duration"], env = "RINGBLAST_RAMP")]
+    pub ramp: Option<String>,
+    /// IPv4 TOS / IPv6 traffic class byte of every packet (0-255 or 0x00-0xff).
+    #[arg(long, conflicts_with = "dscp", value_parser = crate::net::fields::parse_tos, env = "RINGBLAST_TOS")]
+    pub tos: Option<u8>,
+    /// DSCP of every packet (0-63; the TOS byte's upper six bits, ECN 0).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64), env = "RINGBLAST_DSCP")]
+    pub dscp: Option<u8>,
+    /// IPv4 TTL / IPv6 hop limit of every packet (1-255).
+    #[arg(long, visible_alias = "hop-limit", value_parser = clap::value_parser!(u8).range(1..), env = "RINGBLAST_TTL")]
+    pub ttl: Option<u8>,
+    /// Source ports of the flows, `LO-HI`: flow f uses LO + f mod (HI−LO+1) (shown at start).
+    #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_SRC_PORTS")]
+    pub src_ports: Option<(u16, u16)>,
+    /// Destination ports of the flows, `LO-HI`: flow f uses LO + (f div S) mod (HI−LO+1), S
+    /// the number of source ports (the receiver must listen on, or redirect, every one).
+    #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_DST_PORTS")]
+    pub dst_ports: Option<(u16, u16)>,
+    /// Payload after the header: `zero`, `random` or `pattern:HEX`, written into the send
+    /// buffers once at start (no per-packet work).
+    #[arg(long, default_value = "zero", value_parser = parse_payload, env = "RINGBLAST_PAYLOAD")]
+    pub payload: PayloadFill,
+    /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
+    /// `--rate`; 1 spaces every packet evenly.
+    #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]
+    pub burst: u64,
     /// SQEs submitted per io_uring_enter.
     #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
     pub batch: u32,
@@ -158,7 +204,8 @@ pub struct TrafficArgs {
     pub first_seq: u64,
     /// Ethernet frame size in bytes, FCS included (pktgen/TRex style), instead of `--size`:
     /// the UDP payload is F − 46 over IPv4 and F − 66 over IPv6 (14 Ethernet + 4 FCS + IP + 8
-    /// UDP). The smallest frame is 78 bytes (IPv4) or 98 (IPv6), so the 32-byte header fits.
+    /// UDP). The smallest frame is 64 bytes (IPv4) or 84 (IPv6); frames below 78 (IPv4) or 98
+    /// (IPv6) carry the compact header (no timestamp).
     #[arg(long, conflicts_with = "size", value_parser = parse_size, env = "RINGBLAST_FRAME_SIZE")]
     pub frame_size: Option<usize>,
     /// Send datagrams larger than the path MTU; each leaves as several IP fragments (counted).
@@ -331,6 +378,57 @@ pub struct PairArgs {
     /// Do not start the metrics endpoint (pair serves 127.0.0.1:9977 by default).
     #[arg(long)]
     pub no_metrics: bool,
+}
+
+/// `ringblast search`: trials are `ringblast send` runs against the sink at `--to`, each its
+/// own sender run (epoch) judged by the sink's exact verdict over the control channel.
+#[derive(Debug, Clone, Args)]
+pub struct SearchArgs {
+    /// The sink's ADDR:PORT (its control channel on the same port).
+    #[arg(long, value_parser = parse_destination)]
+    pub to: SocketAddr,
+    /// Packet size as for `send --size` (a payload size, `imix` or a frame mix).
+    #[arg(long, default_value = "64")]
+    pub size: String,
+    /// Loss ratios to find the highest rate for (0 = NDR, 0.005 = PDR).
+    #[arg(long, default_value = "0,0.005", value_delimiter = ',', value_parser = parse_loss_ratio)]
+    pub loss_ratios: Vec<f64>,
+    /// The lowest rate searched.
+    #[arg(long, default_value = "1kpps", value_parser = parse_rate)]
+    pub min_rate: Rate,
+    /// The highest rate searched (default: the unpaced rate measured in a first trial).
+    #[arg(long, value_parser = parse_rate)]
+    pub max_rate: Option<Rate>,
+    /// Relative width of the final interval (0.005 = 0.5 %).
+    #[arg(long, default_value = "0.005", value_parser = parse_ratio)]
+    pub precision: f64,
+    /// Length of the short trials.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub trial: Duration,
+    /// Length of the trial that confirms each lower bound.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub final_trial: Duration,
+    /// Give up (exit 1) after this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub max_time: Duration,
+    /// Sender queues per trial.
+    #[arg(long, default_value_t = 1)]
+    pub queues: usize,
+    /// File holding the secret shared with the sink.
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_loss_ratio(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if (0.0..1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a loss ratio in [0, 1): e.g. --loss-ratios 0,0.005"
+        )),
+    }
 }
 
 /// `ringblast topo`.

@@ -36,6 +36,7 @@ pub mod proto {
 pub mod report;
 pub mod ring;
 pub mod run;
+pub mod schedule;
 pub mod sender;
 pub mod sink;
 pub mod stamp;

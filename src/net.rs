@@ -6,6 +6,7 @@
 //! `UDP_GRO` and for the kernel's drop counter with `SO_RXQ_OVFL`.
 
 pub mod claim;
+pub mod fields;
 pub mod steer;
 
 use std::{
@@ -35,7 +36,18 @@ fn opt(what: &str, r: nix::Result<()>) -> Result<(), Error> {
 
 /// A connected sender socket for one flow, with `IP_RECVERR` and optional GSO segment size.
 pub fn sender_socket(to: SocketAddr, gso_segment: Option<u16>) -> Result<Socket, Error> {
+    sender_socket_with(to, gso_segment, |_| Ok(()))
+}
+
+/// As [`sender_socket`], with `prepare` run on the socket before it connects (header fields,
+/// a fixed source port: `net::fields`).
+pub fn sender_socket_with(
+    to: SocketAddr,
+    gso_segment: Option<u16>,
+    prepare: impl FnOnce(&Socket) -> Result<(), Error>,
+) -> Result<Socket, Error> {
     let sock = new_udp(&to)?;
+    prepare(&sock)?;
     let _ = sock.set_send_buffer_size(SEND_SNDBUF);
     match to {
         SocketAddr::V4(_) => opt(

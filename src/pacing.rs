@@ -9,6 +9,8 @@
 //! The rate is held in nano-packets per second and all schedule math is integer (`u128`); any
 //! result beyond `u64` saturates.
 
+use crate::schedule::RateSchedule;
+
 const NANOS_PER_SECOND: u128 = 1_000_000_000;
 /// The rate is stored as packets per second times this factor.
 const RATE_SCALE: f64 = 1e9;
@@ -20,6 +22,8 @@ const SCALED_NANOS_PER_SECOND: u128 = NANOS_PER_SECOND * 1_000_000_000;
 pub struct Pacer {
     /// Packets per second times `RATE_SCALE`, at least 1; `None` when unpaced.
     scaled_rate: Option<u128>,
+    /// A rate schedule instead of one rate (`--rate-steps`, `--ramp`), and where in it we are.
+    schedule: Option<(std::sync::Arc<RateSchedule>, std::cell::Cell<usize>)>,
     rate_pps: Option<f64>,
     start_ns: u64,
     max_burst: u64,
@@ -36,10 +40,31 @@ impl Pacer {
         let scaled_rate = rate_pps.map(|rate| ((rate * RATE_SCALE).round() as u128).max(1));
         Self {
             scaled_rate,
+            schedule: None,
             rate_pps,
             start_ns,
             max_burst: max_burst.max(1),
             sent: 0,
+        }
+    }
+
+    /// A pacer that follows `schedule` from `start_ns` (packet `k` is due once the schedule's
+    /// integral reaches `k`); nothing is due after its end.
+    pub fn scheduled(
+        schedule: std::sync::Arc<RateSchedule>,
+        start_ns: u64,
+        max_burst: u64,
+    ) -> Self {
+        let mut pacer = Self::new(Some(schedule.rate_at(0).max(1.0)), start_ns, max_burst);
+        pacer.schedule = Some((schedule, std::cell::Cell::new(0)));
+        pacer
+    }
+
+    /// The target rate at `now_ns`: the schedule's, or the constant one (for the gauge).
+    pub fn rate_at(&self, now_ns: u64) -> Option<f64> {
+        match &self.schedule {
+            Some((s, _)) => Some(s.rate_at(now_ns.saturating_sub(self.start_ns))),
+            None => self.rate_pps,
         }
     }
 
@@ -59,6 +84,15 @@ impl Pacer {
         let Some(scaled_rate) = self.scaled_rate else {
             return u64::MAX;
         };
+        if let Some((schedule, hint)) = &self.schedule {
+            let Some(elapsed) = now_ns.checked_sub(self.start_ns) else {
+                return 0;
+            };
+            let mut at = hint.get();
+            let due = schedule.due_by(elapsed, &mut at);
+            hint.set(at);
+            return due.saturating_sub(self.sent).min(self.max_burst);
+        }
         self.due_by(scaled_rate, now_ns)
             .saturating_sub(self.sent)
             .min(self.max_burst)
@@ -79,6 +113,14 @@ impl Pacer {
     pub fn due_ns_for(&self, packets: u64) -> Option<u64> {
         let scaled_rate = self.scaled_rate?;
         let index = self.sent.saturating_add(packets.max(1) - 1);
+        if let Some((schedule, _)) = &self.schedule {
+            // Beyond the schedule nothing is ever due.
+            return Some(
+                schedule
+                    .time_of(index)
+                    .map_or(u64::MAX, |t| self.start_ns.saturating_add(t)),
+            );
+        }
         let offset = (u128::from(index) * SCALED_NANOS_PER_SECOND).div_ceil(scaled_rate);
         let offset = u64::try_from(offset).unwrap_or(u64::MAX);
         Some(self.start_ns.saturating_add(offset))

@@ -12,7 +12,9 @@ use crate::{
     },
 };
 
+mod sizes;
 mod text;
+pub use sizes::{rx_sizes_json, tx_sizes_json};
 pub use text::{latency_hdr_json, queue_shares, sink_summary_line};
 use text::{latency_json, latency_text};
 
@@ -110,10 +112,24 @@ fn rate_text(packets: u64, bytes: u64, seconds: f64) -> String {
     )
 }
 
-/// The L1 wire rate of `packets` datagrams of `l1_bytes` each (`--wire-rate`): ` wire 1.23Gbit/s L1`.
-pub fn wire_text(packets: u64, l1_bytes: u64, seconds: f64) -> String {
+/// L1 bytes sent between two samples: each size class's packets times its L1 bytes per datagram.
+pub fn l1_bytes_sent(l1_per_class: &[u64], now: &TxSample, before: &TxSample) -> u64 {
+    l1_per_class
+        .iter()
+        .zip(
+            now.traffic
+                .size_packets
+                .iter()
+                .zip(before.traffic.size_packets),
+        )
+        .map(|(l1, (n, b))| l1 * (n - b))
+        .sum()
+}
+
+/// The L1 wire rate of `l1_bytes` in `seconds` (`--wire-rate`): ` wire 1.23Gbit/s L1`.
+pub fn wire_text(l1_bytes: u64, seconds: f64) -> String {
     let bps = if seconds > 0.0 {
-        (packets * l1_bytes * 8) as f64 / seconds
+        (l1_bytes * 8) as f64 / seconds
     } else {
         0.0
     };

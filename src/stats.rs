@@ -118,6 +118,10 @@ counter_set! {
         bytes:,
         /// Packets whose send failed, by `errno` class.
         errors: 7,
+        /// Packets the kernel accepted, by size class of the sender's mix.
+        size_packets: 8,
+        /// UDP payload bytes the kernel accepted, by size class of the sender's mix.
+        size_bytes: 8,
     }
 }
 
@@ -163,6 +167,8 @@ counter_set! {
         unconfirmed:,
         /// One-way latency observations per cell of [`LATENCY_BOUNDS_NS`].
         latency_cells: 20,
+        /// Valid packets by the sink's size classes (`sink::sizes`; the last cell: other sizes).
+        size_packets: 9,
     }
 }
 
@@ -237,6 +243,9 @@ counter_set! {
         inflight:,
         /// Sender: nanoseconds behind the pacing schedule (a gauge).
         pacing_lag_ns:,
+        /// Sender: the pacing target now in packets per second × 1000 (a gauge; follows a
+        /// rate schedule).
+        target_milli_pps:,
         /// Sender: zero-copy notifications that report a copy.
         zc_copied:,
         /// Sink: invalid datagrams by reason.

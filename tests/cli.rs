@@ -26,7 +26,7 @@ fn bad_flags_exit_2_with_a_clear_message() {
     expect_exit(
         &["send", "--to", to, "--size", "8"],
         2,
-        "32-byte ringblast header",
+        "18-byte compact ringblast header",
     );
     expect_exit(
         &["send", "--to", to, "--gso", "64", "--size", "1400"],

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-const SUBCOMMANDS: [&str; 4] = ["send", "sink", "pair", "topo"];
+const SUBCOMMANDS: [&str; 5] = ["send", "sink", "pair", "search", "topo"];
 
 /// The long flags `ringblast SUB --help` lists (the source of truth for what users can type).
 fn help_flags(sub: &str) -> Vec<String> {
@@ -59,7 +59,7 @@ fn completions_offer_every_flag_and_no_hidden_one() {
     }
 }
 
-/// Sources the bash completion and asks it what follows `ringblast send --ra` and `ringblast `.
+/// Sources the bash completion and asks it what follows `ringblast send --allow` and `ringblast `.
 #[test]
 fn bash_completion_completes_in_a_real_shell() {
     let script = generated("complete-bash");
@@ -68,7 +68,7 @@ fn bash_completion_completes_in_a_real_shell() {
     std::fs::write(&path, script).unwrap();
     let probe = r#"set -e
 source "$1"
-COMP_WORDS=(ringblast send --ra); COMP_CWORD=2; _ringblast ringblast --ra send
+COMP_WORDS=(ringblast send --allow); COMP_CWORD=2; _ringblast ringblast --allow send
 echo "flag: ${COMPREPLY[*]}"
 COMP_WORDS=(ringblast ""); COMP_CWORD=1; _ringblast ringblast "" ringblast
 echo "sub: ${COMPREPLY[*]}""#;
@@ -84,8 +84,8 @@ echo "sub: ${COMPREPLY[*]}""#;
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("flag: --rate\n"), "{stdout}");
-    assert!(stdout.contains(" send sink pair topo\n"), "{stdout}");
+    assert!(stdout.contains("flag: --allow-fragments\n"), "{stdout}");
+    assert!(stdout.contains(" send sink pair search topo\n"), "{stdout}");
 }
 
 #[test]

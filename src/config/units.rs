@@ -61,11 +61,16 @@ impl Rate {
     /// datagram; `None` for [`Rate::Max`]. A payload of 0 bytes is treated as 1 byte so the
     /// result stays finite.
     pub fn packets_per_second(&self, payload_bytes: usize) -> Option<f64> {
+        self.packets_per_second_at(payload_bytes as f64)
+    }
+
+    /// As [`Rate::packets_per_second`] for a mean payload (a size mix), which may be fractional.
+    pub fn packets_per_second_at(&self, payload_bytes: f64) -> Option<f64> {
         match *self {
             Rate::Max => None,
             Rate::PacketsPerSecond(pps) => Some(pps),
             Rate::BitsPerSecond(bps) => {
-                let bits_per_packet = payload_bytes.max(1) as f64 * 8.0;
+                let bits_per_packet = payload_bytes.max(1.0) * 8.0;
                 Some(bps / bits_per_packet)
             }
         }

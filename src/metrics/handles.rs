@@ -87,6 +87,7 @@ pub struct TxWorker {
     flows: Vec<TxFlowHandles>,
     ring: RingHandles,
     lag: Gauge,
+    target: Gauge,
 }
 
 impl TxWorker {
@@ -121,6 +122,7 @@ impl TxWorker {
             flows,
             ring: RingHandles::register("send", q),
             lag: gauge!(TX_PACING_LAG, base(q)),
+            target: gauge!(TX_TARGET, base(q)),
         }
     }
 
@@ -136,6 +138,10 @@ impl TxWorker {
         let w = self.shared.worker.load();
         self.ring.flush(&w);
         self.lag.set(w.pacing_lag_ns as f64 / 1e9);
+        if w.target_milli_pps > 0 {
+            // A paced queue's target follows its schedule.
+            self.target.set(w.target_milli_pps as f64 / 1000.0);
+        }
     }
 }
 

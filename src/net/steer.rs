@@ -4,7 +4,7 @@
 //!
 //! The kernel's hash spreads a handful of flows unevenly (8 flows on 2 queues often land 2 and
 //! 6). The program reads the header's epoch and flow id and returns
-//! `(epoch mod N + flow mod N) mod N`: the flows of one sender alternate over the queues, so
+//! `(epoch mod N + flow mod N) mod N` (from the full or the compact header form): the flows of one sender alternate over the queues, so
 //! `F` flows on `N` queues give every queue `F / N` of them (exactly, when `N` divides `F`), and
 //! different senders (random epochs) start at different queues. A datagram that is too short
 //! or lacks the magic gets an out-of-range index, and the kernel falls back to its hash for it.
@@ -30,10 +30,13 @@ const TAX: u16 = 0x07; // BPF_MISC | BPF_TAX: X = A
 const RET_A: u16 = 0x16; // BPF_RET | BPF_A
 const RET_K: u16 = 0x06; // BPF_RET | BPF_K
 
-/// Header offsets the program reads (see `proto::header`).
+/// Header offsets the program reads (see `proto::header`): the full form ...
 const FLOW_AT: u32 = 10;
 const EPOCH_AT: u32 = 12;
-/// Bytes the program needs: through the end of the epoch.
+/// ... and the compact one.
+const COMPACT_FLOW_AT: u32 = 8;
+const COMPACT_EPOCH_AT: u32 = 10;
+/// Bytes the program needs: through the end of the full form's epoch (a compact header has 18).
 const NEEDED: u32 = 16;
 /// An index no group has: the kernel then uses its own hash.
 const FALL_BACK: u32 = u32::MAX;
@@ -47,32 +50,39 @@ fn op(code: u16, k: u32) -> libc::sock_filter {
     }
 }
 
-fn jump(code: u16, k: u32, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code, jt: 0, jf, k }
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
 }
 
 /// The steering program for `queues` queues.
 pub fn program(queues: u32) -> Vec<libc::sock_filter> {
     let n = queues.max(1);
-    let prog = vec![
+    let pick = |epoch_at: u32, flow_at: u32| {
+        [
+            op(LD_WORD, epoch_at),
+            op(MOD, n),
+            op(TAX, 0),
+            op(LD_HALF, flow_at),
+            op(MOD, n),
+            op(ADD_X, 0),
+            op(MOD, n),
+            op(RET_A, 0),
+        ]
+    };
+    let mut prog = vec![
         op(LD_LEN, 0),
-        jump(JGE, NEEDED, 10), // too short: to the fall-back return
+        jump(JGE, NEEDED, 0, 19), // too short: to the fall-back return
         op(LD_WORD, 0),
-        jump(JEQ, header::MAGIC, 8), // not ringblast: to the fall-back return
-        op(LD_WORD, EPOCH_AT),
-        op(MOD, n),
-        op(TAX, 0),
-        op(LD_HALF, FLOW_AT),
-        op(MOD, n),
-        op(ADD_X, 0),
-        op(MOD, n),
-        op(RET_A, 0),
-        op(RET_K, FALL_BACK),
+        jump(JEQ, header::MAGIC, 1, 0), // the full form: past the next test
+        jump(JEQ, header::COMPACT_MAGIC, 8, 16), // compact: past the full form's 8; else fall back
     ];
+    prog.extend(pick(EPOCH_AT, FLOW_AT));
+    prog.extend(pick(COMPACT_EPOCH_AT, COMPACT_FLOW_AT));
+    prog.push(op(RET_K, FALL_BACK));
     debug_assert_eq!(
         prog.len(),
-        13,
-        "the jump offsets above assume 13 instructions"
+        22,
+        "the jump offsets above assume 22 instructions"
     );
     prog
 }
@@ -93,20 +103,30 @@ pub fn attach(sock: &Socket, queues: u32) -> Result<(), Error> {
 }
 
 /// The queue index the program picks for a datagram (`None`: the kernel's hash), computed the
-/// same way in Rust, for tests and for printing the plan.
+/// same way in Rust, for tests and for reading the program.
 pub fn queue_for(payload: &[u8], queues: u32) -> Option<u32> {
     let n = queues.max(1);
-    let word = |at: usize| {
+    let word = |at: u32| {
+        let at = at as usize;
         payload
             .get(at..at + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    if payload.len() < NEEDED as usize || word(0)? != header::MAGIC {
+    let half = |at: u32| {
+        let at = at as usize;
+        payload
+            .get(at..at + 2)
+            .map(|b| u32::from(u16::from_be_bytes([b[0], b[1]])))
+    };
+    if payload.len() < NEEDED as usize {
         return None;
     }
-    let epoch = word(EPOCH_AT as usize)?;
-    let flow = u32::from(u16::from_be_bytes([payload[10], payload[11]]));
-    Some((epoch % n + flow % n) % n)
+    let (epoch_at, flow_at) = match word(0)? {
+        header::MAGIC => (EPOCH_AT, FLOW_AT),
+        header::COMPACT_MAGIC => (COMPACT_EPOCH_AT, COMPACT_FLOW_AT),
+        _ => return None,
+    };
+    Some((word(epoch_at)? % n + half(flow_at)? % n) % n)
 }
 
 #[cfg(test)]
@@ -129,15 +149,34 @@ mod tests {
     }
 
     #[test]
-    fn jumps_land_on_the_fall_back_return() {
+    fn jumps_land_where_they_should() {
         let prog = program(4);
-        for (at, insn) in prog.iter().enumerate() {
-            if insn.code == JGE || insn.code == JEQ {
-                assert_eq!(at + 1 + insn.jf as usize, prog.len() - 1, "insn {at}");
-                assert_eq!(insn.jt, 0);
-            }
-        }
+        let target = |at: usize, off: u8| at + 1 + off as usize;
+        let last = prog.len() - 1;
         assert_eq!(prog.last().map(|i| (i.code, i.k)), Some((RET_K, FALL_BACK)));
+        // Too short: the fall-back return.
+        assert_eq!(target(1, prog[1].jf), last);
+        // The full form: its own epoch load; the compact form: its own; anything else: back.
+        assert_eq!(prog[target(3, prog[3].jt)].k, EPOCH_AT);
+        assert_eq!(prog[target(4, prog[4].jt)].k, COMPACT_EPOCH_AT);
+        assert_eq!(target(4, prog[4].jf), last);
+        assert_eq!(prog[target(4, prog[4].jt)].code, LD_WORD);
+    }
+
+    #[test]
+    fn compact_datagrams_are_steered_too() {
+        let h = Header {
+            flags: 0,
+            failed: 0,
+            flow: 0,
+            epoch: 5,
+            seq: 7,
+            timestamp_ns: 0,
+        };
+        let per_queue: Vec<u32> = (0..4)
+            .map(|flow| queue_for(&Header { flow, ..h }.to_compact_bytes(), 2).unwrap())
+            .collect();
+        assert_eq!(per_queue, vec![1, 0, 1, 0]);
     }
 
     #[test]

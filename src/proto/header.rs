@@ -12,8 +12,25 @@
 //! | 16     | 8    | sequence number                                |
 //! | 24     | 8    | send timestamp, ns since the Unix epoch (CLOCK_REALTIME) |
 //!
+//! A datagram shorter than 32 bytes (a 64-byte Ethernet frame over IPv4 leaves 18) carries the
+//! 18-byte **compact** form instead, recognised by its own magic `0x52424C43` ("RBLC", which
+//! also stands for the version) and checked as strictly (the whole magic, then the length):
+//!
+//! | offset | size | field                                          |
+//! |-------:|-----:|------------------------------------------------|
+//! | 0      | 4    | magic `0x52424C43` ("RBLC")                    |
+//! | 4      | 4    | failed sends of this flow so far, mod 2^32     |
+//! | 8      | 2    | flow                                           |
+//! | 10     | 4    | epoch                                          |
+//! | 14     | 4    | sequence number mod 2^32                       |
+//!
+//! It gives up the timestamp (a compact packet gives no latency sample) and the flags, and
+//! carries the low 32 bits of the sequence number: the sink extends them to 64 bits next to
+//! the session's highest number (or the start the sender stated), which is exact while a
+//! session's numbers move by less than 2^31 between two packets it receives.
+//!
 //! The sender writes the whole header of every packet when it queues the send
-//! ([`Header::write`]). The failed-send count lets a sink tell a sequence number whose send
+//! ([`Header::write`], [`Header::write_compact`]). The failed-send count lets a sink tell a sequence number whose send
 //! failed at the sender from one the network lost, even without a control channel: a failure
 //! is known to the sender within one window of sends, long before the sink settles a gap.
 
@@ -25,6 +42,11 @@ pub const HEADER_LEN: usize = 32;
 pub const MAGIC: u32 = 0x5242_4C53;
 /// Header layout version written by this build.
 pub const VERSION: u8 = 2;
+
+/// Length of the compact header (for datagrams shorter than [`HEADER_LEN`]).
+pub const COMPACT_LEN: usize = 18;
+/// First four bytes of a compact-header datagram: "RBLC".
+pub const COMPACT_MAGIC: u32 = 0x5242_4C43;
 
 const MAGIC_AT: Range<usize> = 0..4;
 const VERSION_AT: usize = 4;
@@ -101,6 +123,32 @@ impl Header {
     }
 }
 
+impl Header {
+    /// The 18 compact header bytes: the timestamp and flags are dropped, the sequence number
+    /// keeps its low 32 bits.
+    pub fn to_compact_bytes(&self) -> [u8; COMPACT_LEN] {
+        let mut bytes = [0u8; COMPACT_LEN];
+        bytes[0..4].copy_from_slice(&COMPACT_MAGIC.to_be_bytes());
+        bytes[4..8].copy_from_slice(&self.failed.to_be_bytes());
+        debug_assert!(self.flow <= u32::from(u16::MAX), "flow id beyond 16 bits");
+        bytes[8..10].copy_from_slice(&(self.flow as u16).to_be_bytes());
+        bytes[10..14].copy_from_slice(&self.epoch.to_be_bytes());
+        bytes[14..18].copy_from_slice(&(self.seq as u32).to_be_bytes());
+        bytes
+    }
+
+    /// Writes the header form that fits `buf`: the full one from [`HEADER_LEN`] bytes, the
+    /// compact one below (`buf` holds at least [`COMPACT_LEN`]; a shorter one stays untouched).
+    #[inline]
+    pub fn write_fitting(&self, buf: &mut [u8]) {
+        if buf.len() >= HEADER_LEN {
+            self.write(buf);
+        } else if let Some(head) = buf.first_chunk_mut::<COMPACT_LEN>() {
+            *head = self.to_compact_bytes();
+        }
+    }
+}
+
 /// Copies `N` bytes starting at `AT` out of the header; ranges are constants, so the bounds
 /// are resolved at compile time.
 #[inline]
@@ -113,6 +161,64 @@ fn field<const AT: usize, const N: usize>(header: &[u8; HEADER_LEN]) -> [u8; N] 
 /// Decodes the header at the start of `buf`, checking length, then magic, then version.
 #[inline]
 pub fn parse(buf: &[u8]) -> Result<Header, Invalid> {
+    parse_full(buf)
+}
+
+/// Which header form a datagram carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// The 32-byte header: full sequence number and a timestamp.
+    Full,
+    /// The 18-byte compact header: `seq` holds only its low 32 bits, no timestamp (0).
+    Compact,
+}
+
+/// Decodes either header form: the magic says which; each is then checked for its length (and
+/// the full one for its version). Anything shorter than the compact form is [`Invalid::Short`],
+/// anything longer with neither magic [`Invalid::Magic`].
+#[inline]
+pub fn parse_any(buf: &[u8]) -> Result<(Header, Form), Invalid> {
+    let Some(head) = buf.first_chunk::<COMPACT_LEN>() else {
+        return Err(Invalid::Short);
+    };
+    let magic = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+    if magic == COMPACT_MAGIC {
+        let be32 =
+            |at: usize| u32::from_be_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        return Ok((
+            Header {
+                flags: 0,
+                failed: be32(4),
+                flow: u32::from(u16::from_be_bytes([head[8], head[9]])),
+                epoch: be32(10),
+                seq: u64::from(be32(14)),
+                timestamp_ns: 0,
+            },
+            Form::Compact,
+        ));
+    }
+    if magic != MAGIC {
+        return Err(Invalid::Magic);
+    }
+    parse_full(buf).map(|h| (h, Form::Full))
+}
+
+/// The 64-bit sequence number whose low 32 bits are `low`, nearest to `reference` (the
+/// session's highest number so far, or its stated start).
+pub fn extend_seq(reference: u64, low: u32) -> u64 {
+    const SPAN: u64 = 1 << 32;
+    let candidate = (reference & !(SPAN - 1)) | u64::from(low);
+    if candidate.saturating_add(SPAN / 2) < reference {
+        candidate.saturating_add(SPAN)
+    } else if candidate > reference.saturating_add(SPAN / 2) && candidate >= SPAN {
+        candidate - SPAN
+    } else {
+        candidate
+    }
+}
+
+#[inline]
+fn parse_full(buf: &[u8]) -> Result<Header, Invalid> {
     let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
         return Err(Invalid::Short);
     };
@@ -216,6 +322,64 @@ mod tests {
     fn labels_are_distinct_metric_values() {
         let labels: Vec<_> = Invalid::ALL.iter().map(Invalid::label).collect();
         assert_eq!(labels, ["short", "magic", "version"]);
+    }
+
+    #[test]
+    fn compact_form_round_trips_and_is_checked() {
+        let mut buf = [0u8; 18];
+        sample().write_fitting(&mut buf);
+        assert_eq!(&buf[0..4], b"RBLC");
+        let (h, form) = parse_any(&buf).unwrap();
+        assert_eq!(form, Form::Compact);
+        let want = Header {
+            flags: 0,
+            seq: sample().seq & 0xFFFF_FFFF,
+            timestamp_ns: 0,
+            ..sample()
+        };
+        assert_eq!(h, want);
+        assert_eq!(parse_any(&buf[..17]), Err(Invalid::Short));
+        // The full parser refuses it; a flipped magic bit is refused by both.
+        assert_eq!(
+            parse(&[buf.as_slice(), &[0; 14]].concat()),
+            Err(Invalid::Magic)
+        );
+        buf[3] ^= 0x01;
+        assert_eq!(parse_any(&buf), Err(Invalid::Magic));
+        // A full header in a 32-byte buffer parses as full; a 31-byte RBLS datagram is short.
+        let full = sample().to_bytes();
+        assert_eq!(parse_any(&full), Ok((sample(), Form::Full)));
+        assert_eq!(parse_any(&full[..31]), Err(Invalid::Short));
+    }
+
+    #[test]
+    fn sequence_numbers_extend_next_to_the_reference() {
+        assert_eq!(extend_seq(0, 5), 5);
+        assert_eq!(extend_seq(100, 90), 90);
+        let r = (7u64 << 32) + 0xFFFF_FFF0;
+        assert_eq!(
+            extend_seq(r, 0x10),
+            (8u64 << 32) + 0x10,
+            "forward over a wrap"
+        );
+        assert_eq!(
+            extend_seq((8u64 << 32) + 2, 0xFFFF_FFFE),
+            (7u64 << 32) + 0xFFFF_FFFE
+        );
+        assert_eq!(extend_seq(4_294_967_000, 4_294_967_100), 4_294_967_100);
+        assert_eq!(
+            extend_seq(u64::MAX, 0),
+            u64::MAX,
+            "saturates at the top, never overflows"
+        );
+        let mut rng = XorShift(7);
+        for _ in 0..10_000 {
+            let reference = rng.next() >> 1;
+            let seq = reference.wrapping_add(rng.next() % (1 << 31)) & (u64::MAX >> 1);
+            if seq >= reference {
+                assert_eq!(extend_seq(reference, seq as u32), seq);
+            }
+        }
     }
 
     #[test]

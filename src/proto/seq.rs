@@ -154,6 +154,12 @@ impl SeqTracker {
         self.started.then_some(self.highest)
     }
 
+    /// The number a 32-bit sequence number is extended next to: the highest so far, or before
+    /// the first packet the start the sender stated.
+    pub fn reference(&self) -> Option<u64> {
+        self.highest().or(self.start_hint)
+    }
+
     /// Accounts one received sequence number. Never allocates.
     pub fn observe(&mut self, seq: u64) -> Outcome {
         if !self.started {

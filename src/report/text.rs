@@ -8,7 +8,7 @@ use crate::stats::Latency;
 
 /// The sink's exact latency quantiles (from its HDR histogram) as JSON.
 pub fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
-    json!({"min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
+    json!({"count": h.len(), "min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
         "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(), "mean_ns": h.mean().round() as u64})
 }
 

@@ -9,7 +9,10 @@ pub mod fds;
 pub mod judge;
 pub mod placement;
 pub mod roles;
+pub mod search;
 pub mod session;
+pub mod shape;
+pub mod steps;
 pub mod tcp;
 pub mod tcp_report;
 pub mod wire;
@@ -45,6 +48,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Send(a) => a.common.json,
         Command::Sink(a) => a.common.json,
         Command::Pair(a) => a.common.json,
+        Command::Search(a) => a.json,
         Command::Topo(_) | Command::Generate(_) => false,
     };
     crate::output::json_on_stdout(json);
@@ -52,6 +56,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Send(args) => send(args),
         Command::Sink(args) => sink(args),
         Command::Pair(args) => pair(args),
+        Command::Search(args) => search(args),
         Command::Topo(args) => topo(args),
         Command::Generate(args) => crate::generate::run(args.kind, args.dir.as_deref()),
     }
@@ -290,10 +295,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
     )?;
     let mut notes = String::new();
     let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
-    let target = args
-        .traffic
-        .rate
-        .packets_per_second(configs.first().map_or(args.traffic.size, |(c, _)| c.size));
+    let target = roles::target_pps(&configs);
     let metrics = common.metrics;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = match args.control {
@@ -404,10 +406,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         &placement_args(&sink_common, addr, &send_cpus),
         &mut notes,
     )?;
-    let target = args
-        .traffic
-        .rate
-        .packets_per_second(configs.first().map_or(args.traffic.size, |(c, _)| c.size));
+    let target = roles::target_pps(&configs);
     let default_metrics: SocketAddr = DEFAULT_METRICS
         .parse()
         .map_err(|_| Error::Usage("bad default metrics address".into()))?;
@@ -454,6 +453,50 @@ fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<Stri
     let name = name.unwrap_or_else(|| format!("{}/{queues}q{flows}f", control_link::hostname()));
     crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
     Ok(name)
+}
+
+fn search(args: crate::cli::SearchArgs) -> Result<(), Error> {
+    // Check the sender's options once here, so a bad one is one line, not a failed trial.
+    let size: crate::sender::mix::SizeSpec = args.size.parse().map_err(Error::Usage)?;
+    let sizes = crate::sender::mix::SizePlan::resolve(&size, None, args.to)?;
+    let pps = |r: crate::config::units::Rate, what: &str| {
+        r.packets_per_second_at(sizes.mean_payload())
+            .ok_or_else(|| Error::Usage(format!("{what} needs a packet or bit rate, not max")))
+    };
+    let mut ratios = args.loss_ratios.clone();
+    ratios.sort_by(f64::total_cmp);
+    ratios.dedup();
+    let mut send_args = vec![
+        "--to".to_string(),
+        args.to.to_string(),
+        "--size".into(),
+        args.size.clone(),
+        "--queues".into(),
+        args.queues.to_string(),
+    ];
+    if let Some(secret) = &args.secret_file {
+        send_args.push("--secret-file".into());
+        send_args.push(secret.display().to_string());
+    }
+    let plan = search::SearchPlan {
+        send_args,
+        loss_ratios: ratios,
+        min_rate: pps(args.min_rate, "--min-rate")?,
+        max_rate: args.max_rate.map(|r| pps(r, "--max-rate")).transpose()?,
+        precision: args.precision,
+        trial: args.trial,
+        final_trial: args.final_trial,
+        max_time: args.max_time,
+        json: args.json,
+    };
+    if search::run(&plan)? {
+        Ok(())
+    } else {
+        Err(Error::io(
+            "the search did not converge",
+            std::io::Error::other("--max-time ran out; give it more time or a coarser --precision"),
+        ))
+    }
 }
 
 fn topo(args: TopoArgs) -> Result<(), Error> {

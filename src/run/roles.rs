@@ -8,13 +8,15 @@ use crate::{
     cli::{SinkTuning, Steer, TrafficArgs},
     error::Error,
     net::claim,
-    proto::header::HEADER_LEN,
     report::{QueueView, RxSample, TxSample},
-    sender::{SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker},
+    sender::{
+        SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker, mix::SizePlan,
+    },
     sink::books::MAX_SEND_LAG,
     sink::{
         INVALID_TABLE_FULL, SinkConfig, SinkOutcome, SinkShared, SinkWorker,
         registry::{FlowReport, Registry},
+        sizes::SizeTable,
     },
     stats::{RxFlow, TxFlow},
     worker::{self, Control, Group},
@@ -41,10 +43,18 @@ pub struct SenderSet {
     pub target_pps: Option<f64>,
     /// First sequence number of every flow.
     pub first_seq: u64,
-    /// UDP payload bytes of every datagram.
+    /// UDP payload bytes of the largest datagram.
     pub size: usize,
+    /// The size classes sent.
+    pub sizes: Arc<SizePlan>,
     /// Where the datagrams go.
     pub to: SocketAddr,
+    /// Packets per pacing tick (1 = evenly spaced).
+    pub burst: u64,
+    /// The whole run's rate schedule, if any (the queues' shares summed).
+    pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    /// The header fields and port mapping line for the start plan, if any is set.
+    pub fields_plan: Option<String>,
 }
 
 /// Running sinks.
@@ -61,6 +71,8 @@ pub struct SinkSet {
     pub max_sessions: usize,
     /// Monotonic ns when every queue was bound with its receive armed.
     pub ready_ns: u64,
+    /// The size classes the sink counts.
+    pub sizes: Arc<SizeTable>,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
@@ -76,14 +88,23 @@ pub fn sender_configs(
     if queues == 0 {
         return usage("--queues must be at least 1".into());
     }
-    let size = match t.frame_size {
-        Some(frame) => super::wire::payload_for_frame(frame, to)?,
-        None => t.size,
-    };
-    if size < HEADER_LEN {
+    let sizes = Arc::new(SizePlan::resolve(&t.size, t.frame_size, to)?);
+    let size = sizes.max_payload();
+    if sizes.is_mix() && t.gso > 1 {
         return usage(format!(
-            "--size {} is below the {HEADER_LEN}-byte ringblast header; use --size {HEADER_LEN} or more",
-            size
+            "--gso {} sends trains of one size; a --size mix sends one packet per send: use --gso 1",
+            t.gso
+        ));
+    }
+    if sizes.is_mix() && t.allow_fragments {
+        return usage(
+            "--allow-fragments counts fragments for one size; send a --size mix without it (each class must fit the path MTU)".into(),
+        );
+    }
+    if sizes.has_compact() && t.first_seq > u64::from(u32::MAX / 2) {
+        return usage(format!(
+            "--first-seq {} with packets below 32 bytes: their compact header carries 32 bits of sequence; use --first-seq below 2147483648",
+            t.first_seq
         ));
     }
     if t.gso == 0 || t.gso > MAX_GSO_SEGMENTS {
@@ -124,6 +145,7 @@ pub fn sender_configs(
             t.gso
         ));
     }
+    super::shape::check_burst(t.burst, t.gso, window)?;
     let flows = t.flows.unwrap_or(queues as u32);
     if (flows as usize) < queues {
         return usage(format!(
@@ -133,13 +155,28 @@ pub fn sender_configs(
     if flows > 65_536 {
         return usage(format!("--flows {flows} is too many; use at most 65536"));
     }
+    let fields = crate::net::fields::HeaderFields {
+        tos: t.tos.or(t.dscp.map(|d| d << 2)),
+        ttl: t.ttl,
+        src_ports: t.src_ports,
+        dst_ports: t.dst_ports,
+    };
+    fields.check(flows)?;
     super::wire::check_path(to, size, t.allow_fragments)?;
-    let total_pps = t.rate.packets_per_second(size);
-    let duration = t.duration.or(if t.count.is_none() {
-        default_duration
-    } else {
-        None
-    });
+    let schedule = super::shape::schedule(t, sizes.mean_payload())?.map(Arc::new);
+    let total_pps = match &schedule {
+        // The judge's target: the schedule's mean rate.
+        Some(s) => Some(s.mean_rate(0, s.duration().as_nanos() as u64)),
+        None => t.rate.packets_per_second_at(sizes.mean_payload()),
+    };
+    let duration = match &schedule {
+        Some(s) => Some(s.duration()),
+        None => t.duration.or(if t.count.is_none() {
+            default_duration
+        } else {
+            None
+        }),
+    };
     Ok((0..queues)
         .map(|q| {
             let my_flows: Vec<u32> = (0..flows).filter(|f| *f as usize % queues == q).collect();
@@ -149,6 +186,7 @@ pub fn sender_configs(
             let config = SenderConfig {
                 to,
                 size,
+                sizes: Arc::clone(&sizes),
                 gso: t.gso,
                 batch: t.batch,
                 window,
@@ -159,10 +197,21 @@ pub fn sender_configs(
                 epoch,
                 hugepages,
                 first_seq: t.first_seq,
+                burst: t.burst,
+                fields,
+                payload: t.payload.clone(),
+                schedule: schedule
+                    .as_ref()
+                    .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
             };
             (config, my_flows)
         })
         .collect())
+}
+
+/// The whole run's target rate (the queues' shares summed), `None` when unpaced.
+pub fn target_pps(configs: &[(SenderConfig, Vec<u32>)]) -> Option<f64> {
+    configs.iter().map(|(c, _)| c.rate_pps).sum::<Option<f64>>()
 }
 
 /// Starts one sender per planned queue.
@@ -175,6 +224,19 @@ pub fn start_senders(
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
+    let burst = configs.first().map_or(1, |(c, _)| c.burst);
+    let all_flows = configs.iter().map(|(_, f)| f.len() as u32).sum();
+    let fields_plan = configs
+        .first()
+        .and_then(|(c, _)| c.fields.describe(all_flows, c.to));
+    let schedule = configs
+        .first()
+        .and_then(|(c, _)| c.schedule.as_ref())
+        .map(|s| Arc::new(s.scaled(configs.len() as f64)));
+    let sizes = configs.first().map_or_else(
+        || Arc::new(SizePlan::single(size)),
+        |(c, _)| Arc::clone(&c.sizes),
+    );
     let to = configs
         .first()
         .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |(c, _)| c.to);
@@ -182,10 +244,12 @@ pub fn start_senders(
     let mut workers = Vec::new();
     let mut flows = Vec::new();
     for (q, (config, my_flows)) in queues.iter().zip(configs) {
+        let parts = config.schedule.as_ref().map_or(0, |s| s.parts().len());
         let s = Arc::new(SenderShared {
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),
             stamp: Default::default(),
+            step_packets: (0..parts).map(|_| Default::default()).collect(),
         });
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
@@ -206,7 +270,11 @@ pub fn start_senders(
         target_pps,
         first_seq,
         size,
+        sizes,
         to,
+        burst,
+        schedule,
+        fields_plan,
     })
 }
 
@@ -247,6 +315,7 @@ pub fn sink_config(
         hugepages,
         steer_by_flow: t.steer == Steer::Flow,
         steer_queues: None,
+        sizes: Arc::default(),
     })
 }
 
@@ -265,6 +334,7 @@ pub fn start_sinks(
     let mut config = config;
     config.steer_queues =
         (config.steer_by_flow && !share_port && queues.len() > 1).then_some(queues.len() as u32);
+    let sizes = Arc::clone(&config.sizes);
     if !share_port {
         claim::refuse_others(listen)?;
     }
@@ -299,6 +369,7 @@ pub fn start_sinks(
         registry,
         max_sessions,
         ready_ns: crate::clock::monotonic_ns(),
+        sizes,
     })
 }
 

@@ -91,7 +91,7 @@ impl Session {
         header: bool,
         (tx, rx): (&[TxSample], &[RxSample]),
         (tx0, rx0): (&[TxSample], &[RxSample]),
-        wire_l1: Option<u64>,
+        wire_l1: Option<&[u64]>,
     ) {
         let mut lines = String::new();
         if header {
@@ -115,8 +115,10 @@ impl Session {
                 let window = n.window_s(b, seconds);
                 lines += &report::tx_line(&label, n, b, window);
                 if let Some(l1) = wire_l1 {
-                    let packets = n.traffic.packets - b.traffic.packets;
-                    lines += &report::wire_text(packets, l1, window);
+                    lines += &report::wire_text(report::l1_bytes_sent(l1, n, b), window);
+                }
+                if s.burst > 1 {
+                    lines += &format!(" burst {}", s.burst);
                 }
                 lines.push('\n');
             }
@@ -210,15 +212,31 @@ impl Session {
         // Path MTU, IP fragments per datagram and L1 bytes per datagram, for what is sent.
         let wire = self.senders.as_ref().map(|s| {
             let (mtu, n) = wire::check_path(s.to, s.size, true).unwrap_or((usize::MAX, 1));
-            (mtu, n, wire::l1_bytes(s.size, mtu, s.to))
+            let per_class: Vec<u64> = s
+                .sizes
+                .classes
+                .iter()
+                .map(|c| wire::l1_bytes(c.payload, mtu, s.to))
+                .collect();
+            (mtu, n, per_class)
         });
-        if let (Some((mtu, n, _)), Some(s)) = (wire, &self.senders)
-            && n > 1
+        if let (Some((mtu, n, _)), Some(s)) = (&wire, &self.senders)
+            && *n > 1
         {
             say!(
                 "send: --allow-fragments: each {}-byte datagram leaves as {n} IP fragments (path MTU {mtu}); pps counts datagrams",
                 s.size
             );
+        }
+        if let Some(s) = self
+            .senders
+            .as_ref()
+            .filter(|s| s.sizes.is_mix() || s.sizes.has_compact())
+        {
+            say!("send: {}", s.sizes.describe());
+        }
+        if let Some(line) = self.senders.as_ref().and_then(|s| s.fields_plan.as_ref()) {
+            say!("{line}");
         }
         let mut last_events = start;
         let mut judge = self
@@ -271,7 +289,9 @@ impl Session {
                     header_due,
                     (&tx, &rx),
                     (&tx0, &rx0),
-                    wire.filter(|_| self.wire_rate).map(|w| w.2),
+                    wire.as_ref()
+                        .filter(|_| self.wire_rate)
+                        .map(|w| w.2.as_slice()),
                 );
                 header_due = false;
                 (tx0, rx0, last_report) = (tx, rx, now);
@@ -345,6 +365,8 @@ impl Session {
                 into.extend(more.clone());
             }
             summary["size"] = json!(s.size);
+            summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
+            summary["burst"] = json!(s.burst);
             if fragments > 1 {
                 summary["ip_fragments_per_datagram"] = json!(fragments);
                 summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
@@ -376,6 +398,15 @@ impl Session {
                 say!("{line}");
             }
             judged = judgement.failure;
+            if let Some(schedule) = &s.schedule {
+                let v = verdict.as_ref().and_then(|v| v.as_ref().ok()).map(|v| &v.1);
+                for (line, json) in super::steps::step_reports(schedule, &s.shared, v) {
+                    say!("{line}");
+                    if self.json {
+                        crate::output::json_line(&json);
+                    }
+                }
+            }
             if self.json {
                 crate::output::json_line(&summary);
             }
@@ -424,6 +455,7 @@ impl Session {
                 "startup_ms": clock::ms_since_launch(s.ready_ns),
                 "first_packet_ms": first.map(clock::ms_since_launch),
                 "senders": report::senders_json(&senders),
+                "sizes": report::rx_sizes_json(&s.sizes, &senders),
                 "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
             let mut summary = report::rx_summary_json(&total, active, extra);
             let (shares, shares_line) = report::queue_shares(&rx, &s.queues);

@@ -15,10 +15,22 @@ use crate::{
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
     report::QueueView,
     say,
-    sender::tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
+    sender::{
+        mix::SizeSpec,
+        payload::PayloadFill,
+        tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
+    },
     sink::tcp::{TcpSinkConfig, TcpSinkShared, TcpSinkWorker},
     worker::{self, Control},
 };
+
+/// The record size a TCP run was given (a mix is refused before a run starts).
+fn record_size(traffic: &TrafficArgs) -> usize {
+    match &traffic.size {
+        SizeSpec::Payload(bytes) => *bytes,
+        SizeSpec::Frames(_) => 0,
+    }
+}
 
 /// Per-queue configs of a TCP sender, and the total records/s target.
 fn send_configs(
@@ -36,6 +48,19 @@ fn send_configs(
         (traffic.allow_fragments, "--allow-fragments"),
         (traffic.wire_rate, "--wire-rate"),
         (traffic.flows.is_some(), "--flows (use --conns)"),
+        (traffic.burst != 1, "--burst"),
+        (traffic.rate_steps.is_some(), "--rate-steps"),
+        (traffic.ramp.is_some(), "--ramp"),
+        (
+            traffic.tos.is_some() || traffic.dscp.is_some(),
+            "--tos/--dscp",
+        ),
+        (traffic.ttl.is_some(), "--ttl"),
+        (
+            traffic.src_ports.is_some() || traffic.dst_ports.is_some(),
+            "--src-ports/--dst-ports",
+        ),
+        (traffic.payload != PayloadFill::Zero, "--payload"),
     ];
     if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
         return Err(Error::Usage(format!(
@@ -48,13 +73,21 @@ fn send_configs(
             "--conns {conns} × --queues {queues} must be between 1 and 65536 connections (flow ids are 16 bits)"
         )));
     }
-    if traffic.size > MAX_RECORD {
+    let record = match &traffic.size {
+        SizeSpec::Payload(bytes) => *bytes,
+        SizeSpec::Frames(_) => {
+            return Err(Error::Usage(
+                "size mixes (imix, FRAME:WEIGHT) apply to UDP only; give one --size for --proto tcp"
+                    .into(),
+            ));
+        }
+    };
+    if record > MAX_RECORD {
         return Err(Error::Usage(format!(
-            "--size {} exceeds the largest TCP record ({MAX_RECORD} bytes)",
-            traffic.size
+            "--size {record} exceeds the largest TCP record ({MAX_RECORD} bytes)"
         )));
     }
-    let size = rr.map_or(traffic.size, |r| r.request);
+    let size = rr.map_or(record, |r| r.request);
     let target = traffic.rate.packets_per_second(size);
     let epoch = rand::random::<u32>().max(1);
     let duration = traffic.duration.or(if traffic.count.is_none() {
@@ -250,7 +283,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
         "tcp send to {}: {} connection(s) per queue, {}-byte records, no control channel on TCP runs",
         args.to,
         args.tcp.conns.unwrap_or(1),
-        args.traffic.size
+        record_size(&args.traffic)
     );
     let result = Reporter::new(
         common.json,

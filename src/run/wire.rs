@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use crate::{error::Error, proto::header::HEADER_LEN};
+use crate::{error::Error, proto::header::COMPACT_LEN};
 
 /// Ethernet header (14) and FCS (4) around an IP packet.
 pub const ETHERNET_OVERHEAD: usize = 18;
@@ -20,9 +20,11 @@ fn ip_header(to: SocketAddr) -> usize {
     if to.is_ipv4() { 20 } else { 40 }
 }
 
-/// The smallest frame ringblast can send to `to`: a whole ringblast header must fit.
+/// The smallest frame ringblast can send to `to`: the compact ringblast header must fit (64
+/// bytes over IPv4, the Ethernet minimum; 84 over IPv6). Frames below 78 (IPv4) or 98 (IPv6)
+/// bytes carry the compact header, without a timestamp.
 pub fn smallest_frame(to: SocketAddr) -> usize {
-    HEADER_LEN + UDP_HEADER + ip_header(to) + ETHERNET_OVERHEAD
+    COMPACT_LEN + UDP_HEADER + ip_header(to) + ETHERNET_OVERHEAD
 }
 
 /// The UDP payload of an Ethernet frame of `frame` bytes (FCS included) sent to `to`.
@@ -31,8 +33,8 @@ pub fn payload_for_frame(frame: usize, to: SocketAddr) -> Result<usize, Error> {
     if frame < smallest {
         let family = if to.is_ipv4() { "IPv4" } else { "IPv6" };
         return Err(Error::Usage(format!(
-            "--frame-size {frame} leaves {} bytes of UDP payload over {family}, less than the {HEADER_LEN}-byte ringblast header; the smallest frame ringblast sends is {smallest} bytes over {family}",
-            frame.saturating_sub(smallest - HEADER_LEN)
+            "frame size {frame} leaves {} bytes of UDP payload over {family}, less than the {COMPACT_LEN}-byte compact ringblast header; the smallest frame ringblast sends is {smallest} bytes over {family}",
+            frame.saturating_sub(smallest - COMPACT_LEN)
         )));
     }
     Ok(frame - (UDP_HEADER + ip_header(to) + ETHERNET_OVERHEAD))
@@ -99,11 +101,12 @@ mod tests {
     fn frames_convert_to_payload_for_each_family() {
         assert_eq!(payload_for_frame(1518, v4()).unwrap(), 1472);
         assert_eq!(payload_for_frame(1518, v6()).unwrap(), 1452);
-        assert_eq!(smallest_frame(v4()), 78);
-        assert_eq!(smallest_frame(v6()), 98);
-        let e = payload_for_frame(64, v4()).unwrap_err().to_string();
+        assert_eq!(smallest_frame(v4()), 64);
+        assert_eq!(smallest_frame(v6()), 84);
+        assert_eq!(payload_for_frame(64, v4()).unwrap(), 18);
+        let e = payload_for_frame(83, v6()).unwrap_err().to_string();
         assert!(
-            e.contains("leaves 18 bytes") && e.contains("is 78 bytes"),
+            e.contains("leaves 17 bytes") && e.contains("is 84 bytes over IPv6"),
             "{e}"
         );
     }
@@ -120,7 +123,8 @@ mod tests {
 
     #[test]
     fn l1_bytes_include_preamble_gap_and_padding() {
-        // A 64-byte frame (18-byte payload would be) is 84 bytes on the wire; ours are 78+.
+        // A 64-byte frame (18-byte payload, compact header) is 84 bytes on the wire.
+        assert_eq!(l1_bytes(18, 1500, v4()), 84);
         assert_eq!(l1_bytes(32, 1500, v4()), 98);
         assert_eq!(l1_bytes(1472, 1500, v4()), 1538);
         // Two fragments: 1500 + 48 bytes of IP, two Ethernet overheads and two L1 gaps.

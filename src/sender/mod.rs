@@ -6,6 +6,8 @@
 //! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
+pub mod mix;
+pub mod payload;
 pub mod rtt;
 mod slots;
 pub mod tcp;
@@ -48,8 +50,10 @@ pub enum SendOp {
 pub struct SenderConfig {
     /// Destination.
     pub to: std::net::SocketAddr,
-    /// UDP payload bytes per packet (header included).
+    /// UDP payload bytes of the largest packet (header included).
     pub size: usize,
+    /// The size classes and the order they are sent in.
+    pub sizes: Arc<mix::SizePlan>,
     /// Packets per send (1 = no GSO).
     pub gso: u16,
     /// SQEs per `io_uring_enter`.
@@ -70,6 +74,14 @@ pub struct SenderConfig {
     pub hugepages: bool,
     /// First sequence number of every flow.
     pub first_seq: u64,
+    /// Packets sent back to back at each pacing tick (1 = evenly spaced).
+    pub burst: u64,
+    /// TOS, TTL and the port tuple of each flow.
+    pub fields: crate::net::fields::HeaderFields,
+    /// What the payload after the header carries (written at set-up).
+    pub payload: payload::PayloadFill,
+    /// This worker's share of a rate schedule (`--rate-steps`, `--ramp`) instead of `rate_pps`.
+    pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -92,6 +104,8 @@ pub struct SenderShared {
     pub worker: crate::stats::SharedWorkerCounters,
     /// When the counters above were published (the worker's clock).
     pub stamp: crate::stamp::PublishStamp,
+    /// Packets the kernel accepted by the end of each part of the rate schedule.
+    pub step_packets: Vec<std::sync::atomic::AtomicU64>,
 }
 
 /// What a sender reports when it ends.
@@ -154,7 +168,10 @@ impl SenderWorker {
         let sockets = place
             .flows
             .iter()
-            .map(|_| net::sender_socket(config.to, gso))
+            .map(|&flow| {
+                let (src, dst) = config.fields.tuple(flow, config.to);
+                net::sender_socket_with(dst, gso, |s| config.fields.apply(s, src, dst))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let slots = Slots::new(&config, &mut engine, &place.flows)?;
@@ -225,6 +242,14 @@ impl SenderWorker {
         queued
     }
 
+    /// Notes the packets accepted so far as the end of schedule part `part`.
+    fn mark_step(&self, part: usize) {
+        let accepted = self.flows.iter().map(|f| f.packets).sum();
+        if let Some(mark) = self.shared.step_packets.get(part) {
+            mark.store(accepted, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     fn reap(&mut self) {
         let n = self.engine.reap(&mut self.completions);
         for i in 0..n {
@@ -241,8 +266,11 @@ impl SenderWorker {
             let segs = u64::from(self.slots.segments(slot));
             let f = &mut self.flows[flow];
             if c.result >= 0 {
+                let class = self.slots.class_of(slot);
                 f.packets += segs;
                 f.bytes += c.result as u64;
+                f.size_packets[class] += segs;
+                f.size_bytes[class] += c.result as u64;
             } else {
                 f.errors[errno_class(-c.result)] += segs;
                 self.failed[flow] += segs;
@@ -271,8 +299,17 @@ impl Job for SenderWorker {
 
     fn run(mut self, control: &Control) -> SenderOutcome {
         let started_ns = clock::monotonic_ns();
-        let max_burst = u64::from(self.config.batch) * u64::from(self.config.gso);
-        let mut pacer = Pacer::new(self.config.rate_pps, started_ns, max_burst);
+        let max_burst =
+            (u64::from(self.config.batch) * u64::from(self.config.gso)).max(self.config.burst);
+        let mut pacer = match &self.config.schedule {
+            Some(s) => Pacer::scheduled(Arc::clone(s), started_ns, max_burst),
+            None => Pacer::new(self.config.rate_pps, started_ns, max_burst),
+        };
+        let part_ends: Vec<u64> = self.config.schedule.as_ref().map_or_else(Vec::new, |s| {
+            s.parts().iter().map(|p| started_ns + p.1).collect()
+        });
+        let mut next_part = 0;
+        let burst = self.config.burst.max(1);
         let deadline = self
             .config
             .duration
@@ -300,9 +337,14 @@ impl Job for SenderWorker {
             } else {
                 1
             };
+            // A burst waits until its last packet is due, then leaves back to back.
+            let burst_left = (self.config.rate_pps.is_some() && burst > 1)
+                .then(|| (burst - pacer.sent() % burst).min(remaining).max(train));
+            let need = burst_left.unwrap_or(train).max(1);
             if !stopping {
                 let budget = pacer.allowance(now).min(remaining);
-                if budget >= train.max(1) {
+                let budget = burst_left.map_or(budget, |left| budget.min(left));
+                if budget >= need {
                     queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
                     pacer.commit(queued);
                     remaining -= queued;
@@ -315,7 +357,7 @@ impl Job for SenderWorker {
                     timeout_ns: MAX_SLEEP_NS,
                 }
             } else {
-                let due = pacer.due_ns_for(train).unwrap_or(now);
+                let due = pacer.due_ns_for(need).unwrap_or(now);
                 let until = deadline.map_or(due, |d| due.min(d));
                 Wait::One {
                     timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),
@@ -326,13 +368,22 @@ impl Job for SenderWorker {
                 break;
             }
             self.reap();
+            while part_ends.get(next_part).is_some_and(|&end| now >= end) {
+                self.mark_step(next_part);
+                next_part += 1;
+            }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.counters.pacing_lag_ns = pacer.lag_ns(now);
+                self.counters.target_milli_pps =
+                    pacer.rate_at(now).map_or(0, |r| (r * 1000.0) as u64);
                 self.publish();
                 last_publish = now;
             }
         }
         let ended_ns = clock::monotonic_ns();
+        for part in next_part..part_ends.len() {
+            self.mark_step(part);
+        }
         self.counters.pacing_lag_ns = 0;
         self.publish();
         SenderOutcome {

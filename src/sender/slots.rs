@@ -1,5 +1,6 @@
 //! The sender's send slots: fixed regions of the registered arena, one per send in flight,
-//! each large enough for a GSO train of `gso` packets of `size` bytes.
+//! each large enough for a GSO train of `gso` packets of the largest size. Each send takes the
+//! next size class of the mix's fixed order (see `mix`), one packet per send when mixed.
 //!
 //! Free slots circulate through a fixed FIFO, so the loop never allocates. A slot is written
 //! only while free; the kernel reads it only while it is in flight.
@@ -7,7 +8,7 @@
 use super::SenderConfig;
 use crate::{
     error::Error,
-    proto::header::{HEADER_LEN, Header},
+    proto::header::{COMPACT_LEN, Header},
     ring::Engine,
 };
 
@@ -15,7 +16,6 @@ use crate::{
 #[derive(Debug)]
 pub(super) struct Slots {
     slot_bytes: usize,
-    size: usize,
     epoch: u32,
     flow_ids: Vec<u32>,
     free: Vec<u32>,
@@ -23,6 +23,12 @@ pub(super) struct Slots {
     free_count: usize,
     flow_of: Vec<u32>,
     segments: Vec<u16>,
+    /// Payload bytes of each size class.
+    payloads: Vec<usize>,
+    /// Class index of each send of one cycle, and where the next send is in it.
+    order: Vec<u8>,
+    next_in_order: usize,
+    class_of: Vec<u8>,
 }
 
 impl Slots {
@@ -35,26 +41,30 @@ impl Slots {
         Self::slot_bytes(config) * config.window as usize
     }
 
-    /// Lays out the slots (payload bytes stay as the arena was mapped: zero).
+    /// Lays out the slots and writes the payload fill (`--payload`) into all of them.
     pub(super) fn new(
         config: &SenderConfig,
         engine: &mut Engine,
         flow_ids: &[u32],
     ) -> Result<Slots, Error> {
-        if config.size < HEADER_LEN {
+        if config.sizes.classes.iter().any(|c| c.payload < COMPACT_LEN)
+            || config.sizes.max_payload() > config.size
+            || config.sizes.order.is_empty()
+        {
             return Err(Error::Usage(format!(
-                "--size {} is smaller than the {HEADER_LEN}-byte ringblast header",
+                "every --size must hold the {COMPACT_LEN}-byte compact ringblast header and fit the {}-byte slot",
                 config.size
             )));
         }
         let window = config.window as usize;
         let slot_bytes = Self::slot_bytes(config);
-        if engine.arena_bytes_mut(0, slot_bytes * window).is_none() {
-            return Err(Error::Usage("arena smaller than the send window".into()));
+        // Nothing is in flight yet: the payload fill is written once, here.
+        match engine.arena_bytes_mut(0, slot_bytes * window) {
+            Some(bytes) => config.payload.fill(bytes),
+            None => return Err(Error::Usage("arena smaller than the send window".into())),
         }
         Ok(Slots {
             slot_bytes,
-            size: config.size,
             epoch: config.epoch,
             flow_ids: flow_ids.to_vec(),
             free: (0..config.window).collect(),
@@ -62,6 +72,10 @@ impl Slots {
             free_count: window,
             flow_of: vec![0; window],
             segments: vec![0; window],
+            payloads: config.sizes.classes.iter().map(|c| c.payload).collect(),
+            order: config.sizes.order.clone(),
+            next_in_order: 0,
+            class_of: vec![0; window],
         })
     }
 
@@ -105,9 +119,15 @@ impl Slots {
         self.segments[slot as usize]
     }
 
+    /// Size class of the send in `slot`.
+    pub(super) fn class_of(&self, slot: u32) -> usize {
+        usize::from(self.class_of[slot as usize])
+    }
+
     /// Writes `segs` headers (sequence numbers `seq..seq+segs`) into `slot` for flow index
-    /// `flow`, each carrying the flow's failed-send count `failed`; returns the arena offset and
-    /// length of the send.
+    /// `flow`, each carrying the flow's failed-send count `failed`, in packets of the next size
+    /// class of the order (the full header from 32 bytes, the compact one below); returns the
+    /// arena offset and length of the send.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stamp(
         &mut self,
@@ -120,9 +140,16 @@ impl Slots {
         timestamp_ns: u64,
     ) -> (usize, u32) {
         let offset = slot as usize * self.slot_bytes;
-        let len = self.size * usize::from(segs);
+        let class = self.order[self.next_in_order];
+        self.next_in_order += 1;
+        if self.next_in_order == self.order.len() {
+            self.next_in_order = 0;
+        }
+        let size = self.payloads[usize::from(class)];
+        let len = size * usize::from(segs);
         self.flow_of[slot as usize] = flow as u32;
         self.segments[slot as usize] = segs;
+        self.class_of[slot as usize] = class;
         if let Some(bytes) = engine.arena_bytes_mut(offset, len) {
             let mut header = Header {
                 flags: 0,
@@ -132,8 +159,8 @@ impl Slots {
                 seq,
                 timestamp_ns,
             };
-            for packet in bytes.chunks_exact_mut(self.size) {
-                header.write(packet);
+            for packet in bytes.chunks_exact_mut(size) {
+                header.write_fitting(packet);
                 header.seq += 1;
             }
         }

@@ -21,7 +21,10 @@ use std::net::SocketAddr;
 
 use super::mailbox::{CloseCause, FromWorker, Mailbox, SessionKey, SessionView, ToWorker};
 use crate::{
-    proto::seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
+    proto::{
+        header::extend_seq,
+        seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
+    },
     stats::{RxFlow, SessionCounters},
 };
 
@@ -30,8 +33,8 @@ use crate::{
 pub const MAX_SEND_LAG: u64 = WINDOW / 2;
 /// Bytes of memory one session takes (tracker bitmap included).
 pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
-// The README states about 2.5 KiB per session: keep it true.
-const _: () = assert!(SESSION_BYTES <= 2_600);
+// The README states about 2.6 KiB per session (2.5 KiB before the size classes): keep it true.
+const _: () = assert!(SESSION_BYTES <= 2_700);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
 /// A goodbye whose tail has not all arrived waits until its flow has been quiet this long ...
@@ -85,8 +88,13 @@ pub struct Packet {
     pub bytes: u64,
     pub source: Option<SocketAddr>,
     pub now_ns: u64,
-    /// The latency cell of its one-way delay (`stats::latency_cell`, computed once by the worker).
+    /// The latency cell of its one-way delay (`stats::latency_cell`, computed once by the worker);
+    /// a compact packet has none.
     pub latency_cell: usize,
+    /// It carried the compact header: `seq` holds only the low 32 bits, and no timestamp.
+    pub compact: bool,
+    /// Its size class (`sink::sizes`).
+    pub size_class: usize,
 }
 
 /// The sessions one sink worker sees.
@@ -265,6 +273,11 @@ impl Books {
             None => self.insert(p.key, p.source).ok_or(Refused::TableFull)?,
         };
         let s = &mut self.sessions[slot as usize];
+        let mut p = p;
+        if p.compact {
+            // The low 32 bits, next to the highest number so far (or the stated start).
+            p.seq = extend_seq(s.tracker.reference().unwrap_or(0), p.seq as u32);
+        }
         let first = s.tracker.highest().is_none();
         let ahead = s.tracker.highest().map_or(0, |h| p.seq.saturating_sub(h));
         if first {
@@ -289,7 +302,10 @@ impl Books {
         }
         s.drops_mark = self.socket_drops;
         s.counters.bytes += p.bytes;
-        s.counters.latency_cells[p.latency_cell] += 1;
+        if !p.compact {
+            s.counters.latency_cells[p.latency_cell] += 1;
+        }
+        s.counters.size_packets[p.size_class] += 1;
         self.per_flow[p.key.flow as usize].bytes += p.bytes;
         fold(s, &mut self.per_flow, &mut self.counted_drops);
         Ok(())

@@ -16,6 +16,8 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
         source: None,
         now_ns: seq + 1,
         latency_cell: latency_cell(1_500),
+        compact: false,
+        size_class: 0,
     }
 }
 
@@ -277,4 +279,48 @@ fn duplicates_are_never_netted_against_loss() {
     b.sweep(None, &mailbox);
     let s = closed(&mailbox)[0];
     assert_eq!((s.packets, s.lost, s.duplicates), (2, 1, 1));
+}
+
+#[test]
+fn compact_packets_extend_their_sequence_across_a_32_bit_wrap() {
+    let mailbox = Mailbox::new(8);
+    let mut b = Books::new(8, 4, false);
+    let start = (5u64 << 32) - 100;
+    let compact = |seq: u64| Packet {
+        seq: seq & 0xFFFF_FFFF,
+        compact: true,
+        size_class: 1,
+        ..packet(33, 2, seq, 0)
+    };
+    // Full and compact packets interleave over the wrap; one compact packet is lost, one late.
+    for seq in start..start + 200 {
+        match seq - start {
+            150 => continue,
+            120 => {}
+            121 => {
+                b.record(compact(seq)).unwrap();
+                b.record(compact(seq - 1)).unwrap();
+            }
+            n if n % 3 == 0 => b.record(packet(33, 2, seq, 0)).unwrap(),
+            _ => b.record(compact(seq)).unwrap(),
+        }
+    }
+    b.sweep(None, &mailbox);
+    let c = closed(&mailbox);
+    assert_eq!(c.len(), 1);
+    let s = c[0];
+    assert_eq!(
+        (s.packets, s.lost, s.reordered, s.duplicates),
+        (199, 1, 1, 0)
+    );
+    let full = (0..200u64)
+        .filter(|n| n % 3 == 0 && *n != 120 && *n != 150)
+        .count() as u64;
+    assert_eq!(s.size_packets[0], full);
+    assert_eq!(s.size_packets[1], 199 - full);
+    assert_eq!(
+        s.latency_cells.iter().sum::<u64>(),
+        full,
+        "compact packets carry no timestamp"
+    );
 }

@@ -14,6 +14,7 @@ pub mod cmsg;
 mod inline;
 pub mod mailbox;
 pub mod registry;
+pub mod sizes;
 pub mod tcp;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
@@ -107,6 +108,8 @@ pub struct SinkConfig {
     /// Set by `run::roles::start_sinks`, which knows the queue count and whether the port is
     /// shared (another process's sockets in the group would get no traffic).
     pub steer_queues: Option<u32>,
+    /// The size classes, shared by every queue of this sink.
+    pub sizes: Arc<sizes::SizeTable>,
 }
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
@@ -302,13 +305,14 @@ impl SinkWorker {
             .max(1);
         let mut valid = false;
         for datagram in payload.chunks(segment) {
-            let h = match header::parse(datagram) {
+            let (h, form) = match header::parse_any(datagram) {
                 Ok(h) => h,
                 Err(reason) => {
                     self.counters.invalid[reason as usize] += 1;
                     continue;
                 }
             };
+            let compact = form == header::Form::Compact;
             let delay = now_real.saturating_sub(h.timestamp_ns);
             let cell = latency_cell(delay);
             let packet = Packet {
@@ -322,13 +326,17 @@ impl SinkWorker {
                 source,
                 now_ns,
                 latency_cell: cell,
+                compact,
+                size_class: self.config.sizes.class_of(datagram.len()),
             };
             match self.books.record(packet) {
                 Ok(()) => {
                     valid = true;
-                    self.counters.latency_cells[cell] += 1;
-                    self.counters.latency_sum_ns[cell] += delay;
-                    self.latency.saturating_record(delay.max(1));
+                    if !compact {
+                        self.counters.latency_cells[cell] += 1;
+                        self.counters.latency_sum_ns[cell] += delay;
+                        self.latency.saturating_record(delay.max(1));
+                    }
                 }
                 Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
                 Err(Refused::TableFull) => self.counters.invalid[INVALID_TABLE_FULL] += 1,

@@ -24,6 +24,8 @@ fn packet(epoch: u32, seq: u64) -> Packet {
         source: Some("10.9.0.2:4000".parse().unwrap()),
         now_ns: 1,
         latency_cell: 0,
+        compact: false,
+        size_class: 0,
     }
 }
 

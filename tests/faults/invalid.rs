@@ -38,10 +38,18 @@ fn header(version: u8, flow: u16, seq: u64) -> Vec<u8> {
 
 /// The reason the sink must give (index into `REASONS`).
 fn classify(d: &[u8]) -> usize {
-    if d.len() < 32 {
+    // Below 18 bytes even the compact header cannot fit; from there the magic decides (random
+    // bytes never spell the compact magic "RBLC"), and the full header needs 32 bytes.
+    assert!(
+        d.len() < 4 || &d[..4] != b"RBLC",
+        "the generator makes no compact header"
+    );
+    if d.len() < 18 {
         0
     } else if d[..4] != MAGIC {
         1
+    } else if d.len() < 32 {
+        0
     } else if d[4] != VERSION {
         2
     } else {

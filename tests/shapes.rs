@@ -1,0 +1,199 @@
+//! Traffic shapes over real rings: `--burst N` holds its long-run rate and leaves N packets per
+//! pacing tick; bad shapes exit 2 with one line naming the fix.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn a_burst_of_32_holds_its_rate_and_leaves_back_to_back() {
+    let _guard = traffic_lock();
+    let out = ringblast(&[
+        "pair",
+        "--rate",
+        "50kpps",
+        "--burst",
+        "32",
+        "--duration",
+        "5s",
+        "--json",
+        "--no-metrics",
+        "--interval",
+        "1s",
+    ]);
+    assert_ok(&out);
+    let s = summaries(&out);
+    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    assert_exact(&send, &sink);
+    let seconds = send["duration_s"].as_f64().unwrap();
+    let achieved = u(&send, "tx_packets") as f64 / seconds;
+    assert!(
+        (achieved / 50_000.0 - 1.0).abs() <= 0.005,
+        "{achieved} pps against 50000: {send}"
+    );
+    assert_eq!(u(&send, "burst"), 32);
+    // Evenly spaced packets at 50 kpps leave one per io_uring_enter; bursts leave many.
+    let per_enter = u(&send, "ring_sqes_submitted") as f64 / u(&send, "ring_enter_calls") as f64;
+    assert!(per_enter >= 4.0, "{per_enter} sends per enter: {send}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let live = stderr
+        .lines()
+        .filter(|l| l.contains("send q0") && l.ends_with("burst 32"));
+    assert!(live.count() >= 3, "live lines show the burst:\n{stderr}");
+}
+
+#[test]
+fn a_counted_burst_run_sends_exactly_its_count() {
+    let _guard = traffic_lock();
+    let (send, sink, _) = pair(&["--rate", "20kpps", "--burst", "32", "--count", "1000"]);
+    assert_exact(&send, &sink);
+    assert_eq!(u(&send, "tx_packets"), 1000, "{send}");
+}
+
+#[test]
+fn bad_shapes_exit_2_with_one_line() {
+    let to = "127.0.0.1:9";
+    for (args, needle) in [
+        (vec!["--burst", "0"], "--burst 0 is out of range"),
+        (vec!["--burst", "6", "--gso", "4"], "use a multiple of 4"),
+        (vec!["--burst", "200"], "use --window 200 or more"),
+    ] {
+        let mut all = vec!["send", "--to", to, "--count", "1", "--control", "off"];
+        all.extend(args.iter().copied());
+        let out = ringblast(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// The `"type":"step"` lines of a run's stdout.
+fn step_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "step")
+        .collect()
+}
+
+#[test]
+fn rate_steps_hold_each_rate_and_report_each_step() {
+    let _guard = traffic_lock();
+    let out = ringblast(&[
+        "pair",
+        "--rate-steps",
+        "20kpps:1s,60kpps:1s,40kpps:1s",
+        "--json",
+        "--no-metrics",
+    ]);
+    assert_ok(&out);
+    let s = summaries(&out);
+    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    assert_exact(&send, &sink);
+    let steps = step_lines(&out);
+    assert_eq!(steps.len(), 3, "{steps:?}");
+    for (step, want) in steps.iter().zip([20_000.0, 60_000.0, 40_000.0]) {
+        assert_eq!(step["target_pps"].as_f64(), Some(want), "{step}");
+        let achieved = u(step, "tx_packets") as f64 / 1.0;
+        assert!((achieved / want - 1.0).abs() <= 0.01, "{step}");
+        // The sink lost nothing in the whole run, so every step's loss is exactly 0.
+        assert_eq!(step["loss"], 0, "{step}");
+    }
+    let total: u64 = steps.iter().map(|s| u(s, "tx_packets")).sum();
+    assert_eq!(total, u(&send, "tx_packets"), "steps add up to the run");
+    assert_eq!(total, u(&sink, "rx_packets"), "and to the sink's count");
+}
+
+#[test]
+fn a_ramp_without_a_sink_verdict_states_its_loss_unknown() {
+    let _guard = traffic_lock();
+    // A plain socket is the neutral receiver: it counts what arrives.
+    let port = free_port();
+    let receiver = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    receiver
+        .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let counter = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut n = 0u64;
+        while receiver.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    });
+    let to = format!("127.0.0.1:{port}");
+    let out = ringblast(&[
+        "send",
+        "--to",
+        &to,
+        "--control",
+        "off",
+        "--ramp",
+        "2kpps:10kpps:2s",
+        "--json",
+    ]);
+    assert_ok(&out);
+    let received = counter.join().unwrap();
+    let send = summaries(&out).send.unwrap();
+    let steps = step_lines(&out);
+    assert_eq!(
+        steps.len(),
+        2,
+        "one report per second of the ramp: {steps:?}"
+    );
+    for (step, want) in steps.iter().zip([4_000.0, 8_000.0]) {
+        assert_eq!(step["target_pps"].as_f64(), Some(want), "{step}");
+        let achieved = u(step, "tx_packets") as f64;
+        assert!((achieved / want - 1.0).abs() <= 0.01, "{step}");
+        assert!(step["loss"].is_null(), "unknown, never 0: {step}");
+        assert!(
+            step["loss_unknown"]
+                .as_str()
+                .unwrap()
+                .contains("no verdict")
+        );
+    }
+    assert_eq!(
+        u(&send, "tx_packets"),
+        12_000,
+        "the ramp's integral: {send}"
+    );
+    assert_eq!(
+        received,
+        u(&send, "tx_packets"),
+        "the neutral receiver's count"
+    );
+}
+
+#[test]
+fn bad_schedules_exit_2_with_one_line() {
+    let to = "127.0.0.1:9";
+    for (args, needle) in [
+        (vec!["--rate-steps", "100kpps"], "RATE:DURATION"),
+        (vec!["--rate-steps", "max:1s"], "not max"),
+        (
+            vec!["--rate-steps", "1kpps:0s"],
+            "must be greater than zero",
+        ),
+        (vec!["--ramp", "1kpps:2kpps"], "FROM:TO:OVER"),
+    ] {
+        let mut all = vec!["send", "--to", to, "--control", "off"];
+        all.extend(args.iter().copied());
+        let out = ringblast(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = ringblast(&[
+        "send",
+        "--to",
+        to,
+        "--rate-steps",
+        "1kpps:1s",
+        "--rate",
+        "5kpps",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
