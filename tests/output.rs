@@ -271,12 +271,12 @@ fn frame_sizes_convert_for_ipv4_and_ipv6_and_the_wire_rate_is_shown() {
             "the L1 rate in live lines: {err}"
         );
     }
-    let small = ringblast(&["send", "--to", &to4, "--frame-size", "64"]);
+    let small = ringblast(&["send", "--to", &to4, "--frame-size", "63"]);
     assert_eq!(small.status.code(), Some(2));
     let err = text(&small.stderr);
     assert!(
-        err.contains("leaves 18 bytes of UDP payload over IPv4")
-            && err.contains("the smallest frame ringblast sends is 78 bytes"),
+        err.contains("leaves 17 bytes of UDP payload over IPv4")
+            && err.contains("the smallest frame ringblast sends is 64 bytes"),
         "{err}"
     );
     let both = ringblast(&["send", "--to", &to4, "--frame-size", "128", "--size", "100"]);
