@@ -287,7 +287,7 @@ mod tests {
             flow: 3,
             epoch: 9,
             seq,
-            timestamp_ns: 1_000 + seq,
+            timestamp_ns: seq.wrapping_add(1_000),
         }
         .write(&mut r);
         r
