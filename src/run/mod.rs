@@ -81,6 +81,27 @@ fn placement_args<'a>(
     }
 }
 
+/// Plans the sender's and then the sink's queues of a `pair` run towards `addr`: the sink takes
+/// other CPUs than the sender (an explicit `--cpus` applies to the sender only).
+fn plan_pair(
+    common: &CommonArgs,
+    addr: SocketAddr,
+    notes: &mut String,
+) -> Result<(Vec<QueueView>, Vec<QueueView>), Error> {
+    let send_queues = planned("send", &placement_args(common, addr, &[]), notes)?;
+    let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
+    let sink_common = CommonArgs {
+        cpus: None,
+        ..common.clone()
+    };
+    let sink_queues = planned(
+        "sink",
+        &placement_args(&sink_common, addr, &send_cpus),
+        notes,
+    )?;
+    Ok((send_queues, sink_queues))
+}
+
 /// Plans a role's queues and adds the plan to `notes`, which the run prints once its workers
 /// are set up (placement is never silent, and a run that cannot start prints one line only).
 fn planned(
@@ -395,17 +416,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     )?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages)?;
     let mut notes = String::new();
-    let send_queues = planned("send", &placement_args(&common, addr, &[]), &mut notes)?;
-    let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
-    let sink_common = CommonArgs {
-        cpus: None,
-        ..common.clone()
-    };
-    let sink_queues = planned(
-        "sink",
-        &placement_args(&sink_common, addr, &send_cpus),
-        &mut notes,
-    )?;
+    let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
     let target = roles::target_pps(&configs);
     let default_metrics: SocketAddr = DEFAULT_METRICS
         .parse()

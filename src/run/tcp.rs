@@ -7,7 +7,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use super::{PAIR_DEFAULT_DURATION, placement_args, planned, tcp_report::Reporter};
+use super::{PAIR_DEFAULT_DURATION, placement_args, plan_pair, planned, tcp_report::Reporter};
 use crate::{
     cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, TrafficArgs},
     cli_tcp::{Pattern, TcpSendArgs},
@@ -360,17 +360,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
         2 * common.queues as u64,
     )?;
     let mut notes = String::new();
-    let send_queues = planned("send", &placement_args(&common, probe, &[]), &mut notes)?;
-    let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
-    let sink_common = crate::cli::CommonArgs {
-        cpus: None,
-        ..common.clone()
-    };
-    let sink_queues = planned(
-        "sink",
-        &placement_args(&sink_common, probe, &send_cpus),
-        &mut notes,
-    )?;
+    let (send_queues, sink_queues) = plan_pair(&common, probe, &mut notes)?;
     notes.push_str(RECV_NOTE);
     let signal = super::session::install_signals()?;
     let metrics_addr = if args.no_metrics {

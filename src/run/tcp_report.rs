@@ -92,6 +92,22 @@ fn snapshot<'a>(
     s
 }
 
+/// Prints one TCP JSON interval line: `counters` plus the line's type, role, span and bit rate.
+fn interval_json(
+    mut counters: Map<String, Value>,
+    role: &str,
+    (start_s, end_s): (f64, f64),
+    bps: f64,
+) {
+    counters.insert("type".into(), json!("interval"));
+    counters.insert("role".into(), json!(role));
+    counters.insert("protocol".into(), json!("tcp"));
+    counters.insert("start_s".into(), json!(start_s));
+    counters.insert("end_s".into(), json!(end_s));
+    counters.insert("bps".into(), json!(bps as u64));
+    crate::output::json_line(&Value::Object(counters));
+}
+
 impl Reporter {
     /// A reporter for these groups; `sink` is the sinks' control and a sink-only duration.
     pub fn new(
@@ -160,14 +176,8 @@ impl Reporter {
             let bytes = now.tx.get(TxCounter::Bytes) - before.tx.get(TxCounter::Bytes);
             let records = now.tx.get(TxCounter::Records) - before.tx.get(TxCounter::Records);
             if self.json {
-                let mut line = counters_json(TX_KEYS, &now.tx);
-                line.insert("type".into(), json!("interval"));
-                line.insert("role".into(), json!("send"));
-                line.insert("protocol".into(), json!("tcp"));
-                line.insert("start_s".into(), json!(start_s));
-                line.insert("end_s".into(), json!(end_s));
-                line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
-                crate::output::json_line(&Value::Object(line));
+                let line = counters_json(TX_KEYS, &now.tx);
+                interval_json(line, "send", (start_s, end_s), rate(bytes * 8, seconds));
             }
             say!(
                 "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}",
@@ -183,14 +193,8 @@ impl Reporter {
             let bytes = now.rx.get(RxCounter::Bytes) - before.rx.get(RxCounter::Bytes);
             let records = now.rx.get(RxCounter::Records) - before.rx.get(RxCounter::Records);
             if self.json {
-                let mut line = counters_json(RX_KEYS, &now.rx);
-                line.insert("type".into(), json!("interval"));
-                line.insert("role".into(), json!("sink"));
-                line.insert("protocol".into(), json!("tcp"));
-                line.insert("start_s".into(), json!(start_s));
-                line.insert("end_s".into(), json!(end_s));
-                line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
-                crate::output::json_line(&Value::Object(line));
+                let line = counters_json(RX_KEYS, &now.rx);
+                interval_json(line, "sink", (start_s, end_s), rate(bytes * 8, seconds));
             }
             say!(
                 "{label} sink {:>8.3} Gbit/s {:>8} rec/s  conns {} open  accepted {}  invalid {}",
