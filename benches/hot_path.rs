@@ -118,6 +118,7 @@ fn books_benches(c: &mut Criterion) {
                     latency_cell: 3,
                     compact: false,
                     size_class: 0,
+                    drops_behind: 0,
                 });
             }
         })

@@ -95,6 +95,10 @@ pub struct Packet {
     pub compact: bool,
     /// Its size class (`sink::sizes`).
     pub size_class: usize,
+    /// Kernel drops the books know of that happened after the kernel queued it (its
+    /// `SO_RXQ_OVFL` count is older than the books' latest): a `/proc` read can run ahead of
+    /// the datagrams still queued, and drops after a session's last datagram are its tail's.
+    pub drops_behind: u64,
 }
 
 /// The sessions one sink worker sees.
@@ -293,14 +297,20 @@ impl Books {
             s.failed32 = p.failed32;
         }
         s.last_ns = p.now_ns;
+        let queued_at = self.socket_drops.saturating_sub(p.drops_behind);
         if let Outcome::Gap(missing) = s.tracker.observe(p.seq)
-            && self.socket_drops > s.drops_mark
+            && queued_at > s.drops_mark
         {
             let charged = chargeable(self.gro, self.socket_drops, self.charged_drops, missing);
             s.kernel_budget += charged;
             self.charged_drops += charged;
         }
-        s.drops_mark = self.socket_drops;
+        // The first datagram replaces the mark its session opened with (the books' latest).
+        s.drops_mark = if first {
+            queued_at
+        } else {
+            s.drops_mark.max(queued_at)
+        };
         s.counters.bytes += p.bytes;
         if !p.compact {
             s.counters.latency_cells[p.latency_cell] += 1;

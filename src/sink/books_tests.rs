@@ -18,6 +18,7 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
         latency_cell: latency_cell(1_500),
         compact: false,
         size_class: 0,
+        drops_behind: 0,
     }
 }
 
@@ -255,6 +256,53 @@ fn gaps_explained_by_kernel_drops_are_not_lost() {
         5,
         "one GRO buffer may hold several datagrams"
     );
+}
+
+#[test]
+fn a_dropped_tail_is_the_kernels_even_when_the_drop_count_was_read_before_the_queue() {
+    // Without GRO: the sink reads the kernel's counter (20 drops) before it has read the
+    // datagrams queued ahead of those drops, which carry no drop count. The tail is the
+    // kernel's, not lost.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(1, 1, false);
+    b.add_kernel_drops(20);
+    for seq in 0..10 {
+        let queued_early = Packet {
+            drops_behind: 20,
+            ..packet(3, 0, seq, 0)
+        };
+        b.record(queued_early).unwrap();
+    }
+    b.apply(
+        ToWorker::Close {
+            key: key(3, 0),
+            end: 30,
+            failed: 0,
+        },
+        &mailbox,
+        u64::MAX,
+    );
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.kernel_drops), (10, 0, 20));
+    assert_eq!(b.kernel_drops(), 20);
+}
+
+#[test]
+fn a_gap_queued_before_the_drops_is_lost_not_the_kernels() {
+    // The drops the books know of came after both datagrams were queued: the gap between
+    // them is not the kernel's.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(1, 1, false);
+    b.record(packet(4, 0, 0, 0)).unwrap();
+    b.add_kernel_drops(5);
+    let early = Packet {
+        drops_behind: 5,
+        ..packet(4, 0, 3, 0)
+    };
+    b.record(early).unwrap();
+    b.sweep(None, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.kernel_drops), (2, 2, 0));
 }
 
 #[test]

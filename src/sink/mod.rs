@@ -285,14 +285,15 @@ impl SinkWorker {
             },
         };
         let control = cmsg::parse(control_bytes);
-        if let Some(drops) = control.drops {
-            // A datagram queued before the last `/proc` read carries an older count: skip it.
-            let new = drops.wrapping_sub(self.last_drops);
-            if new < 1 << 31 {
-                self.last_drops = drops;
-                self.books.add_kernel_drops(u64::from(new));
-            }
+        // The socket's drop count when the kernel queued this datagram (no cmsg: none yet).
+        let queued_drops = control.drops.unwrap_or(0);
+        let new = queued_drops.wrapping_sub(self.last_drops);
+        if new < 1 << 31 {
+            self.last_drops = queued_drops;
+            self.books.add_kernel_drops(u64::from(new));
         }
+        // A datagram queued before the last `/proc` read carries an older count.
+        let drops_behind = u64::from(self.last_drops.wrapping_sub(queued_drops));
         let source = cmsg::parse_source(name_bytes);
         if payload.is_empty() {
             // A zero-length datagram: `chunks` would yield nothing.
@@ -328,6 +329,7 @@ impl SinkWorker {
                 latency_cell: cell,
                 compact,
                 size_class: self.config.sizes.class_of(datagram.len()),
+                drops_behind,
             };
             match self.books.record(packet) {
                 Ok(()) => {

@@ -26,6 +26,7 @@ fn packet(epoch: u32, seq: u64) -> Packet {
         latency_cell: 0,
         compact: false,
         size_class: 0,
+        drops_behind: 0,
     }
 }
 
