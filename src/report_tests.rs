@@ -1,0 +1,55 @@
+//! Unit tests of the reporter's JSON summaries and interval lines.
+
+use super::*;
+
+#[test]
+fn sender_line_matches_pktgen_shape() {
+    let mut now = TxSample::default();
+    now.traffic.packets = 1_190_240;
+    now.traffic.bytes = 1_190_240 * 60;
+    let line = tx_line("q0 n0", &now, &TxSample::default(), 1.0);
+    assert_eq!(line, "q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0");
+}
+
+#[test]
+fn sink_line_adds_loss_fields() {
+    let mut now = RxSample::default();
+    now.traffic.packets = 10;
+    now.traffic.bytes = 640;
+    now.traffic.lost = 2;
+    now.worker.invalid[1] = 3;
+    now.worker.kernel_drops = 4;
+    let line = rx_line("total", &now, &RxSample::default(), 2.0);
+    assert_eq!(
+        line,
+        "total  5pps 0Mb/sec (2560bps) errors: 0 lost: 2 reordered: 0 dup: 0 invalid: 3 kdrops: 4"
+    );
+}
+
+#[test]
+fn summaries_carry_the_interface_fields() {
+    let mut t = TxSample::default();
+    t.traffic.packets = 100;
+    t.traffic.bytes = 6400;
+    let v = tx_summary_json(&t, 2.0, json!({"tx_packets": 1, "epoch": 7}));
+    assert_eq!(v["tx_packets"], 100, "extra never overrides");
+    assert_eq!(v["pps"], 50);
+    assert_eq!(v["bps"], 25600);
+    assert_eq!(v["epoch"], 7);
+    let r = rx_summary_json(&RxSample::default(), 0.0, json!({}));
+    for key in [
+        "rx_packets",
+        "rx_bytes",
+        "rx_lost",
+        "rx_reordered",
+        "rx_duplicates",
+        "rx_invalid",
+        "rx_kernel_drops",
+        "duration_s",
+        "pps",
+        "bps",
+    ] {
+        assert!(r.get(key).is_some(), "{key}");
+    }
+    assert_eq!(r["pps"], 0);
+}
