@@ -37,7 +37,8 @@ pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) a
 const _: () = assert!(SESSION_BYTES <= 2_700);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
-/// A goodbye whose tail has not all arrived waits until its flow has been quiet this long ...
+/// A goodbye whose tail has not all arrived waits until its flow has been quiet this long
+/// since the goodbye and its last packet ...
 const CLOSE_QUIET_NS: u64 = 50_000_000;
 /// ... or this long after the goodbye, so packets still on the way are counted, not lost.
 const CLOSE_WAIT_NS: u64 = 1_000_000_000;
@@ -359,12 +360,13 @@ impl Books {
                 match self.find(key) {
                     Some(at) => {
                         let s = &self.sessions[self.index[at] as usize];
+                        // An incomplete tail always waits: datagrams may still sit in the
+                        // socket, unread while this worker was not running.
                         let complete = s.tracker.highest().is_some_and(|h| h + 1 >= end);
-                        let quiet = now.saturating_sub(s.last_ns) >= CLOSE_QUIET_NS;
-                        if complete || quiet || self.deferred.len() == DEFERRED_CLOSES {
+                        if complete || self.deferred.len() == DEFERRED_CLOSES {
                             self.close(at, Some((end, failed)), CloseCause::Goodbye, mailbox);
                         } else {
-                            self.deferred.push((key, end, failed, now + CLOSE_WAIT_NS));
+                            self.deferred.push((key, end, failed, now));
                         }
                     }
                     // The outbox holds one answer per session slot plus room for these.
@@ -442,15 +444,15 @@ impl Books {
     pub fn retry_closes(&mut self, now: u64, mailbox: &Mailbox) {
         let mut i = 0;
         while i < self.deferred.len() {
-            let (key, end, failed, deadline) = self.deferred[i];
+            let (key, end, failed, arrived) = self.deferred[i];
             let Some(at) = self.find(key) else {
                 self.deferred.swap_remove(i);
                 continue;
             };
             let s = &self.sessions[self.index[at] as usize];
             let complete = s.tracker.highest().is_some_and(|h| h + 1 >= end);
-            let quiet = now.saturating_sub(s.last_ns) >= CLOSE_QUIET_NS;
-            if complete || quiet || now >= deadline {
+            let quiet = now.saturating_sub(s.last_ns.max(arrived)) >= CLOSE_QUIET_NS;
+            if complete || quiet || now >= arrived.saturating_add(CLOSE_WAIT_NS) {
                 self.deferred.swap_remove(i);
                 self.close(at, Some((end, failed)), CloseCause::Goodbye, mailbox);
             } else {

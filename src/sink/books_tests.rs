@@ -32,6 +32,43 @@ fn closed(mailbox: &Mailbox) -> Vec<SessionCounters> {
     out
 }
 
+/// A sender's goodbye (its end and failed-send total), with the wait for its tail over.
+fn goodbye(b: &mut Books, mailbox: &Mailbox, key: SessionKey, end: u64, failed: u64) {
+    b.apply(ToWorker::Close { key, end, failed }, mailbox, u64::MAX);
+    b.retry_closes(u64::MAX, mailbox);
+}
+
+#[test]
+fn a_goodbye_waits_for_datagrams_queued_while_the_sink_was_not_running() {
+    // The flow's last packet was read long before the goodbye (the sink was stopped), and the
+    // rest of the run still sits in the socket: it is counted when read, not lost.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(1, 1, false);
+    for seq in 0..10 {
+        b.record(packet(6, 0, seq, 0)).unwrap();
+    }
+    let arrived = 5_000_000_000;
+    let close = ToWorker::Close {
+        key: key(6, 0),
+        end: 20,
+        failed: 0,
+    };
+    b.apply(close, &mailbox, arrived);
+    assert!(mailbox.outbox.pop().is_none(), "the tail is not in yet");
+    for seq in 10..18 {
+        b.record(Packet {
+            now_ns: arrived + 1_000,
+            ..packet(6, 0, seq, 0)
+        })
+        .unwrap();
+    }
+    b.retry_closes(arrived + 10_000_000, &mailbox);
+    assert!(mailbox.outbox.pop().is_none(), "not quiet yet");
+    b.retry_closes(arrived + 60_000_000, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost), (18, 2));
+}
+
 #[test]
 fn two_senders_on_flow_zero_keep_separate_books() {
     let mailbox = Mailbox::new(8);
@@ -148,15 +185,7 @@ fn goodbye_makes_a_dropped_tail_lost_exactly() {
     }
     // Sent 0..100, sends 0 and 1 failed (before the first packet), 90..100 dropped on the way,
     // and one more failed send (95) the sink never heard of.
-    b.apply(
-        ToWorker::Close {
-            key: key(5, 1),
-            end: 100,
-            failed: 3,
-        },
-        &mailbox,
-        u64::MAX,
-    );
+    goodbye(&mut b, &mailbox, key(5, 1), 100, 3);
     let s = closed(&mailbox)[0];
     assert_eq!((s.packets, s.lost, s.send_failed), (87, 10 + 1 - 1, 3));
     b.apply(
@@ -273,15 +302,7 @@ fn a_dropped_tail_is_the_kernels_even_when_the_drop_count_was_read_before_the_qu
         };
         b.record(queued_early).unwrap();
     }
-    b.apply(
-        ToWorker::Close {
-            key: key(3, 0),
-            end: 30,
-            failed: 0,
-        },
-        &mailbox,
-        u64::MAX,
-    );
+    goodbye(&mut b, &mailbox, key(3, 0), 30, 0);
     let s = closed(&mailbox)[0];
     assert_eq!((s.packets, s.lost, s.kernel_drops), (10, 0, 20));
     assert_eq!(b.kernel_drops(), 20);

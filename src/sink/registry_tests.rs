@@ -7,11 +7,12 @@ fn worker() -> Arc<SinkShared> {
     Arc::new(SinkShared::new(16, 64))
 }
 
-/// Plays one worker round: applies the inbox, publishes, as the sink loop does.
+/// Plays one worker round: applies the inbox, closes what waits, publishes, as the sink loop does.
 fn round(books: &mut Books, shared: &SinkShared) {
     while let Some(m) = shared.mailbox.inbox.pop() {
         books.apply(m, &shared.mailbox, u64::MAX);
     }
+    books.retry_closes(u64::MAX, &shared.mailbox);
     books.publish(&shared.mailbox);
 }
 
