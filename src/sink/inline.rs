@@ -12,7 +12,10 @@
 
 use std::os::fd::RawFd;
 
-use super::{BATCH_WAIT_NS, SLEEP_NS, SinkWorker};
+use super::{
+    SinkWorker,
+    run_loop::{BATCH_WAIT_NS, SLEEP_NS},
+};
 use crate::{
     clock,
     ring::{INLINE_BATCH, Wait},

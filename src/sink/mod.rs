@@ -14,8 +14,11 @@ pub mod cmsg;
 mod inline;
 pub mod mailbox;
 pub mod registry;
+mod run_loop;
 pub mod sizes;
 pub mod tcp;
+
+pub use run_loop::RxWait;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -38,39 +41,8 @@ use crate::{
         RingSize, Wait, probe,
     },
     stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class, latency_cell},
-    worker::{Control, Job},
 };
 
-const PUBLISH_EVERY_NS: u64 = 10_000_000;
-/// Traffic counts as flowing while the last packet is at most this old: a queue that sees a
-/// packet at least every 100 µs (10 kpps and up) waits the busy way (`RxWait`), a slower one
-/// sleeps until its next completion, so paced soak runs do not burn a core per sink queue.
-const SPIN_AFTER_PACKET_NS: u64 = 100_000;
-/// `RxWait::Batch`: completions to wait for while traffic flows ...
-const BATCH_COMPLETIONS: u32 = 32;
-/// ... or this long, whichever comes first.
-const BATCH_WAIT_NS: u64 = 50_000;
-
-/// How a sink worker waits for completions while traffic flows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum RxWait {
-    /// Sleep until 32 completions are ready or 50 µs pass (default): the sending core rarely
-    /// pays for a wake-up and the sink core stays mostly idle.
-    Batch,
-    /// Poll the completion queue without sleeping: lowest latency, one full core per queue.
-    Spin,
-    /// Sleep until the next completion.
-    Sleep,
-    /// Receive inline: batches of non-blocking receives run in the sink's own context with no
-    /// poll armed while traffic flows, so the sending core never runs a wake-up for them; a
-    /// 50 µs sleep when the socket is empty, one poll when traffic stops.
-    Inline,
-}
-const SLEEP_NS: u64 = 10_000_000;
-/// While draining, stop after this long without a packet.
-const DRAIN_IDLE_NS: u64 = 300_000_000;
-/// While draining, stop after this long in any case.
-const DRAIN_MAX_NS: u64 = 3_000_000_000;
 const USER_DATA_RECV: u64 = 1;
 /// Index of the `short` reason in `WorkerCounters::invalid`.
 const INVALID_SHORT: usize = 0;
@@ -78,9 +50,6 @@ const INVALID_SHORT: usize = 0;
 const INVALID_FLOW_ID: usize = 3;
 /// Index of the `table_full` reason in `WorkerCounters::invalid`.
 pub const INVALID_TABLE_FULL: usize = 4;
-/// How often idle sessions are looked for.
-const SWEEP_EVERY_NS: u64 = 100_000_000;
-
 /// Everything one sink worker needs, resolved before start.
 #[derive(Clone, Debug)]
 pub struct SinkConfig {
@@ -422,102 +391,5 @@ impl SinkWorker {
         self.drain_inbox();
         self.books.sweep(None, &self.shared.mailbox);
         self.publish();
-    }
-}
-
-impl Job for SinkWorker {
-    type Output = SinkOutcome;
-
-    fn run(mut self, control: &Control) -> SinkOutcome {
-        let started = clock::monotonic_ns();
-        let deadline = self.config.duration.map(|d| started + d.as_nanos() as u64);
-        let fd = self.socket.as_raw_fd();
-        let mut last_publish = started;
-        let mut last_sweep = started;
-        let idle_ns = self.config.session_idle.as_nanos() as u64;
-        let mut drain_started = None;
-        let mut ring_failed = false;
-        loop {
-            let now = clock::monotonic_ns();
-            if control.stop_requested() || deadline.is_some_and(|d| now >= d) {
-                break;
-            }
-            if control.drain_requested() {
-                let since = *drain_started.get_or_insert(now);
-                let idle_since = self.last_packet_ns.max(since);
-                if now - idle_since >= DRAIN_IDLE_NS || now - since >= DRAIN_MAX_NS {
-                    break;
-                }
-            }
-            let busy = self.config.wait != RxWait::Sleep
-                && self.last_packet_ns != 0
-                && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
-            let wait = if busy {
-                match self.config.wait {
-                    RxWait::Spin => Wait::Poll,
-                    _ => Wait::Many {
-                        count: BATCH_COMPLETIONS,
-                        timeout_ns: BATCH_WAIT_NS,
-                    },
-                }
-            } else {
-                Wait::One {
-                    timeout_ns: SLEEP_NS,
-                }
-            };
-            let (got, armed) = if self.config.wait == RxWait::Inline {
-                match self.inline_step(fd, busy) {
-                    Ok(got) => (got, true),
-                    Err(_) => {
-                        ring_failed = true;
-                        break;
-                    }
-                }
-            } else {
-                if self.engine.submit(wait).is_err() {
-                    ring_failed = true;
-                    break;
-                }
-                self.reap()
-            };
-            if got {
-                let t = clock::monotonic_ns();
-                if self.first_packet_ns == 0 {
-                    self.first_packet_ns = t;
-                }
-                self.last_packet_ns = t;
-                self.counters.last_packet_unix_ns = clock::realtime_ns();
-            }
-            if !armed {
-                self.counters.rearms += 1;
-                self.engine.push_recv_msg_multi(fd, USER_DATA_RECV);
-            }
-            if now - last_publish >= PUBLISH_EVERY_NS {
-                self.publish();
-                last_publish = now;
-            }
-            if now - last_sweep >= SWEEP_EVERY_NS {
-                self.books
-                    .sweep(Some(now.saturating_sub(idle_ns)), &self.shared.mailbox);
-                last_sweep = now;
-            }
-        }
-        // Count what already completed before closing the books.
-        let got = if self.config.wait == RxWait::Inline {
-            self.inline_step(fd, false).unwrap_or(false)
-        } else {
-            let _ = self.engine.submit(Wait::Poll);
-            self.reap().0
-        };
-        if got {
-            self.last_packet_ns = clock::monotonic_ns();
-        }
-        self.finish();
-        SinkOutcome {
-            active: (self.first_packet_ns != 0)
-                .then_some((self.first_packet_ns, self.last_packet_ns)),
-            latency: self.latency,
-            ring_failed,
-        }
     }
 }
