@@ -22,6 +22,12 @@ if [ "$(id -u)" -ne 0 ]; then
     "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" bash "$script" "$@"
 fi
 cd "$(dirname "$script")/.."
+# A user's PATH (handed on under sudo) lacks the sbin directories where nft, iptables, ldconfig
+# and start-stop-daemon live; the tests and dpkg need them as root does.
+for dir in /usr/local/sbin /usr/sbin /sbin; do
+  case ":$PATH:" in *":$dir:"*) ;; *) PATH="$PATH:$dir" ;; esac
+done
+export PATH
 
 # Under sudo: hand the files root creates in the invoking user's directories back to that user,
 # so that their own cargo can still write there afterwards. Only directories the user owns (for
