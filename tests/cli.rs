@@ -132,8 +132,9 @@ fn io_uring_blocked_by_seccomp_exits_3_naming_the_fix() {
         let took = t0.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{errno}: {stderr}");
+        // A hang guard, not a speed test: the refusal comes at setup.
         assert!(
-            took < std::time::Duration::from_secs(1),
+            took < std::time::Duration::from_secs(10),
             "{errno}: took {took:?}"
         );
         let lines: Vec<&str> = stderr.lines().collect();
@@ -174,7 +175,8 @@ fn low_memlock_without_cap_ipc_lock_exits_3_naming_bytes_and_fix() {
     let took = t0.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
-    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    // A hang guard, not a speed test: the refusal comes at setup, before any traffic or wait.
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
     assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr}");
     assert!(stderr.contains("RLIMIT_MEMLOCK is 65536 bytes"), "{stderr}");
     assert!(

@@ -11,15 +11,15 @@ use std::{
 
 use common::{proc::Proc, *};
 
-/// Runs `cmd` and checks: exit 3 in under a second, exactly one stderr line, holding every
-/// needle, no panic. Returns that line.
+/// Runs `cmd` and checks: exit 3 at setup (a 10 s hang guard, not a speed test), exactly one
+/// stderr line, holding every needle, no panic. Returns that line.
 fn expect_refusal(mut cmd: Command, needles: &[&str]) -> String {
     let t0 = Instant::now();
     let out = cmd.output().expect("start the command");
     let took = t0.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(3), "{cmd:?}\n{stderr}");
-    assert!(took < Duration::from_secs(1), "took {took:?}: {stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line expected:\n{stderr}");
     for n in needles {

@@ -55,7 +55,8 @@ fn io_uring_disabled_by_sysctl_exits_3_naming_the_sysctl() {
     drop(restore);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
-    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // A hang guard, not a speed test: the refusal comes at setup.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
