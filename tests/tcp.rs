@@ -444,15 +444,6 @@ fn bad_tcp_options_are_usage_errors() {
             "4",
         ],
         &["send", "--to", "127.0.0.1:9", "--conns", "4"],
-        &[
-            "send",
-            "--to",
-            "127.0.0.1:9",
-            "--proto",
-            "tcp",
-            "--control",
-            "127.0.0.1:9",
-        ],
     ] {
         let out = common::ringblast(args);
         assert_eq!(
