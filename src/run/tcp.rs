@@ -190,7 +190,7 @@ fn start_senders(
     let mut workers = Vec::new();
     let rr = configs.iter().any(|c| c.rr.is_some());
     for (q, config) in queues.iter().zip(configs) {
-        let s = Arc::new(TcpSendShared::default());
+        let s = Arc::new(TcpSendShared::new(config.conns));
         shared.push(Arc::clone(&s));
         let node = q.node;
         workers.push((q.cpu, move || TcpSendWorker::new(config, node, s)));

@@ -17,6 +17,7 @@ mod summary;
 
 use super::tcp::{TcpSenders, TcpSinks};
 use super::tcp_control::AskTcpSink;
+use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::{
     clock,
     error::Error,
@@ -47,6 +48,21 @@ pub struct Reporter {
     sender_series: Option<crate::metrics::tcp_senders::TcpSenderSeries>,
     /// Asks the sink for this sender run's verdict at the end.
     ask: Option<AskTcpSink>,
+    /// TCP_INFO of the senders' connections, and the last sample per queue.
+    info: Option<Sampler>,
+    last_info: Vec<QueueInfo>,
+}
+
+/// How often the reporter samples TCP_INFO of the senders' connections.
+const INFO_EVERY_NS: u64 = 250_000_000;
+
+/// The TCP_INFO keys of a sender's JSON lines.
+fn info_json(line: &mut Map<String, Value>, infos: &[QueueInfo]) {
+    let t = crate::sender::tcp::info::total(infos);
+    line.insert("tcp_info_conns".into(), json!(t.conns));
+    line.insert("srtt_us_max".into(), json!(t.srtt_us_max));
+    line.insert("cwnd_segments".into(), json!(t.cwnd_segments));
+    line.insert("retransmits".into(), json!(t.retransmits));
 }
 
 #[derive(Clone, Default)]
@@ -134,6 +150,8 @@ impl Reporter {
             books: None,
             sender_series: None,
             ask: None,
+            info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
+            last_info: Vec::new(),
             json,
             interval,
             senders,
@@ -203,17 +221,22 @@ impl Reporter {
             let bytes = now.tx.get(TxCounter::Bytes) - before.tx.get(TxCounter::Bytes);
             let records = now.tx.get(TxCounter::Records) - before.tx.get(TxCounter::Records);
             if self.json {
-                let line = counters_json(TX_KEYS, &now.tx);
+                let mut line = counters_json(TX_KEYS, &now.tx);
+                info_json(&mut line, &self.last_info);
                 interval_json(line, "send", (start_s, end_s), rate(bytes * 8, seconds));
             }
+            let info = crate::sender::tcp::info::total(&self.last_info);
             say!(
-                "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}",
+                "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}  srtt max {} us  cwnd {}  retrans {}",
                 rate(bytes * 8, seconds) / 1e9,
                 si(rate(records, seconds)),
                 now.tx.get(TxCounter::ConnsUp),
                 now.tx.get(TxCounter::Reconnects),
                 now.tx.get(TxCounter::Resets),
                 now.tx.get(TxCounter::ConnectFailures),
+                info.srtt_us_max,
+                info.cwnd_segments,
+                info.retransmits,
             );
         }
         if self.sinks.is_some() {
@@ -284,6 +307,7 @@ impl Reporter {
         let (mut rx_first, mut rx_last) = (None, start);
         let mut rx_seen = 0;
         let mut prev_tick = start;
+        let mut last_info_at = 0;
         loop {
             std::thread::sleep(TICK);
             let now = clock::monotonic_ns();
@@ -315,9 +339,16 @@ impl Reporter {
             if let Some(b) = &self.books {
                 b.tick();
             }
+            if let Some(sampler) = self.info.as_mut()
+                && now - last_info_at >= INFO_EVERY_NS
+            {
+                self.last_info = sampler.sample();
+                last_info_at = now;
+            }
             let snap = self.snapshot();
             if let Some(m) = &self.metrics {
                 m.flush(&super::ctx::sample());
+                m.flush_info(&self.last_info);
             }
             if let Some(series) = self.sender_series.as_mut() {
                 series.flush();

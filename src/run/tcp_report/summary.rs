@@ -33,6 +33,7 @@ impl Reporter {
         if let Some(t) = self.target_rps {
             line.insert("target_records_per_s".into(), json!(t));
         }
+        super::info_json(&mut line, &self.last_info);
         if self.rr {
             self.rr_summary(&mut line, snap, seconds, ctx);
         }
