@@ -388,6 +388,7 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
     )
     .with_metrics(metrics)
     .with_control(Some(books), None)
+    .with_control_stats(server.as_ref().map(|s| s.stats()))
     .run(&signal);
     if let Some(s) = server {
         s.stop();
@@ -467,6 +468,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     .pair_released()
     .with_metrics(metrics)
     .with_control(Some(books), Some(ask))
+    .with_control_stats(Some(server.stats()))
     .run(&signal);
     server.stop();
     linger(metrics, common.metrics_linger, &signal);

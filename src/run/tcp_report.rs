@@ -51,6 +51,8 @@ pub struct Reporter {
     /// TCP_INFO of the senders' connections, and the last sample per queue.
     info: Option<Sampler>,
     last_info: Vec<QueueInfo>,
+    /// The TCP sink's control server counters, exported with the metrics.
+    control_stats: Option<Arc<crate::control::server::ServerStats>>,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -152,6 +154,7 @@ impl Reporter {
             ask: None,
             info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
             last_info: Vec::new(),
+            control_stats: None,
             json,
             interval,
             senders,
@@ -198,6 +201,15 @@ impl Reporter {
         }
         self.books = books;
         self.ask = ask;
+        self
+    }
+
+    /// The TCP sink's control server counters (`ringblast_rx_control_connections_total`).
+    pub fn with_control_stats(
+        mut self,
+        stats: Option<Arc<crate::control::server::ServerStats>>,
+    ) -> Reporter {
+        self.control_stats = stats;
         self
     }
 
@@ -349,6 +361,9 @@ impl Reporter {
             if let Some(m) = &self.metrics {
                 m.flush(&super::ctx::sample());
                 m.flush_info(&self.last_info);
+                if let Some(stats) = &self.control_stats {
+                    super::control_link::export_server_stats(stats);
+                }
             }
             if let Some(series) = self.sender_series.as_mut() {
                 series.flush();
