@@ -270,6 +270,66 @@ def per_sender_rows(layout):
           "{{instance}} reconnects/s")]), width=6)
 
 
+def tcp_rows(layout):
+    """TCP runs (--proto tcp): streams, connections, invalid streams, TCP_INFO and the sink's TCP books."""
+    layout.row("TCP streams (--proto tcp)")
+    by = "instance, node, queue"
+    legend = "{{instance}} n{{node}} q{{queue}}"
+    layout.add(timeseries(
+        "TCP bit/s, sent and received", "Application bytes the sender's kernel accepted and bytes of complete, "
+        "in-sequence records the sink counted, per queue (no headers).", "bps",
+        [(f"8 * {summed_rate('ringblast_tcp_tx_bytes_total', by)}", f"sent {legend}"),
+         (f"8 * {summed_rate('ringblast_tcp_rx_bytes_total', by)}", f"received {legend}")]))
+    layout.add(timeseries(
+        "TCP records/s: written, counted, acknowledged", "Records written completely by the sender, records "
+        "the sink counted, and records the sink acknowledged back to the sender (delivered).", "ops",
+        [(summed_rate("ringblast_tcp_tx_records_total", by), f"written {legend}"),
+         (summed_rate("ringblast_tcp_rx_records_total", by), f"counted {legend}"),
+         (summed_rate("ringblast_tcp_delivered_records_total", by), f"delivered {legend}")]))
+    layout.add(timeseries(
+        "TCP connections open", "Sender connections up and sink connections open, per queue.", "none",
+        [(gauge("ringblast_tcp_tx_connections_open", by), f"sender {legend}"),
+         (gauge("ringblast_tcp_rx_connections_open", by), f"sink {legend}")]), width=8)
+    layout.add(timeseries(
+        "TCP connects, failures and resets/s", "Connections established by the sender, connects that failed, "
+        "and established connections reset (sender and sink side), per second; data connections the sink "
+        "accepted (control connections on the same port are not counted).", "ops",
+        [(summed_rate("ringblast_tcp_connects_total", "instance"), "{{instance}} connects"),
+         (summed_rate("ringblast_tcp_accepts_total", "instance"), "{{instance}} accepts"),
+         (absent_as_zero(summed_rate("ringblast_tcp_connect_failures_total", "instance")), "connect failures"),
+         (absent_as_zero(summed_rate("ringblast_tcp_tx_resets_total", "instance")), "sender resets"),
+         (absent_as_zero(summed_rate("ringblast_tcp_rx_resets_total", "instance")), "sink resets")]), width=8)
+    layout.add(timeseries(
+        "TCP invalid records and streams/s by reason", "Records out of sequence (sequence) and streams whose "
+        "framing was lost (magic, version, length, truncated) or that kept too many requests (depth); each "
+        "lost framing closes its connection.", "ops",
+        [(absent_as_zero(summed_rate("ringblast_tcp_rx_invalid_total", "instance, reason")),
+          "{{instance}} {{reason}}")]), width=8)
+    layout.add(timeseries(
+        "TCP smoothed RTT (TCP_INFO)", "Largest srtt among each sender queue's connections, sampled by the "
+        "reporter thread every 250 ms.", "s",
+        [(gauge("ringblast_tcp_srtt_seconds", by), legend)]), width=8)
+    layout.add(timeseries(
+        "TCP congestion window (TCP_INFO)", "Sum of the congestion windows of each sender queue's connections, "
+        "in segments.", "none",
+        [(gauge("ringblast_tcp_cwnd_segments", by), legend)]), width=8)
+    layout.add(timeseries(
+        "TCP retransmitted segments/s (TCP_INFO)", "Segments each sender queue's connections retransmitted, "
+        "per second (total_retrans as sampled; closed connections included).", "ops",
+        [(summed_rate("ringblast_tcp_retransmits_total", by), legend)]), width=8)
+    sender_legend = "{{sender}} @ {{instance}}"
+    layout.add(timeseries(
+        "TCP records/s per sender (sink books)", "Records the TCP sink booked for each sender, by the "
+        "sender's --name (attributed by the run epoch in the record headers).", "ops",
+        [(summed_rate("ringblast_tcp_rx_sender_records_total", "instance, sender", BY_SENDER), sender_legend)]),
+        width=12)
+    layout.add(timeseries(
+        "TCP connections open per sender (sink books)", "Each sender's connections open at the TCP sink.",
+        "none",
+        [(gauge("ringblast_tcp_rx_sender_connections_open", "instance, sender", selector=BY_SENDER),
+          sender_legend)]), width=12)
+
+
 def build_panels():
     layout = Layout()
 
@@ -382,6 +442,8 @@ def build_panels():
         "RLIMIT_MEMLOCK unless the process holds CAP_IPC_LOCK.", "bytes",
         [(gauge("ringblast_registered_buffer_bytes", "instance, node",
                 selector='instance=~"$instance", node=~"$node"'), "{{instance}} node {{node}}")]), width=8)
+
+    tcp_rows(layout)
 
     layout.row("Soak accounting (whole time range)")
     def total(metric):

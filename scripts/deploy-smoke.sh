@@ -3,7 +3,7 @@
 # own, and checks them through a real Prometheus (tests/deploy/promcheck.py):
 #   compose   deploy/compose/compose.yaml via podman-compose: sink, sender, Prometheus on the
 #             (namespace's) host network
-#   bridge    deploy/compose/compose.bridge.yaml: a sink and three senders, each container in its
+#   bridge    deploy/compose/compose.bridge.yaml: a sink and three senders (and a TCP sink and sender), each container in its
 #             own network namespace, the senders reaching the sink by service name
 # with the test-only overrides in tests/deploy/ (a local Prometheus image, limits the host allows,
 # the test's own secret). Images come from no registry: mmdebstrap builds a Debian root from the
@@ -200,16 +200,18 @@ compose_topology() {
   local file=$1 template=$2 override project=$3 prom=$4 targets=$5 ns=$3
   shift 5
   local pairs=("$@") services=() names=() summaries=() pair svc
+  # Services started beside the UDP senders whose books are checked (the bridge's TCP pair).
+  local extra=(${RB_EXTRA_SERVICES:-})
   override=$(render "$template")
   for pair in "${pairs[@]}"; do services+=("${pair%%=*}"); names+=("${pair#*=}"); done
   new_ns "$ns"
   say "$project: podman-compose -f deploy/compose/$file up (override $(basename "$template"))"
   (cd deploy/compose && timeout 120 nsenter --net="/run/netns/$ns" "$COMPOSE" -p "$project" \
-    -f "$file" -f "$override" up -d --no-build sink "${services[@]}" prometheus >"$W/$project-up.log" 2>&1) \
+    -f "$file" -f "$override" up -d --no-build sink "${services[@]}" "${extra[@]}" prometheus >"$W/$project-up.log" 2>&1) \
     || { tail -20 "$W/$project-up.log" >&2; die "$project: compose up failed"; }
-  for svc in sink "${services[@]}" prometheus; do wait_running "${project}_${svc}_1"; done
-  for svc in sink "${services[@]}"; do check_confined "${project}_${svc}_1"; done
-  say "$project: $((${#services[@]} + 2)) containers running: $(podman ps --filter "label=io.podman.compose.project=$project" --format '{{.Names}}' | tr '\n' ' ')"
+  for svc in sink "${services[@]}" "${extra[@]}" prometheus; do wait_running "${project}_${svc}_1"; done
+  for svc in sink "${services[@]}" "${extra[@]}"; do check_confined "${project}_${svc}_1"; done
+  say "$project: $((${#services[@]} + ${#extra[@]} + 2)) containers running: $(podman ps --filter "label=io.podman.compose.project=$project" --format '{{.Names}}' | tr '\n' ' ')"
   in_ns "$ns" python3 tests/deploy/promcheck.py live --prom "$prom" --targets "$targets" \
     --senders "$(IFS=,; echo "${names[*]}")" >"$W/$project-live.txt" \
     || { cat "$W/$project-live.txt"; die "$project: live checks failed"; }
@@ -230,7 +232,7 @@ compose_topology() {
     -f "$file" -f "$override" down -v -t 5 >"$W/$project-down.log" 2>&1) \
     || { tail -20 "$W/$project-down.log" >&2; die "$project: compose down failed"; }
   [ -z "$(podman ps -aq --filter "label=io.podman.compose.project=$project")" ] || die "$project: containers left after down"
-  say "$project figures: containers=$((${#services[@]} + 2)) $(grep -h '^figures:' "$W/$project-live.txt" "$W/$project-exact.txt" | sed 's/^figures: //' | tr '\n' ' ')"
+  say "$project figures: containers=$((${#services[@]} + ${#extra[@]} + 2)) $(grep -h '^figures:' "$W/$project-live.txt" "$W/$project-exact.txt" | sed 's/^figures: //' | tr '\n' ' ')"
 }
 
 # The kustomize output of deploy/kubernetes/base (through tests/deploy/kube-smoke, which lowers
@@ -319,8 +321,9 @@ for topology in "${TOPOLOGIES[@]}"; do
         http://127.0.0.1:9090 2 sender=compose-sender
       ;;
     bridge)
-      compose_topology compose.bridge.yaml tests/deploy/compose.bridge.smoke.yaml "$P-bridge" \
-        http://127.0.0.1:9090 4 sender-1=sender-1 sender-2=sender-2 sender-3=sender-3
+      RB_EXTRA_SERVICES="tcp-sink tcp-sender" \
+        compose_topology compose.bridge.yaml tests/deploy/compose.bridge.smoke.yaml "$P-bridge" \
+        http://127.0.0.1:9090 6 sender-1=sender-1 sender-2=sender-2 sender-3=sender-3
       ;;
     kube) kube_topology ;;
   esac

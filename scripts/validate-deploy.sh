@@ -114,7 +114,13 @@ ringblast_rx_sender_packets_total ringblast_rx_sender_bytes_total ringblast_rx_s
 ringblast_rx_sender_reordered_packets_total ringblast_rx_sender_duplicate_packets_total
 ringblast_rx_sender_unconfirmed_packets_total ringblast_rx_sender_send_failed_packets_total
 ringblast_rx_sender_sessions_total ringblast_rx_sender_active_sessions ringblast_rx_control_connections_total
-ringblast_tx_control_connected ringblast_tx_control_reconnects_total ringblast_rx_sender_kernel_drops_total""".split())
+ringblast_tx_control_connected ringblast_tx_control_reconnects_total ringblast_rx_sender_kernel_drops_total
+ringblast_tcp_tx_bytes_total ringblast_tcp_rx_bytes_total ringblast_tcp_tx_records_total ringblast_tcp_rx_records_total
+ringblast_tcp_delivered_records_total ringblast_tcp_tx_connections_open ringblast_tcp_rx_connections_open
+ringblast_tcp_connects_total ringblast_tcp_accepts_total ringblast_tcp_connect_failures_total
+ringblast_tcp_tx_resets_total ringblast_tcp_rx_resets_total ringblast_tcp_rx_invalid_total ringblast_tcp_srtt_seconds
+ringblast_tcp_cwnd_segments ringblast_tcp_retransmits_total ringblast_tcp_rx_sender_records_total
+ringblast_tcp_rx_sender_connections_open""".split())
 SINK_KEYS = {"listen", "queues", "duration", "json", "metrics", "secret_file", "insecure_control", "max_sessions",
              "session_idle", "max_senders"}
 SEND_KEYS = {"to", "rate", "size", "duration", "count", "queues", "flows", "batch", "gso", "json", "metrics",

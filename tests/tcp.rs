@@ -444,15 +444,6 @@ fn bad_tcp_options_are_usage_errors() {
             "4",
         ],
         &["send", "--to", "127.0.0.1:9", "--conns", "4"],
-        &[
-            "send",
-            "--to",
-            "127.0.0.1:9",
-            "--proto",
-            "tcp",
-            "--control",
-            "127.0.0.1:9",
-        ],
     ] {
         let out = common::ringblast(args);
         assert_eq!(
@@ -602,6 +593,37 @@ fn scraped_tcp_series_equal_the_summaries() {
     assert!(u(&tx, "tx_bytes") > 0);
     assert!(
         text.contains(r#"ringblast_run_info{role="send",protocol="tcp"} 1"#),
+        "{text}"
+    );
+    // The sink's books per sender, its control server's counters, and TCP_INFO.
+    let pair = r#"{sender="pair",protocol="tcp"}"#;
+    for (name, value) in [
+        (
+            "ringblast_tcp_rx_sender_records_total",
+            u(&rx, "rx_records"),
+        ),
+        ("ringblast_tcp_rx_sender_bytes_total", u(&rx, "rx_bytes")),
+    ] {
+        assert_eq!(
+            series(&text, &format!("{name}{pair}")),
+            value,
+            "{name}\n{text}"
+        );
+    }
+    assert_eq!(
+        series(
+            &text,
+            r#"ringblast_rx_control_connections_total{result="authenticated"}"#
+        ),
+        1,
+        "{text}"
+    );
+    for name in ["ringblast_tcp_srtt_seconds", "ringblast_tcp_cwnd_segments"] {
+        assert!(text.contains(&format!("{name}{q}")), "{name}\n{text}");
+    }
+    assert_eq!(
+        series(&text, &format!("ringblast_tcp_retransmits_total{q}")),
+        u(&tx, "retransmits"),
         "{text}"
     );
 }

@@ -18,20 +18,46 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-/// A stream whose reads all end by one deadline: each read's timeout is the time left.
+/// A stream whose reads all end by one deadline: each read's timeout is the time left. Bytes
+/// read from the connection before it got here (a prefix) are read first.
 pub(crate) struct DeadlineStream<'a> {
     stream: &'a TcpStream,
     deadline: Instant,
+    prefix: Vec<u8>,
+    prefix_at: usize,
 }
 
 impl<'a> DeadlineStream<'a> {
     pub(crate) fn new(stream: &'a TcpStream, deadline: Instant) -> Self {
-        DeadlineStream { stream, deadline }
+        DeadlineStream {
+            stream,
+            deadline,
+            prefix: Vec::new(),
+            prefix_at: 0,
+        }
+    }
+
+    /// Reads `prefix` before the stream.
+    pub(crate) fn with_prefix(mut self, prefix: Vec<u8>) -> Self {
+        self.prefix = prefix;
+        self.prefix_at = 0;
+        self
+    }
+
+    /// Bytes of the prefix not read yet.
+    pub(crate) fn prefix_left(&self) -> usize {
+        self.prefix.len() - self.prefix_at
     }
 }
 
 impl Read for DeadlineStream<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.prefix_left() > 0 {
+            let n = self.prefix_left().min(buf.len());
+            buf[..n].copy_from_slice(&self.prefix[self.prefix_at..self.prefix_at + n]);
+            self.prefix_at += n;
+            return Ok(n);
+        }
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());

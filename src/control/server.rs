@@ -91,9 +91,24 @@ pub(super) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Control connections accepted elsewhere (a TCP sink's data port tells them apart by their
+/// first frame), each with the bytes already read from it.
+pub trait Arrivals: Send + Sync + 'static {
+    /// The next waiting connection, if any; never blocks.
+    fn take(&self) -> Option<(TcpStream, Vec<u8>)>;
+}
+
+/// Where a control server's connections come from.
+pub(super) enum Source {
+    /// Its own listener.
+    Listener(TcpListener),
+    /// Handed over by whoever accepted them.
+    Handed(Arc<dyn Arrivals>),
+}
+
 /// A bound, not yet serving, control listener.
 pub struct ControlServer {
-    listener: TcpListener,
+    source: Source,
     config: ServerConfig,
     stats: Arc<ServerStats>,
 }
@@ -123,15 +138,27 @@ impl ControlServer {
         sock.set_nonblocking(true)
             .map_err(|e| Error::io(ctx("configuring"), e))?;
         Ok(ControlServer {
-            listener: sock.into(),
+            source: Source::Listener(sock.into()),
             config,
             stats: Arc::default(),
         })
     }
 
+    /// A server for connections accepted on `config.listen` by someone else.
+    pub fn handed(config: ServerConfig, arrivals: Arc<dyn Arrivals>) -> ControlServer {
+        ControlServer {
+            source: Source::Handed(arrivals),
+            config,
+            stats: Arc::default(),
+        }
+    }
+
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or(self.config.listen)
+        match &self.source {
+            Source::Listener(l) => l.local_addr().unwrap_or(self.config.listen),
+            Source::Handed(_) => self.config.listen,
+        }
     }
 
     /// The counters.
@@ -159,10 +186,10 @@ impl ControlServer {
             conns: Mutex::new(HashMap::new()),
         });
         let sh = shared.clone();
-        let listener = self.listener;
+        let source = self.source;
         let accept = thread::Builder::new()
             .name("ctl-accept".into())
-            .spawn(move || conn::accept_loop(&listener, &sh))
+            .spawn(move || conn::accept_loop(&source, &sh))
             .expect("spawning the control accept thread");
         RunningServer {
             shared,

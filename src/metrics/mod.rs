@@ -10,6 +10,7 @@ pub mod http;
 pub mod names;
 pub mod senders;
 pub mod tcp;
+pub mod tcp_senders;
 
 use std::net::SocketAddr;
 

@@ -85,7 +85,14 @@ metrics! {
     TCP_RX_BYTES = "ringblast_tcp_rx_bytes_total", Counter, "node,queue,protocol", "Bytes of complete, in-sequence records received.";
     TCP_RX_RECORDS = "ringblast_tcp_rx_records_total", Counter, "node,queue,protocol", "Complete, in-sequence records received.";
     TCP_RX_INVALID = "ringblast_tcp_rx_invalid_total", Counter, "node,queue,protocol,reason", "Invalid records or streams, by reason (sequence, magic, version, length, truncated, depth).";
-    TCP_ACCEPTS = "ringblast_tcp_accepts_total", Counter, "node,queue,protocol", "TCP connections the sink accepted.";
+    TCP_ACCEPTS = "ringblast_tcp_accepts_total", Counter, "node,queue,protocol", "TCP data connections the sink accepted (control connections on the same port are not counted).";
+    TCP_SRTT = "ringblast_tcp_srtt_seconds", Gauge, "node,queue,protocol", "Largest smoothed RTT (TCP_INFO) among the sender queue's connections, as last sampled by the reporter.";
+    TCP_CWND = "ringblast_tcp_cwnd_segments", Gauge, "node,queue,protocol", "Sum of the congestion windows (TCP_INFO) of the sender queue's connections, in segments.";
+    TCP_RETRANSMITS = "ringblast_tcp_retransmits_total", Counter, "node,queue,protocol", "Segments the sender queue's connections retransmitted (TCP_INFO total_retrans, as last sampled; closed connections included).";
+    TCP_RX_SENDER_RECORDS = "ringblast_tcp_rx_sender_records_total", Counter, "sender,protocol", "Complete, in-sequence records received from this sender (all its runs).";
+    TCP_RX_SENDER_BYTES = "ringblast_tcp_rx_sender_bytes_total", Counter, "sender,protocol", "Bytes of those records.";
+    TCP_RX_SENDER_INVALID = "ringblast_tcp_rx_sender_invalid_total", Counter, "sender,protocol", "Invalid events on this sender's connections (sequence, lost framing, depth).";
+    TCP_RX_SENDER_CONNS_OPEN = "ringblast_tcp_rx_sender_connections_open", Gauge, "sender,protocol", "This sender's TCP connections open at the sink now.";
     RR_TRANSACTIONS = "ringblast_rr_transactions_total", Counter, "node,queue,protocol", "Request/response round trips completed.";
     RR_RTT = "ringblast_rr_rtt_seconds", Gauge, "node,queue,protocol,quantile", "Round-trip time quantiles since the start (upper bounds of 12.5 % cells).";
     CTX_SWITCHES = "ringblast_ctx_switches_total", Counter, "scope", "Context switches during the run: this process (voluntary + involuntary) or the whole machine (/proc/stat ctxt).";

@@ -1,6 +1,7 @@
 //! Prometheus series of TCP runs, all with `protocol="tcp"`: per sender queue bytes, records,
 //! delivered records, connects, connect failures, resets, open connections, rr transactions and
-//! RTT quantiles; per sink queue bytes, records, invalid by reason, accepts, resets and open
+//! RTT quantiles, and TCP_INFO (largest srtt, summed cwnd, retransmits) as the reporter last
+//! sampled it; per sink queue bytes, records, invalid by reason, accepts, resets and open
 //! connections; and context switches of the process and the machine. Registered before the
 //! workers start and flushed by the reporter thread from what the workers publish.
 
@@ -14,7 +15,7 @@ use crate::{
     run::ctx::CtxSample,
     sender::{
         rtt::quantile,
-        tcp::{TcpSendShared, TxCounter},
+        tcp::{TcpSendShared, TxCounter, info::QueueInfo},
     },
     sink::tcp::{RxCounter, TcpSinkShared},
 };
@@ -42,6 +43,10 @@ struct TxQueue {
     counters: Vec<(TxCounter, Counter)>,
     conns: Gauge,
     rtt: Vec<(f64, Gauge)>,
+    /// TCP_INFO: largest srtt, summed cwnd, retransmits.
+    srtt: Gauge,
+    cwnd: Gauge,
+    retransmits: Counter,
 }
 
 struct RxQueue {
@@ -91,6 +96,9 @@ impl TcpHandles {
                         c(RR_TRANSACTIONS, TxCounter::Transactions),
                     ],
                     conns: gauge!(TCP_TX_CONNS_OPEN, l.clone()),
+                    srtt: gauge!(TCP_SRTT, l.clone()),
+                    cwnd: gauge!(TCP_CWND, l.clone()),
+                    retransmits: counter!(TCP_RETRANSMITS, l.clone()),
                     rtt: QUANTILES
                         .iter()
                         .map(|(x, name)| {
@@ -132,6 +140,15 @@ impl TcpHandles {
                 counter!(CTX_SWITCHES, "scope" => "process"),
                 counter!(CTX_SWITCHES, "scope" => "machine"),
             ],
+        }
+    }
+
+    /// Sets the TCP_INFO series from the reporter's last sample (one entry per sender queue).
+    pub fn flush_info(&self, infos: &[QueueInfo]) {
+        for (q, info) in self.tx.iter().zip(infos) {
+            q.srtt.set(info.srtt_us_max as f64 / 1e6);
+            q.cwnd.set(info.cwnd_segments as f64);
+            q.retransmits.absolute(info.retransmits);
         }
     }
 

@@ -12,6 +12,7 @@ pub mod bufring;
 mod inline;
 mod ops;
 pub mod probe;
+pub mod tcp_info;
 pub mod token;
 
 use std::io;

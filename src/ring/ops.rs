@@ -84,6 +84,21 @@ impl Engine {
         self.push(&entry)
     }
 
+    /// Queues one plain `RECV` on a stream socket into the provided-buffer ring: a single
+    /// completion (one buffer at most), so the caller can look at a connection's first bytes
+    /// before it commits the descriptor to a multishot receive.
+    pub fn push_recv_once(&mut self, fd: RawFd, user_data: u64) -> bool {
+        if self.buf_ring.is_none() {
+            return false;
+        }
+        let entry = opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), 0)
+            .buf_group(BUFFER_GROUP)
+            .build()
+            .flags(io_uring::squeue::Flags::BUFFER_SELECT)
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
     /// Queues a multishot `ACCEPT` on listener `fd`: one completion (the new descriptor) per
     /// connection until it fails or is cancelled.
     pub fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> bool {

@@ -156,7 +156,7 @@ pub fn start(
     Ok(started)
 }
 
-fn event(e: ClientEvent, refused: &AtomicBool) {
+pub(super) fn event(e: ClientEvent, refused: &AtomicBool) {
     match e {
         ClientEvent::Connected {
             addr,

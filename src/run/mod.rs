@@ -14,6 +14,7 @@ pub mod session;
 pub mod shape;
 pub mod steps;
 pub mod tcp;
+pub mod tcp_control;
 pub mod tcp_report;
 pub mod wire;
 

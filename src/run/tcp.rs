@@ -1,13 +1,16 @@
 //! TCP runs (`--proto tcp` on `send`, `sink` and `pair`): checks the TCP options once, plans the
 //! queues as UDP runs do, starts the TCP workers and hands them to the TCP reporter.
 //!
-//! The control channel is not used on TCP runs yet: a sender's `--control auto` means off, an
-//! explicit `--control ADDR:PORT` is refused, and a TCP sink serves no control connections on
-//! its port (a connection that does not start with a record counts as invalid `magic`).
+//! The control channel runs on the sink's data port (see `tcp_control`): a sender's
+//! `--control auto` reaches it at `--to`, and `pair --proto tcp` uses it over loopback.
 
 use std::{sync::Arc, time::Duration};
 
-use super::{PAIR_DEFAULT_DURATION, placement_args, plan_pair, planned, tcp_report::Reporter};
+use super::{
+    PAIR_DEFAULT_DURATION, placement_args, plan_pair, planned,
+    tcp_control::{self, HANDOFF_SLOTS, SenderLink},
+    tcp_report::Reporter,
+};
 use crate::{
     cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, TrafficArgs},
     cli_tcp::{Pattern, TcpSendArgs},
@@ -20,7 +23,9 @@ use crate::{
         payload::PayloadFill,
         tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
     },
-    sink::tcp::{TcpSinkConfig, TcpSinkShared, TcpSinkWorker},
+    sink::tcp::{
+        TcpSinkConfig, TcpSinkShared, TcpSinkWorker, books::TcpBooks, peers::ControlHandoff,
+    },
     worker::{self, Control},
 };
 
@@ -185,7 +190,7 @@ fn start_senders(
     let mut workers = Vec::new();
     let rr = configs.iter().any(|c| c.rr.is_some());
     for (q, config) in queues.iter().zip(configs) {
-        let s = Arc::new(TcpSendShared::default());
+        let s = Arc::new(TcpSendShared::new(config.conns));
         shared.push(Arc::clone(&s));
         let node = q.node;
         workers.push((q.cpu, move || TcpSendWorker::new(config, node, s)));
@@ -208,7 +213,7 @@ fn start_sinks(
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     for q in &queues {
-        let s = Arc::new(TcpSinkShared::default());
+        let s = Arc::new(TcpSinkShared::new(config.max_conns));
         shared.push(Arc::clone(&s));
         let (node, config) = (q.node, config.clone());
         workers.push((q.cpu, move || TcpSinkWorker::new(config, node, s)));
@@ -248,6 +253,7 @@ fn sink_config(
         max_conns,
         rx_buffers,
         hugepages,
+        control: None,
     })
 }
 
@@ -256,12 +262,19 @@ pub const RECV_NOTE: &str = "  tcp sink: SO_REUSEPORT listener per queue, multis
 
 /// `ringblast send --proto tcp`.
 pub fn send(args: SendArgs) -> Result<(), Error> {
-    if let ControlTarget::At(addr) = args.control {
-        return Err(Error::Usage(format!(
-            "--control {addr}: the control channel is not available with --proto tcp yet; use --control off"
-        )));
-    }
     let common = args.common;
+    let conns_per_queue = args.tcp.conns.unwrap_or(1);
+    let link = match args.control {
+        ControlTarget::Off => None,
+        target => Some(SenderLink {
+            addr: match target {
+                ControlTarget::At(addr) => addr,
+                _ => args.to,
+            },
+            secret: super::read_secret(args.secret_file.as_deref())?,
+            name: super::sender_name(args.name, common.queues, conns_per_queue as usize)?,
+        }),
+    };
     let (configs, target) = send_configs(
         args.to,
         &args.traffic,
@@ -272,6 +285,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
     )?;
     let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
     ensure_fds(conns, common.queues as u64)?;
+    let (epoch, size) = (configs[0].epoch, configs[0].size);
     let mut notes = String::new();
     let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
     let signal = super::session::install_signals()?;
@@ -280,11 +294,20 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
     let senders = start_senders(&control, queues, configs, target)?;
     crate::output::human_text(&notes);
     say!(
-        "tcp send to {}: {} connection(s) per queue, {}-byte records, no control channel on TCP runs",
+        "tcp send to {}: {conns_per_queue} connection(s) per queue, {}-byte records, control channel {}",
         args.to,
-        args.tcp.conns.unwrap_or(1),
-        record_size(&args.traffic)
+        record_size(&args.traffic),
+        link.as_ref()
+            .map_or("off".to_string(), |l| format!("to tcp {}", l.addr))
     );
+    let (ask, refused) = match link {
+        Some(l) => {
+            let (ask, refused) =
+                tcp_control::connect(l, epoch, size, target, senders.shared.clone());
+            (ask, Some(refused))
+        }
+        None => (tcp_control::off(), None),
+    };
     let result = Reporter::new(
         common.json,
         common.interval,
@@ -294,15 +317,32 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
         None,
     )
     .with_metrics(metrics)
+    .with_control(None, Some(ask))
     .run(&signal);
     linger(metrics, common.metrics_linger, &signal);
+    refused_means_exit_3(result, refused.as_ref())
+}
+
+/// A run whose sink refused this sender's credentials fails as an environment error (exit 3).
+fn refused_means_exit_3(
+    result: Result<(), Error>,
+    refused: Option<&Arc<std::sync::atomic::AtomicBool>>,
+) -> Result<(), Error> {
+    if result.is_ok() && tcp_control::was_refused(refused) {
+        return Err(Error::Unsupported(
+            "the sink refused this sender's credentials: give both sides the same --secret-file"
+                .into(),
+        ));
+    }
     result
 }
 
 /// `ringblast sink --proto tcp`.
 pub fn sink(args: SinkArgs) -> Result<(), Error> {
     let common = args.common;
-    let config = sink_config(
+    let secret = super::read_secret(args.secret_file.as_deref())?;
+    let serve_control = secret.is_some() || args.listen.ip().is_loopback() || args.insecure_control;
+    let mut config = sink_config(
         args.listen,
         args.tcp.max_conns,
         args.tuning.rx_buffers,
@@ -321,10 +361,23 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
     notes.push_str(RECV_NOTE);
     let signal = super::session::install_signals()?;
     let metrics = install_metrics(common.metrics, common.max_series)?;
+    let handoff = serve_control.then(|| Arc::new(ControlHandoff::new(HANDOFF_SLOTS)));
+    config.control.clone_from(&handoff);
     let control = Arc::new(Control::default());
     let sinks = start_sinks(&control, queues, config)?;
+    let books = Arc::new(TcpBooks::new(sinks.shared.clone(), args.tuning.max_senders));
     crate::output::human_text(&notes);
     say!("tcp sink listening on {}", args.listen);
+    let server = match handoff {
+        Some(h) => Some(tcp_control::serve(args.listen, secret, books.clone(), h)),
+        None => {
+            say!(
+                "control: off: the sink listens on {} (not loopback) without --secret-file; give it --secret-file FILE or --insecure-control to serve senders their verdicts",
+                args.listen
+            );
+            None
+        }
+    };
     let result = Reporter::new(
         common.json,
         common.interval,
@@ -334,7 +387,12 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
         Some((control, args.duration)),
     )
     .with_metrics(metrics)
+    .with_control(Some(books), None)
+    .with_control_stats(server.as_ref().map(|s| s.stats()))
     .run(&signal);
+    if let Some(s) = server {
+        s.stop();
+    }
     linger(metrics, common.metrics_linger, &signal);
     result
 }
@@ -354,7 +412,10 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
         common.hugepages,
     )?;
     let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
-    let sink_cfg = sink_config(probe, 1024, args.tuning.rx_buffers, common.hugepages)?;
+    let (epoch, size) = (configs[0].epoch, configs[0].size);
+    let handoff = Arc::new(ControlHandoff::new(HANDOFF_SLOTS));
+    let mut sink_cfg = sink_config(probe, 1024, args.tuning.rx_buffers, common.hugepages)?;
+    sink_cfg.control = Some(Arc::clone(&handoff));
     ensure_fds(
         conns * 2 + 1024 * common.queues as u64,
         2 * common.queues as u64,
@@ -377,6 +438,8 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     let metrics = install_metrics(metrics_addr, common.max_series)?;
     let sink_control = Arc::new(Control::default());
     let sinks = start_sinks(&sink_control, sink_queues, sink_cfg)?;
+    let books = Arc::new(TcpBooks::new(sinks.shared.clone(), args.tuning.max_senders));
+    let server = tcp_control::serve(probe, None, books.clone(), handoff);
     sinks.group.release();
     let send_control = Arc::new(Control::default());
     let senders = match start_senders(&send_control, send_queues, configs, target) {
@@ -388,6 +451,12 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
         }
     };
     crate::output::human_text(&notes);
+    let link = SenderLink {
+        addr: probe,
+        secret: None,
+        name: "pair".into(),
+    };
+    let (ask, refused) = tcp_control::connect(link, epoch, size, target, senders.shared.clone());
     let result = Reporter::new(
         common.json,
         common.interval,
@@ -398,9 +467,12 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     )
     .pair_released()
     .with_metrics(metrics)
+    .with_control(Some(books), Some(ask))
+    .with_control_stats(Some(server.stats()))
     .run(&signal);
+    server.stop();
     linger(metrics, common.metrics_linger, &signal);
-    result
+    refused_means_exit_3(result, Some(&refused))
 }
 
 /// Starts the metrics endpoint when asked (before any worker); says whether it runs.

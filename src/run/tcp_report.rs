@@ -2,7 +2,8 @@
 //! records/s, connections up, reconnects) and `--json` interval lines, decides when the run
 //! ends, and prints one summary line per role with `"protocol":"tcp"`.
 //!
-//! It only reads what the workers publish. A pair run drains: once the senders are done, the
+//! It only reads what the workers publish (and books the TCP sink's closed connections each
+//! tick, see `sink::tcp::books`). A pair run drains: once the senders are done, the
 //! sinks stop as soon as every connection has ended (at most 3 s later).
 
 use std::{
@@ -12,14 +13,17 @@ use std::{
 
 use serde_json::{Map, Value, json};
 
+mod summary;
+
 use super::tcp::{TcpSenders, TcpSinks};
+use super::tcp_control::AskTcpSink;
+use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::{
     clock,
     error::Error,
     say,
     sender::tcp::{TX_KEYS, TxCounter, TxCounters},
     sink::tcp::{LatencyCells, RX_KEYS, RxCounter, RxCounters},
-    stats::{LATENCY_CELLS, latency_quantile_bound},
     worker::Control,
 };
 
@@ -39,6 +43,28 @@ pub struct Reporter {
     target_rps: Option<f64>,
     rr: bool,
     metrics: Option<crate::metrics::tcp::TcpHandles>,
+    /// The sink's per-sender books, and their series when metrics are on.
+    books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
+    sender_series: Option<crate::metrics::tcp_senders::TcpSenderSeries>,
+    /// Asks the sink for this sender run's verdict at the end.
+    ask: Option<AskTcpSink>,
+    /// TCP_INFO of the senders' connections, and the last sample per queue.
+    info: Option<Sampler>,
+    last_info: Vec<QueueInfo>,
+    /// The TCP sink's control server counters, exported with the metrics.
+    control_stats: Option<Arc<crate::control::server::ServerStats>>,
+}
+
+/// How often the reporter samples TCP_INFO of the senders' connections.
+const INFO_EVERY_NS: u64 = 250_000_000;
+
+/// The TCP_INFO keys of a sender's JSON lines.
+fn info_json(line: &mut Map<String, Value>, infos: &[QueueInfo]) {
+    let t = crate::sender::tcp::info::total(infos);
+    line.insert("tcp_info_conns".into(), json!(t.conns));
+    line.insert("srtt_us_max".into(), json!(t.srtt_us_max));
+    line.insert("cwnd_segments".into(), json!(t.cwnd_segments));
+    line.insert("retransmits".into(), json!(t.retransmits));
 }
 
 #[derive(Clone, Default)]
@@ -123,6 +149,12 @@ impl Reporter {
             target_rps: senders.as_ref().and_then(|s| s.target_rps),
             rr: senders.as_ref().is_some_and(|s| s.rr),
             metrics: None,
+            books: None,
+            sender_series: None,
+            ask: None,
+            info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
+            last_info: Vec::new(),
+            control_stats: None,
             json,
             interval,
             senders,
@@ -156,6 +188,31 @@ impl Reporter {
         self
     }
 
+    /// The sink's per-sender books (a sink run) and how to ask for the verdict (a sender run).
+    pub fn with_control(
+        mut self,
+        books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
+        ask: Option<AskTcpSink>,
+    ) -> Reporter {
+        if self.metrics.is_some() {
+            self.sender_series = books
+                .clone()
+                .map(crate::metrics::tcp_senders::TcpSenderSeries::new);
+        }
+        self.books = books;
+        self.ask = ask;
+        self
+    }
+
+    /// The TCP sink's control server counters (`ringblast_rx_control_connections_total`).
+    pub fn with_control_stats(
+        mut self,
+        stats: Option<Arc<crate::control::server::ServerStats>>,
+    ) -> Reporter {
+        self.control_stats = stats;
+        self
+    }
+
     /// The sinks were released already (a pair starts them before the senders).
     pub fn pair_released(mut self) -> Reporter {
         self.sinks_released = true;
@@ -176,17 +233,22 @@ impl Reporter {
             let bytes = now.tx.get(TxCounter::Bytes) - before.tx.get(TxCounter::Bytes);
             let records = now.tx.get(TxCounter::Records) - before.tx.get(TxCounter::Records);
             if self.json {
-                let line = counters_json(TX_KEYS, &now.tx);
+                let mut line = counters_json(TX_KEYS, &now.tx);
+                info_json(&mut line, &self.last_info);
                 interval_json(line, "send", (start_s, end_s), rate(bytes * 8, seconds));
             }
+            let info = crate::sender::tcp::info::total(&self.last_info);
             say!(
-                "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}",
+                "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}  srtt max {} us  cwnd {}  retrans {}",
                 rate(bytes * 8, seconds) / 1e9,
                 si(rate(records, seconds)),
                 now.tx.get(TxCounter::ConnsUp),
                 now.tx.get(TxCounter::Reconnects),
                 now.tx.get(TxCounter::Resets),
                 now.tx.get(TxCounter::ConnectFailures),
+                info.srtt_us_max,
+                info.cwnd_segments,
+                info.retransmits,
             );
         }
         if self.sinks.is_some() {
@@ -257,6 +319,7 @@ impl Reporter {
         let (mut rx_first, mut rx_last) = (None, start);
         let mut rx_seen = 0;
         let mut prev_tick = start;
+        let mut last_info_at = 0;
         loop {
             std::thread::sleep(TICK);
             let now = clock::monotonic_ns();
@@ -285,9 +348,25 @@ impl Reporter {
             {
                 c.request_stop();
             }
+            if let Some(b) = &self.books {
+                b.tick();
+            }
+            if let Some(sampler) = self.info.as_mut()
+                && now - last_info_at >= INFO_EVERY_NS
+            {
+                self.last_info = sampler.sample();
+                last_info_at = now;
+            }
             let snap = self.snapshot();
             if let Some(m) = &self.metrics {
                 m.flush(&super::ctx::sample());
+                m.flush_info(&self.last_info);
+                if let Some(stats) = &self.control_stats {
+                    super::control_link::export_server_stats(stats);
+                }
+            }
+            if let Some(series) = self.sender_series.as_mut() {
+                series.flush();
             }
             let rx_bytes = snap.rx.get(RxCounter::Bytes);
             if rx_bytes != rx_seen {
@@ -337,9 +416,13 @@ impl Reporter {
         if let Some(m) = &self.metrics {
             m.flush(&super::ctx::sample());
         }
+        if let Some(series) = self.sender_series.as_mut() {
+            series.flush();
+        }
+        let verdict = self.ask.take().map(|ask| ask(&tx_shared));
         let mut result = Ok(());
         if let Some(span) = tx_span {
-            self.send_summary(&snap, span, ctx);
+            self.send_summary(&snap, span, ctx, verdict.as_ref());
             if snap.tx.get(TxCounter::Connects) == 0 {
                 result = Err(Error::io(
                     "tcp send",
@@ -360,119 +443,5 @@ impl Reporter {
             ));
         }
         result
-    }
-
-    fn send_summary(&self, snap: &Snapshot, seconds: f64, ctx: (Option<u64>, Option<u64>)) {
-        let tx = &snap.tx;
-        let bytes = tx.get(TxCounter::Bytes);
-        let records = tx.get(TxCounter::Records);
-        let mut line = counters_json(TX_KEYS, tx);
-        line.insert("type".into(), json!("summary"));
-        line.insert("role".into(), json!("send"));
-        line.insert("protocol".into(), json!("tcp"));
-        line.insert("duration_s".into(), json!(seconds));
-        line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
-        line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
-        if let Some(t) = self.target_rps {
-            line.insert("target_records_per_s".into(), json!(t));
-        }
-        if self.rr {
-            self.rr_summary(&mut line, snap, seconds, ctx);
-        }
-        if self.json {
-            crate::output::json_line(&Value::Object(line));
-        }
-        say!(
-            "send summary: {bytes} bytes, {records} records in {seconds:.2} s = {:.3} Gbit/s, {} rec/s; connects {}, reconnects {}, connect failures {}, resets {}, short writes {}",
-            rate(bytes * 8, seconds) / 1e9,
-            si(rate(records, seconds)),
-            tx.get(TxCounter::Connects),
-            tx.get(TxCounter::Reconnects),
-            tx.get(TxCounter::ConnectFailures),
-            tx.get(TxCounter::Resets),
-            tx.get(TxCounter::ShortWrites),
-        );
-    }
-
-    fn rr_summary(
-        &self,
-        line: &mut Map<String, Value>,
-        snap: &Snapshot,
-        seconds: f64,
-        (process, machine): (Option<u64>, Option<u64>),
-    ) {
-        let n = snap.tx.get(TxCounter::Transactions);
-        let per = |c: Option<u64>| c.filter(|_| n > 0).map(|c| c as f64 / n as f64);
-        let q = |x| crate::sender::rtt::quantile(&snap.rtt, x);
-        let fields = [
-            ("tps", json!(rate(n, seconds).round() as u64)),
-            ("rtt_p50_ns", json!(q(0.5))),
-            ("rtt_p99_ns", json!(q(0.99))),
-            ("rtt_p999_ns", json!(q(0.999))),
-            ("rtt_max_ns", json!(q(1.0))),
-            ("ctx_switches", json!(process)),
-            (
-                "ctx_switches_per_s",
-                json!(process.map(|p| rate(p, seconds))),
-            ),
-            ("ctx_switches_per_transaction", json!(per(process))),
-            ("machine_ctx_switches", json!(machine)),
-            (
-                "machine_ctx_switches_per_s",
-                json!(machine.map(|m| rate(m, seconds))),
-            ),
-            ("machine_ctx_switches_per_transaction", json!(per(machine))),
-        ];
-        for (k, v) in fields {
-            line.insert(k.into(), v);
-        }
-        let text = |v: Option<f64>| v.map_or("unknown".into(), |v| format!("{v:.2}"));
-        say!(
-            "rr summary: {n} transactions = {} trans/s; rtt p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns (cell bounds, within 12.5 %); ctx switches per transaction: process {}, machine {}",
-            si(rate(n, seconds)),
-            q(0.5),
-            q(0.99),
-            q(0.999),
-            q(1.0),
-            text(per(process)),
-            text(per(machine)),
-        );
-    }
-
-    fn sink_summary(&self, snap: &Snapshot, active_s: f64, run_s: f64) {
-        let rx = &snap.rx;
-        let bytes = rx.get(RxCounter::Bytes);
-        let records = rx.get(RxCounter::Records);
-        let cells: [u64; LATENCY_CELLS] = snap.latency.0;
-        let mut line = counters_json(RX_KEYS, rx);
-        line.insert("type".into(), json!("summary"));
-        line.insert("role".into(), json!("sink"));
-        line.insert("protocol".into(), json!("tcp"));
-        line.insert("duration_s".into(), json!(run_s));
-        line.insert("active_s".into(), json!(active_s));
-        line.insert("bps".into(), json!(rate(bytes * 8, active_s) as u64));
-        line.insert(
-            "latency_p50_ns_le".into(),
-            json!(latency_quantile_bound(&cells, 0.5)),
-        );
-        line.insert(
-            "latency_p99_ns_le".into(),
-            json!(latency_quantile_bound(&cells, 0.99)),
-        );
-        if self.json {
-            crate::output::json_line(&Value::Object(line));
-        }
-        say!(
-            "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}), refused {}",
-            rate(bytes * 8, active_s) / 1e9,
-            rx.get(RxCounter::Accepts),
-            rx.get(RxCounter::Invalid),
-            rx.get(RxCounter::InvalidSequence),
-            rx.get(RxCounter::InvalidMagic),
-            rx.get(RxCounter::InvalidVersion),
-            rx.get(RxCounter::InvalidLength),
-            rx.get(RxCounter::InvalidTruncated),
-            rx.get(RxCounter::Refused),
-        );
     }
 }

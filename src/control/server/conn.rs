@@ -3,24 +3,38 @@
 //! Every failure ends only its own connection, with one rate-limited log line and one counter.
 
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::{POLL, Shared, TICK, bump};
+use super::{POLL, Shared, Source, TICK, bump};
 use crate::control::DeadlineStream;
 use crate::control::auth::{AuthError, server_handshake};
 use crate::control::frame::{FrameError, FrameReader, read_frame, write_frame};
 use crate::control::msg::{Heartbeat, Hello, Message, Refused, Welcome};
 
-pub(super) fn accept_loop(listener: &TcpListener, sh: &Arc<Shared>) {
+/// The next connection from `source`, its peer and the bytes read from it already.
+fn next(source: &Source) -> io::Result<(TcpStream, SocketAddr, Vec<u8>)> {
+    match source {
+        Source::Listener(l) => l.accept().map(|(s, peer)| (s, peer, Vec::new())),
+        Source::Handed(arrivals) => match arrivals.take() {
+            Some((s, first)) => {
+                let peer = s.peer_addr()?;
+                Ok((s, peer, first))
+            }
+            None => Err(io::ErrorKind::WouldBlock.into()),
+        },
+    }
+}
+
+pub(super) fn accept_loop(source: &Source, sh: &Arc<Shared>) {
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     let mut next_id = 0u64;
     while !sh.stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, peer)) => {
+        match next(source) {
+            Ok((stream, peer, first)) => {
                 bump(&sh.stats.accepted);
                 if stream.set_nonblocking(false).is_err() {
                     continue;
@@ -46,7 +60,7 @@ pub(super) fn accept_loop(listener: &TcpListener, sh: &Arc<Shared>) {
                 let spawned = thread::Builder::new()
                     .name("ctl-conn".into())
                     .spawn(move || {
-                        serve(&sh2, &stream, peer);
+                        serve(&sh2, &stream, peer, first);
                         let _ = stream.shutdown(Shutdown::Both);
                         if let Ok(mut conns) = sh2.conns.lock() {
                             conns.remove(&id);
@@ -125,11 +139,12 @@ fn handshake_failure<'a>(
     }
 }
 
-fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr) {
+fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
     let cfg = &sh.config;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
-    let mut ds = DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout);
+    let mut ds =
+        DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout).with_prefix(first);
     if let Err(e) = server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
         if !sh.stop.load(Ordering::Relaxed) {
             let (line, counter) = handshake_failure(sh, peer, &e);
@@ -151,6 +166,10 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr) {
         }
         Err(e) => return protocol_error(sh, peer, &e.to_string()),
     };
+    if ds.prefix_left() > 0 {
+        // Its first read held more than its first frame: it did not wait for the handshake.
+        return protocol_error(sh, peer, "sent frames before the sink answered");
+    }
     let uptime_ns = sh.books.hello(peer, &hello);
     let welcome = Welcome {
         sink_session: cfg.sink_session.clone(),

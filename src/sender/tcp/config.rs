@@ -57,6 +57,18 @@ pub struct TcpSendShared {
     pub counters: TcpTxShared,
     /// rr: round-trip time cells.
     pub rtt: SharedRtt,
+    /// The connections' descriptors, for the reporter's TCP_INFO samples (see `info`).
+    pub fds: super::info::ConnFds,
+}
+
+impl TcpSendShared {
+    /// Shared state of a queue with `conns` connections.
+    pub fn new(conns: u32) -> TcpSendShared {
+        TcpSendShared {
+            fds: super::info::ConnFds::new(conns),
+            ..TcpSendShared::default()
+        }
+    }
 }
 
 /// The request/response shape of a sender.

@@ -12,6 +12,7 @@
 //! end.
 
 mod config;
+pub mod info;
 mod rr;
 
 pub use self::config::{
@@ -195,6 +196,7 @@ impl TcpSendWorker {
 
     /// Closes connection `i` after a failure and schedules its reconnect.
     fn fail(&mut self, i: usize, now: u64) {
+        self.shared.fds.down(i);
         let c = &mut self.conns[i];
         if c.state == State::Up {
             self.counters.sub(TxCounter::ConnsUp, 1);
@@ -302,6 +304,9 @@ impl TcpSendWorker {
         }
         let c = &mut self.conns[i];
         c.state = State::Up;
+        if let Some(s) = c.socket.as_ref() {
+            self.shared.fds.up(i, s.as_raw_fd());
+        }
         c.backoff_ns = BACKOFF_FIRST_NS;
         let again = c.ever_up;
         c.ever_up = true;
@@ -495,6 +500,8 @@ impl crate::worker::Job for TcpSendWorker {
             self.drain();
         }
         self.publish();
+        // The sockets close when the worker is dropped, right after this.
+        self.shared.fds.all_down();
         TcpSendOutcome {
             started_ns,
             ended_ns: clock::monotonic_ns(),

@@ -11,30 +11,40 @@
 //! with the response it asks for, and a stream is acknowledged with the count of its records
 //! this sink has counted (see `respond`), also once more when the stream ends or the sink
 //! stops, so a sender knows what reached these books. A stopping sink counts nothing more,
-//! sends its last acknowledgements (waiting at most 500 ms) and then closes. The loop never
-//! allocates, locks, logs or formats.
+//! sends its last acknowledgements (waiting at most 500 ms) and then closes. A connection's
+//! first receive is a plain one: when its first bytes are a control frame rather than a record,
+//! the connection goes to the control server (see `peers`), so the control channel shares the
+//! data port. Each connection's tally (its sender run, records, bytes, invalid events) is
+//! published to its slot for the per-sender books (see `books`). The loop never allocates,
+//! locks, logs or formats.
 
+pub mod books;
+mod config;
+pub mod peers;
 mod respond;
 
+pub use self::config::{
+    LatencyCells, RX_KEYS, RxCounter, RxCounters, SharedLatency, TCP_BUFFER_BYTES, TcpRxShared,
+    TcpSinkConfig, TcpSinkShared, listener,
+};
+
 use std::{
-    net::SocketAddr,
     os::fd::{AsRawFd, OwnedFd},
     sync::Arc,
 };
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::Socket;
 
 use crate::{
     clock,
-    counters::Counters,
     error::Error,
     mem::{Arena, PAGE_SIZE, Populate, limits},
     proto::record::{Broken, Record, StreamParser},
     ring::{
-        BufRingLayout, Completion, Engine, RingSize, Wait, probe,
+        Completion, Engine, Wait, probe,
         token::{OpKind, Token},
     },
-    stats::{LATENCY_CELLS, latency_cell},
+    stats::latency_cell,
     worker::{Control, Job},
 };
 
@@ -42,105 +52,8 @@ const PUBLISH_EVERY_NS: u64 = 10_000_000;
 const MAX_SLEEP_NS: u64 = 5_000_000;
 /// How long a stopping sink waits for its last acknowledgements to go out.
 const STOP_GRACE_NS: u64 = 500_000_000;
-/// Bytes of each provided receive buffer.
-pub const TCP_BUFFER_BYTES: u32 = 32 * 1024;
 /// Index of the listener in accept tokens.
 const LISTENER: u32 = u32::MAX;
-
-crate::counter_array! {
-    /// Counters of one TCP sink queue.
-    RxCounter, RX_KEYS, RxCounters, TcpRxShared {
-        /// Bytes of complete, in-sequence records.
-        Bytes = "rx_bytes",
-        /// Complete, in-sequence records.
-        Records = "rx_records",
-        /// Invalid events, every reason together.
-        Invalid = "rx_invalid",
-        /// Records out of sequence on their connection.
-        InvalidSequence = "invalid_sequence",
-        /// Connections whose stream did not start a record with the magic.
-        InvalidMagic = "invalid_magic",
-        /// Connections with a wrong version or record flag.
-        InvalidVersion = "invalid_version",
-        /// Connections with a record length out of bounds.
-        InvalidLength = "invalid_length",
-        /// Connections that ended inside a record.
-        InvalidTruncated = "invalid_truncated",
-        /// Connections accepted.
-        Accepts = "accepts",
-        /// Connections closed at once because every slot was taken.
-        Refused = "refused",
-        /// Connections that ended (EOF, reset, or closed for lost framing).
-        Closed = "conns_closed",
-        /// Connections that ended with an error (reset by the peer).
-        Resets = "resets",
-        /// Connections open now (a gauge).
-        ConnsOpen = "conns_open",
-        /// Receive re-arms after the buffer ring ran dry (ENOBUFS).
-        BufferStalls = "buffer_stalls",
-        /// Connections closed for keeping more than 64 requests outstanding.
-        InvalidDepth = "invalid_depth",
-        /// Responses written completely (request/response pattern).
-        Responses = "responses",
-        /// Bytes of those responses.
-        ResponseBytes = "tx_response_bytes",
-        /// Acknowledgements written on streams.
-        Acks = "acks",
-    }
-}
-
-/// Latency cells of one queue (one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
-pub type LatencyCells = Counters<LATENCY_CELLS>;
-/// Shared latency cells.
-pub type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;
-
-/// What one TCP sink queue shares with the reporter.
-#[derive(Debug, Default)]
-pub struct TcpSinkShared {
-    /// Counters.
-    pub counters: TcpRxShared,
-    /// One-way latency cells.
-    pub latency: SharedLatency,
-}
-
-/// Everything one TCP sink worker needs.
-#[derive(Clone, Debug)]
-pub struct TcpSinkConfig {
-    /// Listen address (TCP).
-    pub listen: SocketAddr,
-    /// Connection slots per queue.
-    pub max_conns: u32,
-    /// Provided receive buffers (a power of two).
-    pub rx_buffers: u16,
-    /// Try 2 MiB pages for the arena.
-    pub hugepages: bool,
-}
-
-impl TcpSinkConfig {
-    fn layout(&self) -> BufRingLayout {
-        BufRingLayout {
-            entries: self.rx_buffers,
-            buf_size: TCP_BUFFER_BYTES,
-        }
-    }
-
-    /// Where the response slots start in the arena (after the receive buffers).
-    fn response_base(&self) -> usize {
-        self.layout().arena_bytes()
-    }
-
-    fn arena_bytes(&self) -> usize {
-        self.response_base() + self.max_conns as usize * respond::SLOT_BYTES
-    }
-
-    fn ring_size(&self) -> RingSize {
-        let sq = (self.max_conns + 8).next_power_of_two().clamp(64, 4096);
-        RingSize {
-            sq_entries: sq,
-            cq_entries: (sq * 4).max(u32::from(self.rx_buffers) * 2),
-        }
-    }
-}
 
 #[derive(Debug, Default)]
 struct Conn {
@@ -158,6 +71,10 @@ struct Conn {
     acked: u64,
     /// The stream ended (or the sink stops): close once the last acknowledgement is out.
     close_after_reply: bool,
+    /// No byte read yet: the first ones tell a record stream from a control connection.
+    first: bool,
+    /// The sender run on this connection and what it brought, for the per-sender books.
+    tally: peers::ConnTally,
 }
 
 /// A TCP sink worker, set up and ready to run.
@@ -166,42 +83,15 @@ pub struct TcpSinkWorker {
     listener: Socket,
     conns: Vec<Conn>,
     free: Vec<u32>,
+    /// Closed slots whose final tally the books have not taken yet.
+    unbooked: Vec<u32>,
+    control: Option<Arc<peers::ControlHandoff>>,
     response_base: usize,
     stopping: bool,
     shared: Arc<TcpSinkShared>,
     counters: RxCounters,
     latency: LatencyCells,
     completions: Vec<Completion>,
-}
-
-/// A listening TCP socket for one queue (`SO_REUSEPORT`, so every queue binds the same port).
-pub fn listener(listen: SocketAddr) -> Result<Socket, Error> {
-    let socket = Socket::new(
-        Domain::for_address(listen),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )
-    .map_err(|e| Error::io("socket(TCP)", e))?;
-    socket
-        .set_reuse_address(true)
-        .and_then(|()| socket.set_reuse_port(true))
-        .map_err(|e| Error::io("setsockopt SO_REUSEPORT", e))?;
-    if listen.is_ipv6() {
-        let _ = socket.set_only_v6(false);
-    }
-    socket.bind(&listen.into()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => Error::Unsupported(format!(
-            "cannot listen on TCP {listen}: address already in use by another program; pick another --listen port"
-        )),
-        std::io::ErrorKind::AddrNotAvailable => Error::Usage(format!(
-            "cannot listen on {listen}: no local interface has that address"
-        )),
-        _ => Error::io(format!("bind {listen}"), e),
-    })?;
-    socket
-        .listen(1024)
-        .map_err(|e| Error::io(format!("listen {listen}"), e))?;
-    Ok(socket)
 }
 
 impl TcpSinkWorker {
@@ -239,6 +129,8 @@ impl TcpSinkWorker {
             listener,
             conns: (0..config.max_conns).map(|_| Conn::default()).collect(),
             free: (0..config.max_conns).rev().collect(),
+            unbooked: Vec::with_capacity(config.max_conns as usize),
+            control: config.control.clone(),
             response_base: config.response_base(),
             stopping: false,
             shared,
@@ -250,9 +142,9 @@ impl TcpSinkWorker {
 
     fn on_accept(&mut self, accepted: Option<OwnedFd>, more: bool) {
         if let Some(fd) = accepted {
-            self.counters.add(RxCounter::Accepts, 1);
             match self.free.pop() {
                 None => {
+                    self.counters.add(RxCounter::Accepts, 1);
                     self.counters.add(RxCounter::Refused, 1);
                     drop(fd);
                 }
@@ -263,13 +155,11 @@ impl TcpSinkWorker {
                     c.owed = respond::Owed::default();
                     (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
                     (c.counted, c.acked, c.close_after_reply) = (0, 0, false);
-                    let token = Token::new(OpKind::Recv, c.generation, i).user_data();
-                    let raw = fd.as_raw_fd();
+                    (c.first, c.tally) = (true, peers::ConnTally::default());
+                    self.shared.slots[i as usize].open();
                     c.fd = Some(fd);
                     self.counters.add(RxCounter::ConnsOpen, 1);
-                    if !self.engine.push_recv_multi(raw, token) {
-                        self.close(i as usize);
-                    }
+                    self.rearm(i as usize);
                 }
             }
         }
@@ -281,20 +171,45 @@ impl TcpSinkWorker {
     }
 
     fn close(&mut self, i: usize) {
-        let c = &mut self.conns[i];
-        if let Some(fd) = c.fd.take() {
+        if let Some(fd) = self.conns[i].fd.take() {
             // Shut down first: the armed receive holds the socket open until it completes.
             let _ = nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Both);
             drop(fd);
-            c.generation = c.generation.wrapping_add(1);
-            self.free.push(i as u32);
             self.counters.add(RxCounter::Closed, 1);
-            self.counters.sub(RxCounter::ConnsOpen, 1);
+            self.release(i);
         }
+    }
+
+    /// Ends slot `i`'s connection in the books; the slot is reused once they took its tally.
+    fn release(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        c.generation = c.generation.wrapping_add(1);
+        self.shared.slots[i].close(&c.tally);
+        self.unbooked.push(i as u32);
+        self.counters.sub(RxCounter::ConnsOpen, 1);
+    }
+
+    /// Gives slot `i`'s connection, which opened with a control frame, to the control server.
+    fn hand_off(&mut self, i: usize, bid: u16, len: usize) {
+        if let (Some(fd), Some(control)) = (self.conns[i].fd.take(), &self.control) {
+            let first = &self.engine.received_buffer(bid)[..len];
+            let handed = control.hand(fd, first);
+            self.counters.add(
+                if handed {
+                    RxCounter::ControlConns
+                } else {
+                    RxCounter::Refused
+                },
+                1,
+            );
+            self.release(i);
+        }
+        self.engine.recycle_buffer(bid);
     }
 
     fn broken(&mut self, i: usize, why: Broken) {
         self.counters.add(RxCounter::Invalid, 1);
+        self.conns[i].tally.invalid += 1;
         self.counters.add(
             match why {
                 Broken::Magic => RxCounter::InvalidMagic,
@@ -309,15 +224,26 @@ impl TcpSinkWorker {
 
     fn on_recv(&mut self, i: usize, c: Completion, now_real: u64) {
         let bid = c.buffer_id();
+        if -c.result != libc::ENOBUFS && std::mem::take(&mut self.conns[i].first) {
+            if let Some(bid) = bid
+                && c.result > 0
+                && self.control.is_some()
+                && peers::is_control(&self.engine.received_buffer(bid)[..c.result as usize])
+            {
+                return self.hand_off(i, bid, c.result as usize);
+            }
+            self.counters.add(RxCounter::Accepts, 1);
+        }
         if c.result > 0
             && let Some(bid) = bid
         {
             let len = c.result as usize;
             let data = &self.engine.received_buffer(bid)[..len];
+            let conn = &mut self.conns[i];
             let counters = &mut self.counters;
             let latency = &mut self.latency;
-            let conn = &mut self.conns[i];
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
+            let tally = &mut conn.tally;
             let mut overflow = false;
             let fed = parser.feed(data, |r: Record| {
                 if r.response_len > 0 {
@@ -325,9 +251,12 @@ impl TcpSinkWorker {
                 } else if r.in_sequence {
                     *counted += 1;
                 }
+                tally.epoch = r.header.epoch;
                 if r.in_sequence {
                     counters.add(RxCounter::Records, 1);
                     counters.add(RxCounter::Bytes, u64::from(r.header.len));
+                    tally.records += 1;
+                    tally.bytes += u64::from(r.header.len);
                     latency.add(
                         latency_cell(now_real.saturating_sub(r.header.timestamp_ns)),
                         1,
@@ -335,6 +264,7 @@ impl TcpSinkWorker {
                 } else {
                     counters.add(RxCounter::Invalid, 1);
                     counters.add(RxCounter::InvalidSequence, 1);
+                    tally.invalid += 1;
                 }
             });
             self.engine.recycle_buffer(bid);
@@ -344,6 +274,7 @@ impl TcpSinkWorker {
             }
             if overflow {
                 self.counters.add(RxCounter::Invalid, 1);
+                self.conns[i].tally.invalid += 1;
                 self.counters.add(RxCounter::InvalidDepth, 1);
                 self.close(i);
                 return;
@@ -378,12 +309,19 @@ impl TcpSinkWorker {
         }
     }
 
+    /// Arms connection `i`'s receive: one plain receive until its first bytes were seen,
+    /// then a multishot one.
     fn rearm(&mut self, i: usize) {
         let c = &self.conns[i];
         if let Some(fd) = c.fd.as_ref() {
             let token = Token::new(OpKind::Recv, c.generation, i as u32).user_data();
             let raw = fd.as_raw_fd();
-            if !self.engine.push_recv_multi(raw, token) {
+            let armed = if c.first {
+                self.engine.push_recv_once(raw, token)
+            } else {
+                self.engine.push_recv_multi(raw, token)
+            };
+            if !armed {
                 self.close(i);
             }
         }
@@ -442,9 +380,22 @@ impl TcpSinkWorker {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         self.shared.counters.publish(&self.counters);
         self.shared.latency.publish(&self.latency);
+        for (c, slot) in self.conns.iter().zip(&self.shared.slots) {
+            if c.fd.is_some() {
+                slot.publish(&c.tally);
+            }
+        }
+        let (slots, free) = (&self.shared.slots, &mut self.free);
+        self.unbooked.retain(|&i| {
+            let booked = slots[i as usize].is_free();
+            if booked {
+                free.push(i);
+            }
+            !booked
+        });
     }
 }
 

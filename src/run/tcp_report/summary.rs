@@ -1,0 +1,147 @@
+//! The end-of-run summaries of a TCP run: one JSON line (`--json`) and one human line per
+//! role, the sender's carrying the sink's verdict and the sink's its per-sender books.
+
+use serde_json::{Map, Value, json};
+
+use super::{Reporter, Snapshot, counters_json, rate, si};
+use crate::{
+    run::tcp_control::{self, TcpVerdictResult},
+    say,
+    sender::tcp::{TX_KEYS, TxCounter},
+    sink::tcp::{RX_KEYS, RxCounter},
+    stats::{LATENCY_CELLS, latency_quantile_bound},
+};
+
+impl Reporter {
+    pub(super) fn send_summary(
+        &self,
+        snap: &Snapshot,
+        seconds: f64,
+        ctx: (Option<u64>, Option<u64>),
+        verdict: Option<&TcpVerdictResult>,
+    ) {
+        let tx = &snap.tx;
+        let bytes = tx.get(TxCounter::Bytes);
+        let records = tx.get(TxCounter::Records);
+        let mut line = counters_json(TX_KEYS, tx);
+        line.insert("type".into(), json!("summary"));
+        line.insert("role".into(), json!("send"));
+        line.insert("protocol".into(), json!("tcp"));
+        line.insert("duration_s".into(), json!(seconds));
+        line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
+        line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
+        if let Some(t) = self.target_rps {
+            line.insert("target_records_per_s".into(), json!(t));
+        }
+        super::info_json(&mut line, &self.last_info);
+        if self.rr {
+            self.rr_summary(&mut line, snap, seconds, ctx);
+        }
+        let verdict_line = verdict.map(|v| tcp_control::attach_verdict(&mut line, v, records));
+        if self.json {
+            crate::output::json_line(&Value::Object(line));
+        }
+        if let Some(v) = verdict_line {
+            say!("{v}");
+        }
+        say!(
+            "send summary: {bytes} bytes, {records} records in {seconds:.2} s = {:.3} Gbit/s, {} rec/s; connects {}, reconnects {}, connect failures {}, resets {}, short writes {}",
+            rate(bytes * 8, seconds) / 1e9,
+            si(rate(records, seconds)),
+            tx.get(TxCounter::Connects),
+            tx.get(TxCounter::Reconnects),
+            tx.get(TxCounter::ConnectFailures),
+            tx.get(TxCounter::Resets),
+            tx.get(TxCounter::ShortWrites),
+        );
+    }
+
+    fn rr_summary(
+        &self,
+        line: &mut Map<String, Value>,
+        snap: &Snapshot,
+        seconds: f64,
+        (process, machine): (Option<u64>, Option<u64>),
+    ) {
+        let n = snap.tx.get(TxCounter::Transactions);
+        let per = |c: Option<u64>| c.filter(|_| n > 0).map(|c| c as f64 / n as f64);
+        let q = |x| crate::sender::rtt::quantile(&snap.rtt, x);
+        let fields = [
+            ("tps", json!(rate(n, seconds).round() as u64)),
+            ("rtt_p50_ns", json!(q(0.5))),
+            ("rtt_p99_ns", json!(q(0.99))),
+            ("rtt_p999_ns", json!(q(0.999))),
+            ("rtt_max_ns", json!(q(1.0))),
+            ("ctx_switches", json!(process)),
+            (
+                "ctx_switches_per_s",
+                json!(process.map(|p| rate(p, seconds))),
+            ),
+            ("ctx_switches_per_transaction", json!(per(process))),
+            ("machine_ctx_switches", json!(machine)),
+            (
+                "machine_ctx_switches_per_s",
+                json!(machine.map(|m| rate(m, seconds))),
+            ),
+            ("machine_ctx_switches_per_transaction", json!(per(machine))),
+        ];
+        for (k, v) in fields {
+            line.insert(k.into(), v);
+        }
+        let text = |v: Option<f64>| v.map_or("unknown".into(), |v| format!("{v:.2}"));
+        say!(
+            "rr summary: {n} transactions = {} trans/s; rtt p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns (cell bounds, within 12.5 %); ctx switches per transaction: process {}, machine {}",
+            si(rate(n, seconds)),
+            q(0.5),
+            q(0.99),
+            q(0.999),
+            q(1.0),
+            text(per(process)),
+            text(per(machine)),
+        );
+    }
+
+    pub(super) fn sink_summary(&self, snap: &Snapshot, active_s: f64, run_s: f64) {
+        let rx = &snap.rx;
+        let bytes = rx.get(RxCounter::Bytes);
+        let records = rx.get(RxCounter::Records);
+        let cells: [u64; LATENCY_CELLS] = snap.latency.0;
+        let mut line = counters_json(RX_KEYS, rx);
+        line.insert("type".into(), json!("summary"));
+        line.insert("role".into(), json!("sink"));
+        line.insert("protocol".into(), json!("tcp"));
+        line.insert("duration_s".into(), json!(run_s));
+        line.insert("active_s".into(), json!(active_s));
+        line.insert("bps".into(), json!(rate(bytes * 8, active_s) as u64));
+        line.insert(
+            "latency_p50_ns_le".into(),
+            json!(latency_quantile_bound(&cells, 0.5)),
+        );
+        line.insert(
+            "latency_p99_ns_le".into(),
+            json!(latency_quantile_bound(&cells, 0.99)),
+        );
+        if let Some(b) = &self.books {
+            line.insert("senders".into(), tcp_control::senders_json(&b.rows()));
+            line.insert(
+                "unattributed_invalid".into(),
+                json!(b.unattributed_invalid()),
+            );
+        }
+        if self.json {
+            crate::output::json_line(&Value::Object(line));
+        }
+        say!(
+            "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}), refused {}",
+            rate(bytes * 8, active_s) / 1e9,
+            rx.get(RxCounter::Accepts),
+            rx.get(RxCounter::Invalid),
+            rx.get(RxCounter::InvalidSequence),
+            rx.get(RxCounter::InvalidMagic),
+            rx.get(RxCounter::InvalidVersion),
+            rx.get(RxCounter::InvalidLength),
+            rx.get(RxCounter::InvalidTruncated),
+            rx.get(RxCounter::Refused),
+        );
+    }
+}

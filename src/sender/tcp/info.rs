@@ -1,0 +1,174 @@
+//! TCP_INFO of a sender queue's connections, sampled by the reporter thread, never a worker.
+//!
+//! Descriptor sharing: the worker owns its sockets; it publishes each connection's descriptor
+//! in one atomic word per connection, `(change count << 32) | (fd + 1)` (low half 0: no
+//! socket up), storing a new word with a higher change count when a connection comes up and
+//! before it closes one. The reporter reads the word, samples TCP_INFO on the descriptor, and
+//! reads the word again: only when both reads are equal was the descriptor this connection's
+//! for the whole call (the worker marks it down before closing it, so a number closed and
+//! reused meanwhile always changes the word), and only then is the sample used. A socket is
+//! never kept open by the reporter (no `dup`), so closing stays the worker's alone.
+//!
+//! Per queue: the largest smoothed RTT, the sum of congestion windows, and the retransmits of
+//! the open connections plus those last seen on connections that closed since (a closed
+//! connection's retransmits after its last sample are not seen).
+
+use std::{
+    os::fd::RawFd,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use super::TcpSendShared;
+use crate::ring::tcp_info;
+
+const LOW: u64 = 0xffff_ffff;
+
+/// The published descriptors of one queue's connections.
+#[derive(Debug, Default)]
+pub struct ConnFds {
+    words: Box<[AtomicU64]>,
+}
+
+impl ConnFds {
+    /// Slots for `conns` connections.
+    pub fn new(conns: u32) -> ConnFds {
+        ConnFds {
+            words: (0..conns).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn set(&self, i: usize, low: u64) {
+        if let Some(w) = self.words.get(i) {
+            let next = (w.load(Ordering::Relaxed) >> 32).wrapping_add(1) << 32;
+            w.store(next | low, Ordering::SeqCst);
+        }
+    }
+
+    /// Worker: connection `i` is up on `fd`.
+    pub(super) fn up(&self, i: usize, fd: RawFd) {
+        if let Ok(fd) = u64::try_from(fd) {
+            self.set(i, (fd + 1) & LOW);
+        }
+    }
+
+    /// Worker: connection `i` is about to close its socket (or has none).
+    pub(super) fn down(&self, i: usize) {
+        self.set(i, 0);
+    }
+
+    /// Worker: every socket is about to close.
+    pub(super) fn all_down(&self) {
+        for i in 0..self.words.len() {
+            self.down(i);
+        }
+    }
+}
+
+/// One queue's TCP_INFO, as last sampled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Connections sampled.
+    pub conns: u64,
+    /// Largest smoothed RTT among them, microseconds.
+    pub srtt_us_max: u64,
+    /// Sum of their congestion windows, segments.
+    pub cwnd_segments: u64,
+    /// Retransmitted segments: the open connections' and those last seen on closed ones.
+    pub retransmits: u64,
+}
+
+/// The reporter's sampler over every sender queue.
+pub struct Sampler {
+    queues: Vec<Arc<TcpSendShared>>,
+    /// Per queue, per connection: the word of the last sample and its retransmits.
+    seen: Vec<Vec<(u64, u64)>>,
+    /// Per queue: retransmits last seen on connections that have closed since.
+    closed: Vec<u64>,
+}
+
+impl Sampler {
+    /// A sampler over these queues.
+    pub fn new(queues: Vec<Arc<TcpSendShared>>) -> Sampler {
+        let seen = queues
+            .iter()
+            .map(|q| vec![(0, 0); q.fds.words.len()])
+            .collect();
+        let closed = vec![0; queues.len()];
+        Sampler {
+            queues,
+            seen,
+            closed,
+        }
+    }
+
+    /// Samples every open connection; one entry per queue.
+    pub fn sample(&mut self) -> Vec<QueueInfo> {
+        let mut out = Vec::with_capacity(self.queues.len());
+        for (q, shared) in self.queues.iter().enumerate() {
+            let mut info = QueueInfo::default();
+            let mut open_retrans = 0;
+            for (i, word) in shared.fds.words.iter().enumerate() {
+                let before = word.load(Ordering::SeqCst);
+                let sample = match before & LOW {
+                    0 => None,
+                    fd => tcp_info::sample((fd - 1) as RawFd),
+                };
+                let valid = word.load(Ordering::SeqCst) == before;
+                let seen = &mut self.seen[q][i];
+                if seen.0 != before {
+                    // Another connection (or none) since the last sample: book what the old
+                    // one had retransmitted.
+                    self.closed[q] += seen.1;
+                    *seen = (before, 0);
+                }
+                if let (Some(s), true) = (sample, valid) {
+                    info.conns += 1;
+                    info.srtt_us_max = info.srtt_us_max.max(u64::from(s.srtt_us));
+                    info.cwnd_segments += u64::from(s.snd_cwnd);
+                    seen.1 = seen.1.max(u64::from(s.total_retrans));
+                }
+                open_retrans += seen.1;
+            }
+            info.retransmits = self.closed[q] + open_retrans;
+            out.push(info);
+        }
+        out
+    }
+}
+
+/// The queues' samples together: connections, the largest RTT, the sums.
+pub fn total(infos: &[QueueInfo]) -> QueueInfo {
+    infos.iter().fold(QueueInfo::default(), |a, q| QueueInfo {
+        conns: a.conns + q.conns,
+        srtt_us_max: a.srtt_us_max.max(q.srtt_us_max),
+        cwnd_segments: a.cwnd_segments + q.cwnd_segments,
+        retransmits: a.retransmits + q.retransmits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn only_a_descriptor_published_up_is_sampled_and_retransmits_survive_its_close() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let shared = Arc::new(TcpSendShared::new(2));
+        let mut sampler = Sampler::new(vec![shared.clone()]);
+        assert_eq!(sampler.sample()[0].conns, 0);
+        shared.fds.up(1, c.as_raw_fd());
+        let s = sampler.sample()[0];
+        assert_eq!(s.conns, 1);
+        assert!(s.cwnd_segments > 0, "{s:?}");
+        sampler.seen[0][1].1 = 5;
+        shared.fds.down(1);
+        drop(c);
+        let s = sampler.sample()[0];
+        assert_eq!((s.conns, s.retransmits), (0, 5));
+    }
+}

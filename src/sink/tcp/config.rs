@@ -1,0 +1,162 @@
+//! What a TCP sink queue is given and what it shares: its configuration (the sizes of its
+//! receive buffers, response slots and ring follow from it), its counters, its latency cells,
+//! its connection slots' tallies, and its listening socket.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::{peers, respond};
+use crate::{
+    counters::Counters,
+    error::Error,
+    ring::{BufRingLayout, RingSize},
+    stats::LATENCY_CELLS,
+};
+
+/// Bytes of each provided receive buffer.
+pub const TCP_BUFFER_BYTES: u32 = 32 * 1024;
+
+crate::counter_array! {
+    /// Counters of one TCP sink queue.
+    RxCounter, RX_KEYS, RxCounters, TcpRxShared {
+        /// Bytes of complete, in-sequence records.
+        Bytes = "rx_bytes",
+        /// Complete, in-sequence records.
+        Records = "rx_records",
+        /// Invalid events, every reason together.
+        Invalid = "rx_invalid",
+        /// Records out of sequence on their connection.
+        InvalidSequence = "invalid_sequence",
+        /// Connections whose stream did not start a record with the magic.
+        InvalidMagic = "invalid_magic",
+        /// Connections with a wrong version or record flag.
+        InvalidVersion = "invalid_version",
+        /// Connections with a record length out of bounds.
+        InvalidLength = "invalid_length",
+        /// Connections that ended inside a record.
+        InvalidTruncated = "invalid_truncated",
+        /// Data connections accepted (counted at their first bytes or end, so a control
+        /// connection on the same port is not one; also those refused for want of a slot).
+        Accepts = "accepts",
+        /// Connections closed at once because every slot was taken.
+        Refused = "refused",
+        /// Connections that ended (EOF, reset, or closed for lost framing).
+        Closed = "conns_closed",
+        /// Connections that ended with an error (reset by the peer).
+        Resets = "resets",
+        /// Connections open now (a gauge).
+        ConnsOpen = "conns_open",
+        /// Receive re-arms after the buffer ring ran dry (ENOBUFS).
+        BufferStalls = "buffer_stalls",
+        /// Connections closed for keeping more than 64 requests outstanding.
+        InvalidDepth = "invalid_depth",
+        /// Responses written completely (request/response pattern).
+        Responses = "responses",
+        /// Bytes of those responses.
+        ResponseBytes = "tx_response_bytes",
+        /// Acknowledgements written on streams.
+        Acks = "acks",
+        /// Connections that opened with a control frame, handed to the control server.
+        ControlConns = "control_conns",
+    }
+}
+
+/// Latency cells of one queue (one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
+pub type LatencyCells = Counters<LATENCY_CELLS>;
+/// Shared latency cells.
+pub type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;
+
+/// What one TCP sink queue shares with the reporter.
+#[derive(Debug, Default)]
+pub struct TcpSinkShared {
+    /// Counters.
+    pub counters: TcpRxShared,
+    /// One-way latency cells.
+    pub latency: SharedLatency,
+    /// Per connection slot, the tally of the sender run on it (see [`peers`]).
+    pub slots: Box<[peers::SlotBooks]>,
+}
+
+impl TcpSinkShared {
+    /// Shared state of a queue with `max_conns` connection slots.
+    pub fn new(max_conns: u32) -> TcpSinkShared {
+        TcpSinkShared {
+            slots: (0..max_conns)
+                .map(|_| peers::SlotBooks::default())
+                .collect(),
+            ..TcpSinkShared::default()
+        }
+    }
+}
+
+/// Everything one TCP sink worker needs.
+#[derive(Clone, Debug)]
+pub struct TcpSinkConfig {
+    /// Listen address (TCP).
+    pub listen: SocketAddr,
+    /// Connection slots per queue.
+    pub max_conns: u32,
+    /// Provided receive buffers (a power of two).
+    pub rx_buffers: u16,
+    /// Try 2 MiB pages for the arena.
+    pub hugepages: bool,
+    /// Where connections that open with a control frame go (none: they count as invalid).
+    pub control: Option<Arc<peers::ControlHandoff>>,
+}
+
+impl TcpSinkConfig {
+    pub(super) fn layout(&self) -> BufRingLayout {
+        BufRingLayout {
+            entries: self.rx_buffers,
+            buf_size: TCP_BUFFER_BYTES,
+        }
+    }
+
+    /// Where the response slots start in the arena (after the receive buffers).
+    pub(super) fn response_base(&self) -> usize {
+        self.layout().arena_bytes()
+    }
+
+    pub(super) fn arena_bytes(&self) -> usize {
+        self.response_base() + self.max_conns as usize * respond::SLOT_BYTES
+    }
+
+    pub(super) fn ring_size(&self) -> RingSize {
+        let sq = (self.max_conns + 8).next_power_of_two().clamp(64, 4096);
+        RingSize {
+            sq_entries: sq,
+            cq_entries: (sq * 4).max(u32::from(self.rx_buffers) * 2),
+        }
+    }
+}
+
+/// A listening TCP socket for one queue (`SO_REUSEPORT`, so every queue binds the same port).
+pub fn listener(listen: SocketAddr) -> Result<Socket, Error> {
+    let socket = Socket::new(
+        Domain::for_address(listen),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(|e| Error::io("socket(TCP)", e))?;
+    socket
+        .set_reuse_address(true)
+        .and_then(|()| socket.set_reuse_port(true))
+        .map_err(|e| Error::io("setsockopt SO_REUSEPORT", e))?;
+    if listen.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    socket.bind(&listen.into()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => Error::Unsupported(format!(
+            "cannot listen on TCP {listen}: address already in use by another program; pick another --listen port"
+        )),
+        std::io::ErrorKind::AddrNotAvailable => Error::Usage(format!(
+            "cannot listen on {listen}: no local interface has that address"
+        )),
+        _ => Error::io(format!("bind {listen}"), e),
+    })?;
+    socket
+        .listen(1024)
+        .map_err(|e| Error::io(format!("listen {listen}"), e))?;
+    Ok(socket)
+}

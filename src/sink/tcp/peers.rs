@@ -1,0 +1,239 @@
+//! What a TCP sink worker shares about its connections beyond the queue counters.
+//!
+//! [`SlotBooks`]: per connection slot, the tally of the sender run (epoch) on that connection,
+//! so the sink's per-sender books, kept beside the workers, attribute records, bytes and
+//! invalid events exactly. A slot moves `FREE → LIVE` (the worker accepted a connection into
+//! it), `LIVE → CLOSED` (the worker stored the final tally and will not touch the slot again)
+//! and `CLOSED → FREE` (the books took the final tally). The worker reuses a slot only once it
+//! is `FREE` again, so no tally is ever overwritten before it was booked, and a live tally is
+//! never counted twice.
+//!
+//! [`ControlHandoff`]: a connection whose first bytes are a control frame (its first byte is
+//! the high byte of a frame length, always 0, while a record starts with the magic `R`) is
+//! handed with those bytes to the control server through a lock-free queue of slots allocated
+//! at set-up, so one port serves data and control and the worker never allocates for it.
+
+use std::{
+    net::TcpStream,
+    os::fd::OwnedFd,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+};
+
+use crossbeam_queue::ArrayQueue;
+
+use super::TCP_BUFFER_BYTES;
+
+const FREE: u32 = 0;
+const LIVE: u32 = 1;
+const CLOSED: u32 = 2;
+
+/// One connection's tally: its sender run and what it brought.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnTally {
+    /// The sender run's epoch, from its records' headers (0 until the first record).
+    pub epoch: u32,
+    /// Complete, in-sequence records.
+    pub records: u64,
+    /// Bytes of those records.
+    pub bytes: u64,
+    /// Invalid events on this connection (sequence, lost framing, depth).
+    pub invalid: u64,
+}
+
+impl ConnTally {
+    /// Adds `other`'s counts (not its epoch).
+    pub fn add(&mut self, other: &ConnTally) {
+        self.records += other.records;
+        self.bytes += other.bytes;
+        self.invalid += other.invalid;
+    }
+}
+
+/// One connection slot's tally, shared by its worker (writer) and the books (reader).
+#[derive(Debug, Default)]
+pub struct SlotBooks {
+    state: AtomicU32,
+    epoch: AtomicU32,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    invalid: AtomicU64,
+}
+
+/// What the books read from a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRead {
+    /// No connection, or one whose final tally was booked already.
+    Free,
+    /// A connection still counting: its tally so far.
+    Live(ConnTally),
+    /// A connection that ended: its final tally, now booked (the slot is free again).
+    Closed(ConnTally),
+}
+
+impl SlotBooks {
+    fn store(&self, t: &ConnTally) {
+        self.epoch.store(t.epoch, Ordering::Relaxed);
+        self.records.store(t.records, Ordering::Relaxed);
+        self.bytes.store(t.bytes, Ordering::Relaxed);
+        self.invalid.store(t.invalid, Ordering::Relaxed);
+    }
+
+    fn load(&self) -> ConnTally {
+        ConnTally {
+            epoch: self.epoch.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            invalid: self.invalid.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Worker: a connection starts in this (free) slot.
+    pub(super) fn open(&self) {
+        self.store(&ConnTally::default());
+        self.state.store(LIVE, Ordering::Release);
+    }
+
+    /// Worker: the tally so far of the live connection.
+    pub(super) fn publish(&self, t: &ConnTally) {
+        self.store(t);
+    }
+
+    /// Worker: the connection ended with this tally; the slot waits for the books.
+    pub(super) fn close(&self, t: &ConnTally) {
+        self.store(t);
+        self.state.store(CLOSED, Ordering::Release);
+    }
+
+    /// Worker: the books took the final tally, so the slot may take a new connection.
+    pub(super) fn is_free(&self) -> bool {
+        self.state.load(Ordering::Acquire) == FREE
+    }
+
+    /// Books: reads the slot, freeing it when it held a final tally.
+    pub fn read(&self) -> SlotRead {
+        match self.state.load(Ordering::Acquire) {
+            LIVE => SlotRead::Live(self.load()),
+            CLOSED => {
+                let t = self.load();
+                self.state.store(FREE, Ordering::Release);
+                SlotRead::Closed(t)
+            }
+            _ => SlotRead::Free,
+        }
+    }
+}
+
+/// A connection handed to the control server, with the bytes the worker read from it.
+#[derive(Debug)]
+struct Handed {
+    fd: OwnedFd,
+    bytes: Box<[u8]>,
+    len: usize,
+}
+
+/// The queue between the TCP sink workers and the control server.
+#[derive(Debug)]
+pub struct ControlHandoff {
+    ready: ArrayQueue<Handed>,
+    free: ArrayQueue<Box<[u8]>>,
+}
+
+impl ControlHandoff {
+    /// `slots` connections may wait at once, each with up to one receive buffer of bytes.
+    pub fn new(slots: usize) -> ControlHandoff {
+        let free = ArrayQueue::new(slots.max(1));
+        for _ in 0..slots.max(1) {
+            let _ = free.push(vec![0u8; TCP_BUFFER_BYTES as usize].into_boxed_slice());
+        }
+        ControlHandoff {
+            ready: ArrayQueue::new(slots.max(1)),
+            free,
+        }
+    }
+
+    /// Worker: hands `fd` and its first bytes over; false (and `fd` closed) when every slot
+    /// is waiting already. Never allocates.
+    pub(super) fn hand(&self, fd: OwnedFd, first: &[u8]) -> bool {
+        let Some(mut bytes) = self.free.pop() else {
+            return false;
+        };
+        let len = first.len().min(bytes.len());
+        bytes[..len].copy_from_slice(&first[..len]);
+        match self.ready.push(Handed { fd, bytes, len }) {
+            Ok(()) => true,
+            Err(h) => {
+                let _ = self.free.push(h.bytes);
+                false
+            }
+        }
+    }
+}
+
+impl crate::control::server::Arrivals for ControlHandoff {
+    fn take(&self) -> Option<(TcpStream, Vec<u8>)> {
+        let h = self.ready.pop()?;
+        let first = h.bytes[..h.len].to_vec();
+        let _ = self.free.push(h.bytes);
+        Some((TcpStream::from(h.fd), first))
+    }
+}
+
+/// Whether a connection's first bytes are a control frame rather than a record.
+pub(super) fn is_control(first: &[u8]) -> bool {
+    first.first() == Some(&0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::server::Arrivals;
+
+    #[test]
+    fn a_slot_is_reused_only_after_its_final_tally_was_booked() {
+        let s = SlotBooks::default();
+        assert_eq!(s.read(), SlotRead::Free);
+        s.open();
+        let t = ConnTally {
+            epoch: 7,
+            records: 3,
+            bytes: 300,
+            invalid: 1,
+        };
+        s.publish(&t);
+        assert_eq!(s.read(), SlotRead::Live(t));
+        s.close(&t);
+        assert!(!s.is_free());
+        assert_eq!(s.read(), SlotRead::Closed(t));
+        assert!(s.is_free());
+        assert_eq!(s.read(), SlotRead::Free);
+    }
+
+    #[test]
+    fn the_handoff_carries_fd_and_bytes_and_refuses_when_full() {
+        let q = ControlHandoff::new(1);
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (c, _d) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(q.hand(OwnedFd::from(a), &[0, 0, 0, 9, 1, 1]));
+        assert!(!q.hand(OwnedFd::from(c), &[0]));
+        let (_, first) = q.take().unwrap();
+        assert_eq!(first, vec![0, 0, 0, 9, 1, 1]);
+        assert!(q.take().is_none());
+    }
+
+    #[test]
+    fn control_frames_and_records_are_told_apart_by_the_first_byte() {
+        let mut record = [0u8; 32];
+        crate::proto::record::RecordHeader {
+            len: 32,
+            ..Default::default()
+        }
+        .write(&mut record);
+        assert!(!is_control(&record));
+        let frame = crate::control::frame::encode(&crate::control::msg::Message::Heartbeat(
+            crate::control::msg::Heartbeat {},
+        ))
+        .unwrap();
+        assert!(is_control(&frame));
+        assert!(!is_control(&[]));
+    }
+}

@@ -1,0 +1,252 @@
+//! The control channel on TCP runs: the sink serves it on its data port (told apart by the
+//! connection's first frame), and the sender's summary carries the sink's verdict on its run.
+//! Exact counts from the sink's own summary, per-sender books of two senders, a wrong secret
+//! refused, and a stream between two namespaces over veth.
+
+mod common;
+
+use std::{process::Command, time::Duration};
+
+use common::{bin, proc::Proc, u};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn last_summary(stdout: &str, role: &str) -> Value {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|v| v["type"] == "summary" && v["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
+}
+
+/// `ringblast ARGS` (optionally inside namespace `ns`) as a waitable child.
+fn spawn(ns: Option<&str>, args: &[&str]) -> Proc {
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, bin()]);
+            c
+        }
+        None => Command::new(bin()),
+    };
+    cmd.args(args);
+    Proc::spawn(cmd)
+}
+
+fn start_sink(ns: Option<&str>, listen: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "sink",
+        "--proto",
+        "tcp",
+        "--listen",
+        listen,
+        "--json",
+        "--interval",
+        "100ms",
+    ];
+    args.extend_from_slice(extra);
+    let mut sink = spawn(ns, &args);
+    sink.wait_line("tcp sink listening on", WAIT);
+    sink
+}
+
+/// Stops a sink once it has accepted `accepts` data connections and all of them ended.
+fn stop_sink(mut sink: Proc, accepts: u64) -> (Value, String) {
+    sink.wait_line(&format!("conns 0 open  accepted {accepts} "), WAIT);
+    sink.interrupt();
+    let (status, out, err) = sink.finish();
+    assert!(status.success(), "sink failed: {status}\n{err}");
+    (last_summary(&out, "sink"), err)
+}
+
+/// Runs a TCP sender to its end; returns its exit code, summary and stderr.
+fn send(ns: Option<&str>, args: &[&str]) -> (Option<i32>, Value, String) {
+    let mut all = vec!["send", "--proto", "tcp", "--json"];
+    all.extend_from_slice(args);
+    let (status, out, err) = spawn(ns, &all).finish();
+    (status.code(), last_summary(&out, "send"), err)
+}
+
+fn verdict(tx: &Value) -> &Value {
+    let v = &tx["verdict"];
+    assert!(v.is_object(), "no verdict in {tx}");
+    v
+}
+
+#[test]
+fn a_tcp_pair_carries_the_sinks_verdict_equal_to_the_sinks_own_summary() {
+    let _lock = common::traffic_lock();
+    let (tx, rx, _) = common::pair(&["--proto", "tcp", "--conns", "4", "--duration", "1s"]);
+    let v = verdict(&tx);
+    assert!(u(&tx, "tx_records") > 0, "{tx}");
+    assert_eq!(u(v, "rx_records"), u(&rx, "rx_records"), "{tx}\n{rx}");
+    assert_eq!(u(v, "rx_bytes"), u(&rx, "rx_bytes"), "{tx}\n{rx}");
+    assert_eq!(u(v, "rx_records"), u(&tx, "tx_records"), "{tx}");
+    assert_eq!(u(v, "rx_bytes"), u(&tx, "tx_bytes"), "{tx}");
+    assert_eq!(u(v, "rx_invalid"), 0, "{tx}");
+    // The control connection went to the control server, not into the invalid counts.
+    assert_eq!(u(&rx, "control_conns"), 1, "{rx}");
+    assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
+    assert_eq!(u(&rx, "invalid_magic"), 0, "{rx}");
+    assert_eq!(u(&rx, "accepts"), 4, "{rx}");
+    let senders = rx["senders"].as_array().unwrap();
+    assert_eq!(senders.len(), 1, "{rx}");
+    assert_eq!(senders[0]["name"], "pair");
+    assert_eq!(u(&senders[0], "rx_records"), u(&rx, "rx_records"), "{rx}");
+    assert_eq!(u(&senders[0], "conns_closed"), 4, "{rx}");
+}
+
+#[test]
+fn two_tcp_senders_into_one_sink_get_separate_books_and_verdicts() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let to = format!("127.0.0.1:{port}");
+    let sink = start_sink(None, &to, &[]);
+    let a = std::thread::spawn({
+        let to = to.clone();
+        move || {
+            send(
+                None,
+                &[
+                    "--to", &to, "--name", "alpha", "--conns", "2", "--count", "30000", "--size",
+                    "200",
+                ],
+            )
+        }
+    });
+    let b = std::thread::spawn({
+        let to = to.clone();
+        move || {
+            send(
+                None,
+                &[
+                    "--to", &to, "--name", "beta", "--conns", "3", "--count", "50000", "--size",
+                    "100",
+                ],
+            )
+        }
+    });
+    let (code_a, tx_a, err_a) = a.join().unwrap();
+    let (code_b, tx_b, err_b) = b.join().unwrap();
+    assert_eq!(code_a, Some(0), "{err_a}");
+    assert_eq!(code_b, Some(0), "{err_b}");
+    let (rx, _) = stop_sink(sink, 5);
+    assert_eq!(u(&tx_a, "tx_records"), 30_000, "{tx_a}");
+    assert_eq!(u(&tx_b, "tx_records"), 50_000, "{tx_b}");
+    let senders = rx["senders"].as_array().unwrap();
+    assert_eq!(senders.len(), 2, "{rx}");
+    for (tx, name) in [(&tx_a, "alpha"), (&tx_b, "beta")] {
+        let row = senders.iter().find(|s| s["name"] == name).unwrap();
+        let v = verdict(tx);
+        assert_eq!(u(row, "rx_records"), u(tx, "tx_records"), "{name}: {rx}");
+        assert_eq!(u(row, "rx_bytes"), u(tx, "tx_bytes"), "{name}: {rx}");
+        assert_eq!(u(v, "rx_records"), u(row, "rx_records"), "{name}: {tx}");
+        assert_eq!(u(v, "rx_bytes"), u(row, "rx_bytes"), "{name}: {tx}");
+        assert_eq!(u(row, "sessions"), 1, "{rx}");
+    }
+    assert_eq!(u(&rx, "rx_records"), 80_000, "{rx}");
+    assert_eq!(u(&rx, "control_conns"), 2, "{rx}");
+    assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
+}
+
+#[test]
+fn a_wrong_secret_is_refused_with_one_line_and_exit_3() {
+    let _lock = common::traffic_lock();
+    let (right, wrong) = (common::secret_file(), common::secret_file());
+    let port = common::free_port();
+    let to = format!("127.0.0.1:{port}");
+    let sink = start_sink(
+        None,
+        &to,
+        &["--secret-file", right.path().to_str().unwrap()],
+    );
+    let (code, tx, err) = send(
+        None,
+        &[
+            "--to",
+            &to,
+            "--count",
+            "1000",
+            "--secret-file",
+            wrong.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("wrong secret"), "{err}");
+    assert!(
+        err.contains(
+            "the sink refused this sender's credentials: give both sides the same --secret-file"
+        ),
+        "{err}"
+    );
+    assert!(
+        tx["verdict"].is_null() && tx["sink_error"].is_string(),
+        "{tx}"
+    );
+    let (rx, sink_err) = stop_sink(sink, 1);
+    assert!(sink_err.contains("refused: wrong secret"), "{sink_err}");
+    assert_eq!(u(&rx, "rx_records"), 1000, "{rx}");
+    assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
+    // The refused handshake, and the one more try the Goodbye makes.
+    assert!((1..=2).contains(&u(&rx, "control_conns")), "{rx}");
+}
+
+#[test]
+fn a_sender_with_the_control_channel_off_has_no_verdict_and_says_why() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let to = format!("127.0.0.1:{port}");
+    let sink = start_sink(None, &to, &[]);
+    let (code, tx, err) = send(None, &["--to", &to, "--count", "500", "--control", "off"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(tx["verdict"].is_null(), "{tx}");
+    assert!(
+        tx["sink_error"].as_str().unwrap().contains("--control off"),
+        "{tx}"
+    );
+    let (rx, _) = stop_sink(sink, 1);
+    assert_eq!(u(&rx, "control_conns"), 0, "{rx}");
+    assert_eq!(u(&rx, "rx_records"), 500, "{rx}");
+}
+
+#[test]
+fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
+    let _lock = common::traffic_lock();
+    assert!(
+        common::is_root(),
+        "this test needs root (network namespaces)"
+    );
+    let lab = common::Lab::create("tc", 93);
+    let secret = common::secret_file();
+    let secret = secret.path().to_str().unwrap();
+    let port = common::free_port().to_string();
+    let listen = format!("10.93.0.2:{port}");
+    let sink = start_sink(Some(&lab.rx), &listen, &["--secret-file", secret]);
+    let (code, tx, err) = send(
+        Some(&lab.tx),
+        &[
+            "--to",
+            &listen,
+            "--conns",
+            "4",
+            "--size",
+            "1400",
+            "--duration",
+            "1s",
+            "--secret-file",
+            secret,
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (rx, _) = stop_sink(sink, 4);
+    let v = verdict(&tx);
+    assert!(u(&tx, "tx_records") > 0, "{tx}");
+    assert_eq!(u(&tx, "tx_records"), u(&rx, "rx_records"), "{tx}\n{rx}");
+    assert_eq!(u(&tx, "tx_bytes"), u(&rx, "rx_bytes"), "{tx}\n{rx}");
+    assert_eq!(u(v, "rx_records"), u(&rx, "rx_records"), "{tx}\n{rx}");
+    assert_eq!(u(v, "rx_bytes"), u(&rx, "rx_bytes"), "{tx}\n{rx}");
+    assert_eq!(u(&tx, "tx_bytes"), u(&tx, "tx_records") * 1400, "{tx}");
+    assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
+    assert_eq!(u(&rx, "control_conns"), 1, "{rx}");
+}

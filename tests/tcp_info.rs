@@ -1,0 +1,140 @@
+//! TCP_INFO sampled by the sender's reporter: with segments dropped by nft on input (so the
+//! sender really retransmits them; an output drop is only a local send error) inside a private
+//! namespace, the sender's retransmits are seen (and never more than the namespace's own
+//! `/proc/net/snmp` RetransSegs count), every open connection is sampled, and the stream still
+//! arrives exactly.
+
+mod common;
+
+use std::{process::Command, time::Duration};
+
+use common::{bin, proc::Proc, u};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn last_summary(stdout: &str, role: &str) -> Value {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|v| v["type"] == "summary" && v["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
+}
+
+fn in_ns(ns: &str, args: &[&str]) -> Proc {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, bin()]).args(args);
+    Proc::spawn(c)
+}
+
+/// A private namespace with loopback up, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn create(tag: &str) -> Netns {
+        let ns = Netns(format!("rb{tag}{}", std::process::id() % 100_000));
+        let ok = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        assert!(
+            ok(&["netns", "add", &ns.0]) && ok(&["-n", &ns.0, "link", "set", "lo", "up"]),
+            "create a network namespace (iproute2, root)"
+        );
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
+    let _lock = common::traffic_lock();
+    assert!(
+        common::is_root(),
+        "this test needs root (network namespaces, nft)"
+    );
+    let ns = Netns::create("ti");
+    let port = common::free_port().to_string();
+    let rule = format!(
+        "add table inet rbloss; add chain inet rbloss inp {{ type filter hook input priority 0; }}; add rule inet rbloss inp tcp dport {port} numgen random mod 40 == 0 drop"
+    );
+    let nft = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "nft", &rule])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(nft, "nft {rule:?}");
+    let listen = format!("127.0.0.1:{port}");
+    let mut sink = in_ns(
+        &ns.0,
+        &[
+            "sink",
+            "--proto",
+            "tcp",
+            "--listen",
+            &listen,
+            "--json",
+            "--interval",
+            "100ms",
+        ],
+    );
+    sink.wait_line("tcp sink listening on", WAIT);
+    let mut send = in_ns(
+        &ns.0,
+        &[
+            "send",
+            "--proto",
+            "tcp",
+            "--to",
+            &listen,
+            "--conns",
+            "2",
+            "--size",
+            "4096",
+            "--rate",
+            "200Mbit",
+            "--duration",
+            "2s",
+            "--json",
+            "--interval",
+            "200ms",
+        ],
+    );
+    let live = send.wait_line("srtt max", WAIT);
+    assert!(live.contains("cwnd") && live.contains("retrans"), "{live}");
+    let (status, out, err) = send.finish();
+    assert!(status.success(), "sender failed: {status}\n{err}");
+    let tx = last_summary(&out, "send");
+    sink.wait_line("conns 0 open  accepted 2 ", WAIT);
+    sink.interrupt();
+    let (status, out, err) = sink.finish();
+    assert!(status.success(), "sink failed: {status}\n{err}");
+    let rx = last_summary(&out, "sink");
+    let kernel = common::snmp(&ns.0, "Tcp", "RetransSegs");
+    let seen = u(&tx, "retransmits");
+    assert!(
+        seen > 0,
+        "no retransmits seen with 1 in 40 segments dropped: {tx}"
+    );
+    assert!(
+        seen <= kernel,
+        "{seen} retransmits > the kernel's {kernel}: {tx}"
+    );
+    assert_eq!(u(&tx, "tcp_info_conns"), 2, "{tx}");
+    assert!(
+        u(&tx, "cwnd_segments") > 0 && u(&tx, "srtt_us_max") > 0,
+        "{tx}"
+    );
+    assert_eq!(u(&tx, "tx_records"), u(&rx, "rx_records"), "{tx}\n{rx}");
+    assert_eq!(
+        u(&tx["verdict"], "rx_records"),
+        u(&rx, "rx_records"),
+        "{tx}"
+    );
+}
