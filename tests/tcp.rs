@@ -11,35 +11,13 @@ use std::{
     time::Duration,
 };
 
-use common::{bin, proc::Proc, u};
+use common::{Netns, last_summary, proc::Proc, u};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(15);
 
-fn last_summary(stdout: &str, role: &str) -> Value {
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .rfind(|v| v["type"] == "summary" && v["role"] == role)
-        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
-}
-
-/// `ringblast ARGS` (optionally inside namespace `ns`) as a waitable child.
-fn spawn(ns: Option<&str>, args: &[&str]) -> Proc {
-    let mut cmd = match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, bin()]);
-            c
-        }
-        None => Command::new(bin()),
-    };
-    cmd.args(args);
-    Proc::spawn(cmd)
-}
-
 fn start_sink(ns: Option<&str>, listen: &str) -> Proc {
-    let mut sink = spawn(
+    let mut sink = Proc::ringblast(
         ns,
         &[
             "sink",
@@ -69,7 +47,7 @@ fn stop_sink(mut sink: Proc, accepts: u64) -> Value {
 fn send(ns: Option<&str>, args: &[&str]) -> Value {
     let mut all = vec!["send", "--proto", "tcp", "--json"];
     all.extend_from_slice(args);
-    let (status, out, err) = spawn(ns, &all).finish();
+    let (status, out, err) = Proc::ringblast(ns, &all).finish();
     assert!(status.success(), "sender failed: {status}\n{err}");
     last_summary(&out, "send")
 }
@@ -183,26 +161,7 @@ fn garbage_bad_length_and_out_of_sequence_are_invalid_with_reasons_and_the_sink_
     assert_eq!(u(&rx, "rx_bytes"), u(&tx, "tx_bytes") + 100, "{rx}");
 }
 
-/// A private namespace with loopback up, deleted on drop.
-struct Netns(String);
-
 impl Netns {
-    fn create(tag: &str) -> Netns {
-        let name = format!("rb{tag}{}", std::process::id() % 100_000);
-        let ok = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let ns = Netns(name);
-        assert!(
-            ok(&["netns", "add", &ns.0]) && ok(&["-n", &ns.0, "link", "set", "lo", "up"]),
-            "create a network namespace (iproute2, root)"
-        );
-        ns
-    }
-
     fn nft(&self, script: &str) {
         let ok = Command::new("ip")
             .args(["netns", "exec", &self.0, "nft", script])
@@ -228,12 +187,6 @@ impl Netns {
     }
 }
 
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
 #[test]
 fn an_injected_reset_is_counted_and_the_sender_reconnects() {
     let _lock = common::traffic_lock();
@@ -244,7 +197,7 @@ fn an_injected_reset_is_counted_and_the_sender_reconnects() {
     let ns = Netns::create("tcprst");
     let to = "127.0.0.1:24680";
     let sink = start_sink(Some(&ns.0), to);
-    let mut sender = spawn(
+    let mut sender = Proc::ringblast(
         Some(&ns.0),
         &[
             "send",
@@ -304,7 +257,7 @@ fn a_thousand_connections_over_two_queues_arrive_exactly() {
     let _lock = common::traffic_lock();
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
-    let mut sink = spawn(
+    let mut sink = Proc::ringblast(
         None,
         &[
             "sink",
@@ -463,7 +416,7 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
     let mut first = start_sink(None, &to);
-    let mut sender = spawn(
+    let mut sender = Proc::ringblast(
         None,
         &[
             "send",
@@ -546,7 +499,7 @@ fn series(text: &str, name_and_labels: &str) -> u64 {
 fn scraped_tcp_series_equal_the_summaries() {
     let _lock = common::traffic_lock();
     let port = common::free_port();
-    let mut pair = spawn(
+    let mut pair = Proc::ringblast(
         None,
         &[
             "pair",

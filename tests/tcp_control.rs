@@ -5,34 +5,12 @@
 
 mod common;
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
-use common::{bin, proc::Proc, u};
+use common::{last_summary, proc::Proc, u};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(15);
-
-fn last_summary(stdout: &str, role: &str) -> Value {
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .rfind(|v| v["type"] == "summary" && v["role"] == role)
-        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
-}
-
-/// `ringblast ARGS` (optionally inside namespace `ns`) as a waitable child.
-fn spawn(ns: Option<&str>, args: &[&str]) -> Proc {
-    let mut cmd = match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, bin()]);
-            c
-        }
-        None => Command::new(bin()),
-    };
-    cmd.args(args);
-    Proc::spawn(cmd)
-}
 
 fn start_sink(ns: Option<&str>, listen: &str, extra: &[&str]) -> Proc {
     let mut args = vec![
@@ -46,7 +24,7 @@ fn start_sink(ns: Option<&str>, listen: &str, extra: &[&str]) -> Proc {
         "100ms",
     ];
     args.extend_from_slice(extra);
-    let mut sink = spawn(ns, &args);
+    let mut sink = Proc::ringblast(ns, &args);
     sink.wait_line("tcp sink listening on", WAIT);
     sink
 }
@@ -64,7 +42,7 @@ fn stop_sink(mut sink: Proc, accepts: u64) -> (Value, String) {
 fn send(ns: Option<&str>, args: &[&str]) -> (Option<i32>, Value, String) {
     let mut all = vec!["send", "--proto", "tcp", "--json"];
     all.extend_from_slice(args);
-    let (status, out, err) = spawn(ns, &all).finish();
+    let (status, out, err) = Proc::ringblast(ns, &all).finish();
     (status.code(), last_summary(&out, "send"), err)
 }
 

@@ -8,50 +8,9 @@ mod common;
 
 use std::{process::Command, time::Duration};
 
-use common::{bin, proc::Proc, u};
-use serde_json::Value;
+use common::{Netns, last_summary, proc::Proc, u};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-fn last_summary(stdout: &str, role: &str) -> Value {
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .rfind(|v| v["type"] == "summary" && v["role"] == role)
-        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
-}
-
-fn in_ns(ns: &str, args: &[&str]) -> Proc {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, bin()]).args(args);
-    Proc::spawn(c)
-}
-
-/// A private namespace with loopback up, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn create(tag: &str) -> Netns {
-        let ns = Netns(format!("rb{tag}{}", std::process::id() % 100_000));
-        let ok = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        assert!(
-            ok(&["netns", "add", &ns.0]) && ok(&["-n", &ns.0, "link", "set", "lo", "up"]),
-            "create a network namespace (iproute2, root)"
-        );
-        ns
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
 
 #[test]
 fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
@@ -71,8 +30,8 @@ fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
         .is_ok_and(|s| s.success());
     assert!(nft, "nft {rule:?}");
     let listen = format!("127.0.0.1:{port}");
-    let mut sink = in_ns(
-        &ns.0,
+    let mut sink = Proc::ringblast(
+        Some(&ns.0),
         &[
             "sink",
             "--proto",
@@ -85,8 +44,8 @@ fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
         ],
     );
     sink.wait_line("tcp sink listening on", WAIT);
-    let mut send = in_ns(
-        &ns.0,
+    let mut send = Proc::ringblast(
+        Some(&ns.0),
         &[
             "send",
             "--proto",

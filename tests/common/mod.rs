@@ -108,6 +108,36 @@ pub fn assert_accounted(send: &Value, sink: &Value) {
     assert_eq!(u(sink, "rx_invalid"), 0, "{sink}");
 }
 
+/// The last `"type":"summary"` line of `role` in JSON Lines output.
+pub fn last_summary(stdout: &str, role: &str) -> Value {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|v| v["type"] == "summary" && v["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
+}
+
+/// A private network namespace with only loopback up, named after `tag` and this process,
+/// deleted on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    pub fn create(tag: &str) -> Netns {
+        let ns = Netns(format!("rb{tag}{}", std::process::id() % 100_000));
+        assert!(
+            ip(&["netns", "add", &ns.0]) && ip(&["-n", &ns.0, "link", "set", "lo", "up"]),
+            "create a network namespace (iproute2, root)"
+        );
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.0]);
+    }
+}
+
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
         s.lines()

@@ -19,6 +19,20 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Starts `ringblast ARGS`, inside network namespace `ns` when given.
+    pub fn ringblast(ns: Option<&str>, args: &[&str]) -> Proc {
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, super::bin()]);
+                c
+            }
+            None => Command::new(super::bin()),
+        };
+        cmd.args(args);
+        Proc::spawn(cmd)
+    }
+
     /// Starts `cmd` with stdout and stderr piped.
     pub fn spawn(mut cmd: Command) -> Proc {
         let mut child = cmd
