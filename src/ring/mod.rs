@@ -9,6 +9,8 @@
 //! what makes the pushes safe to call. This module and `mem` are the only places with `unsafe`.
 
 pub mod bufring;
+#[cfg(test)]
+mod bundle_tests;
 mod inline;
 mod ops;
 pub mod probe;
