@@ -580,3 +580,84 @@ fn scraped_tcp_series_equal_the_summaries() {
         "{text}"
     );
 }
+
+/// Starts a TCP sink with `RINGBLAST_TCP_RECV=mode`; returns it once it listens, with the
+/// receive line of its start-up notes.
+fn start_sink_receiving(mode: &str, listen: &str) -> (Proc, String) {
+    let mut cmd = Command::new(common::bin());
+    cmd.env("RINGBLAST_TCP_RECV", mode).args([
+        "sink",
+        "--proto",
+        "tcp",
+        "--listen",
+        listen,
+        "--json",
+        "--interval",
+        "100ms",
+    ]);
+    let mut sink = Proc::spawn(cmd);
+    let note = sink.wait_line("tcp sink: SO_REUSEPORT listener per queue", WAIT);
+    sink.wait_line("tcp sink listening on", WAIT);
+    (sink, note)
+}
+
+#[test]
+fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
+    let _lock = common::traffic_lock();
+    for (mode, named) in [
+        ("plain", "plain multishot RECV (no bundle support)"),
+        ("bundle", "multishot RECV bundles"),
+    ] {
+        let topo = Command::new(common::bin())
+            .env("RINGBLAST_TCP_RECV", mode)
+            .args(["topo", "--queues", "1"])
+            .output()
+            .unwrap();
+        let topo_out = String::from_utf8_lossy(&topo.stdout);
+        assert!(topo.status.success(), "{topo:?}");
+        assert!(topo_out.contains(named), "{mode}: {topo_out}");
+        // 128 KiB records over 2 connections: bundles span several 32 KiB buffers, wrap
+        // the buffer ring, and split records across buffers.
+        let port = common::free_port();
+        let to = format!("127.0.0.1:{port}");
+        let (sink, note) = start_sink_receiving(mode, &to);
+        assert!(note.contains(named), "{mode}: {note}");
+        let tx = send(
+            None,
+            &[
+                "--to",
+                &to,
+                "--conns",
+                "2",
+                "--size",
+                "131072",
+                "--duration",
+                "1s",
+            ],
+        );
+        let rx = stop_sink(sink, 2);
+        assert!(u(&tx, "tx_records") > 100, "{mode}: {tx}");
+        assert_eq!(u(&tx, "tx_bytes"), u(&rx, "rx_bytes"), "{mode}: {tx}\n{rx}");
+        assert_eq!(
+            u(&tx, "tx_records"),
+            u(&rx, "rx_records"),
+            "{mode}: {tx}\n{rx}"
+        );
+        assert_eq!(u(&rx, "rx_invalid"), 0, "{mode}: {rx}");
+        assert_eq!(
+            u(&tx, "delivered_bytes"),
+            u(&rx, "rx_bytes"),
+            "{mode}: {tx}"
+        );
+    }
+    let bad = Command::new(common::bin())
+        .env("RINGBLAST_TCP_RECV", "fast")
+        .args(["sink", "--proto", "tcp", "--listen", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("use plain, bundle or auto"),
+        "{bad:?}"
+    );
+}

@@ -1,8 +1,14 @@
 //! A provided-buffer ring (`IORING_REGISTER_PBUF_RING`, Linux 5.19) laid out inside a worker's
 //! arena: the ring of `io_uring_buf` entries at the arena's start, the buffers after it.
 //!
-//! The kernel picks a buffer per received datagram; the worker hands buffers back with `recycle`
-//! and makes them visible with one release store of the tail per batch (`publish`).
+//! The kernel takes buffers from the ring's head (one per datagram or plain receive, several
+//! consecutive ones per recv bundle); the worker hands buffers back with `recycle` and makes them
+//! visible with one release store of the tail per batch (`publish`).
+//!
+//! Slot `i` of the ring always holds buffer `i`: a recycled buffer is marked returned, and the
+//! tail advances only over slots whose buffer came back, in slot order. So the kernel always
+//! takes buffers in id order (wrapping at the ring size), which is what lets a bundle completion
+//! name only its first buffer id, whatever order completions are handled in.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
@@ -44,6 +50,8 @@ pub(super) struct BufRing {
     layout: BufRingLayout,
     buffers_offset: usize,
     base: *mut u8,
+    /// Buffers handed back whose slot the tail has not reached yet, by buffer id.
+    returned: Box<[bool]>,
 }
 
 impl BufRing {
@@ -65,6 +73,7 @@ impl BufRing {
             layout,
             buffers_offset: layout.ring_bytes(),
             base: arena.as_ptr(),
+            returned: vec![false; usize::from(layout.entries)].into_boxed_slice(),
         };
         for bid in 0..layout.entries {
             ring.recycle(bid);
@@ -88,18 +97,29 @@ impl BufRing {
         self.buffers_offset + usize::from(bid) * self.layout.buf_size as usize
     }
 
-    /// Queues buffer `bid` for the kernel; visible after `publish`.
+    /// Hands buffer `bid` back; it and every returned buffer after it in slot order are queued
+    /// for the kernel, visible after `publish`.
     pub(super) fn recycle(&mut self, bid: u16) {
-        let bid = bid & self.mask;
-        let slot = usize::from(self.tail & self.mask);
-        let addr = self.base as u64 + self.buffer_offset(bid) as u64;
+        self.returned[usize::from(bid & self.mask)] = true;
+        loop {
+            let slot = self.tail & self.mask;
+            if !std::mem::take(&mut self.returned[usize::from(slot)]) {
+                break;
+            }
+            self.refill(slot);
+        }
+    }
+
+    /// Puts buffer `slot` back into its own slot and advances the unpublished tail.
+    fn refill(&mut self, slot: u16) {
+        let addr = self.base as u64 + self.buffer_offset(slot) as u64;
         // SAFETY: `slot <= mask < entries`, and the entry array lies inside the arena, which
         // outlives this ring (the engine drops the ring first). The kernel only reads entries
         // between its head and our published tail, and this slot is beyond the published tail.
-        let entry = unsafe { &mut *self.entries.add(slot) };
+        let entry = unsafe { &mut *self.entries.add(usize::from(slot)) };
         entry.set_addr(addr);
         entry.set_len(self.layout.buf_size);
-        entry.set_bid(bid);
+        entry.set_bid(slot);
         self.tail = self.tail.wrapping_add(1);
     }
 
@@ -131,6 +151,31 @@ mod tests {
         };
         assert_eq!(l.ring_bytes(), 16384);
         assert_eq!(l.arena_bytes(), 16384 + 1024 * 2048);
+    }
+
+    #[test]
+    fn the_tail_advances_only_over_returned_buffers_in_slot_order() {
+        let layout = BufRingLayout {
+            entries: 8,
+            buf_size: 1024,
+        };
+        let mut arena = Arena::allocate_on_node(layout.arena_bytes(), 0, false).unwrap();
+        let mut ring = BufRing::new(&mut arena, layout).unwrap();
+        assert_eq!(ring.tail, 8);
+        ring.recycle(2);
+        ring.recycle(1);
+        assert_eq!(ring.tail, 8, "buffer 0 is still out");
+        ring.recycle(0);
+        assert_eq!(ring.tail, 11);
+        for bid in [3, 4, 5, 6, 7, 0] {
+            ring.recycle(bid);
+        }
+        assert_eq!(ring.tail, 17, "ids wrap at the ring size");
+        for slot in 0..8u16 {
+            // SAFETY: the entries lie in `arena`, alive for this test.
+            let entry = unsafe { &*ring.entries.add(usize::from(slot)) };
+            assert_eq!(entry.bid(), slot);
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! what makes the pushes safe to call. This module and `mem` are the only places with `unsafe`.
 
 pub mod bufring;
+#[cfg(test)]
+mod bundle_tests;
 mod inline;
 mod ops;
 pub mod probe;
@@ -331,6 +333,48 @@ impl Engine {
                 .unwrap_or(&[]),
             None => &[],
         }
+    }
+
+    /// The bytes of one receive of `len` bytes that started in provided buffer `bid`: the
+    /// buffers from `bid` on in id order (a recv bundle fills several, wrapping at the ring
+    /// size), as at most two slices because the buffers lie back to back in the arena.
+    pub fn received_bytes(&self, bid: u16, len: usize) -> impl Iterator<Item = &[u8]> {
+        let (start, first, rest) = match &self.buf_ring {
+            Some(br) => {
+                let layout = br.layout();
+                let room = usize::from(layout.entries - (bid & (layout.entries - 1)))
+                    * layout.buf_size as usize;
+                let first = len.min(room);
+                (
+                    br.buffer_offset(bid & (layout.entries - 1)),
+                    first,
+                    len - first,
+                )
+            }
+            None => (0, 0, 0),
+        };
+        let wrapped = self.buf_ring.as_ref().map_or(0, |br| br.buffer_offset(0));
+        [(start, first), (wrapped, rest)]
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(offset, n)| self.arena.bytes(offset, n).unwrap_or(&[]))
+    }
+
+    /// Hands back every provided buffer a receive of `len` bytes (0 or less: none used, but
+    /// the completion named `bid`) took, starting at `bid`: each exactly once.
+    pub fn recycle_received(&mut self, bid: u16, len: i32) {
+        if let Some(br) = self.buf_ring.as_mut() {
+            let size = br.layout().buf_size as usize;
+            let used = usize::try_from(len).unwrap_or(0).div_ceil(size).max(1);
+            for k in 0..used {
+                br.recycle(bid.wrapping_add(k as u16));
+            }
+        }
+    }
+
+    /// Whether this ring's kernel takes recv bundles (`IORING_FEAT_RECVSEND_BUNDLE`, 6.10).
+    pub fn has_recv_bundles(&self) -> bool {
+        self.ring.params().is_feature_recvsend_bundle()
     }
 
     /// The template `msghdr` used by multishot receives (for parsing their output).

@@ -84,6 +84,20 @@ impl Engine {
         self.push(&entry)
     }
 
+    /// Queues a multishot `RECV` bundle on a stream socket (Linux 6.10): each completion
+    /// carries every byte that was ready, spread over consecutive buffers of the
+    /// provided-buffer ring from the one it names (see [`Engine::received_bytes`]). False
+    /// when the SQ is full, no buffer ring is registered or the kernel has no bundles.
+    pub fn push_recv_multi_bundle(&mut self, fd: RawFd, user_data: u64) -> bool {
+        if self.buf_ring.is_none() || !self.has_recv_bundles() {
+            return false;
+        }
+        let entry = opcode::RecvMultiBundle::new(types::Fd(fd), BUFFER_GROUP)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
     /// Queues one plain `RECV` on a stream socket into the provided-buffer ring: a single
     /// completion (one buffer at most), so the caller can look at a connection's first bytes
     /// before it commits the descriptor to a multishot receive.

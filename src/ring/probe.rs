@@ -3,7 +3,7 @@
 //!
 //! This is the one place that knows kernel gates: `IORING_REGISTER_PROBE` for opcodes (5.6),
 //! multishot `RECVMSG` (6.0), provided-buffer rings (5.19), `SINGLE_ISSUER` (6.0) and
-//! `DEFER_TASKRUN` (6.1).
+//! `DEFER_TASKRUN` (6.1), and recv bundles (`IORING_FEAT_RECVSEND_BUNDLE`, 6.10).
 
 use std::io;
 
@@ -100,6 +100,13 @@ pub fn require_ops(ring: &IoUring, ops: &[RequiredOp]) -> Result<(), Error> {
     }
 }
 
+/// Whether this kernel's rings take recv bundles: a small ring is set up and its features
+/// (`IORING_FEAT_RECVSEND_BUNDLE`, Linux 6.10) are read. No ring at all reads as no bundles;
+/// the workers' own set-up reports that failure.
+pub fn recv_bundles() -> bool {
+    IoUring::new(2).is_ok_and(|ring| ring.params().is_feature_recvsend_bundle())
+}
+
 /// Turns an `io_uring_setup` failure into an error that names the cause and the fix.
 pub fn setup_error(err: io::Error) -> Error {
     let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
@@ -138,6 +145,11 @@ mod tests {
         require_ops(&ring, SINK_OPS).unwrap();
         require_ops(&ring, TCP_CONNECT_OPS).unwrap();
         require_ops(&ring, TCP_SINK_OPS).unwrap();
+    }
+
+    #[test]
+    fn this_kernel_takes_recv_bundles() {
+        assert!(recv_bundles(), "Linux 6.18 has IORING_FEAT_RECVSEND_BUNDLE");
     }
 
     #[test]

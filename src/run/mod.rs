@@ -525,7 +525,7 @@ fn topo(args: TopoArgs) -> Result<(), Error> {
     print!(
         "{}{plan}{}",
         topology::render_topology(&topo, nic.as_ref().map(|(n, l)| (n.as_str(), l))),
-        tcp::RECV_NOTE
+        crate::sink::tcp::RecvMode::choose()?.note()
     );
     Ok(())
 }

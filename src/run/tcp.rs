@@ -24,7 +24,8 @@ use crate::{
         tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
     },
     sink::tcp::{
-        TcpSinkConfig, TcpSinkShared, TcpSinkWorker, books::TcpBooks, peers::ControlHandoff,
+        RecvMode, TcpSinkConfig, TcpSinkShared, TcpSinkWorker, books::TcpBooks,
+        peers::ControlHandoff,
     },
     worker::{self, Control},
 };
@@ -254,11 +255,9 @@ fn sink_config(
         rx_buffers,
         hugepages,
         control: None,
+        recv: RecvMode::choose()?,
     })
 }
-
-/// How a TCP sink receives, for `topo` and the sink's start-up notes.
-pub const RECV_NOTE: &str = "  tcp sink: SO_REUSEPORT listener per queue, multishot ACCEPT, multishot RECV into the provided-buffer ring (plain; recv bundles not used)\n";
 
 /// `ringblast send --proto tcp`.
 pub fn send(args: SendArgs) -> Result<(), Error> {
@@ -358,7 +357,7 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
         &placement_args(&common, args.listen, &[]),
         &mut notes,
     )?;
-    notes.push_str(RECV_NOTE);
+    notes.push_str(config.recv.note());
     let signal = super::session::install_signals()?;
     let metrics = install_metrics(common.metrics, common.max_series)?;
     let handoff = serve_control.then(|| Arc::new(ControlHandoff::new(HANDOFF_SLOTS)));
@@ -422,7 +421,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     )?;
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, probe, &mut notes)?;
-    notes.push_str(RECV_NOTE);
+    notes.push_str(sink_cfg.recv.note());
     let signal = super::session::install_signals()?;
     let metrics_addr = if args.no_metrics {
         None

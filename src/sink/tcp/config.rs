@@ -6,7 +6,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::{peers, respond};
+use super::{peers, recv_mode::RecvMode, respond};
 use crate::{
     counters::Counters,
     error::Error,
@@ -103,6 +103,8 @@ pub struct TcpSinkConfig {
     pub hugepages: bool,
     /// Where connections that open with a control frame go (none: they count as invalid).
     pub control: Option<Arc<peers::ControlHandoff>>,
+    /// Multishot receive with or without bundles.
+    pub recv: RecvMode,
 }
 
 impl TcpSinkConfig {

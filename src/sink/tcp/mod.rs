@@ -1,6 +1,8 @@
 //! The TCP sink worker: one `SO_REUSEPORT` listener per queue, a multishot `ACCEPT` on it, and a
-//! multishot `RECV` per connection into the queue's provided-buffer ring (plain multishot
-//! receive; recv bundles are not used yet).
+//! multishot `RECV` per connection into the queue's provided-buffer ring: recv bundles where the
+//! kernel has them (a completion's bytes span consecutive buffers from the one it names, fed to
+//! the parser in order and each recycled once), one buffer per completion otherwise (see
+//! `recv_mode`).
 //!
 //! Every connection's bytes go through its [`StreamParser`]: complete in-sequence records count
 //! as received (records, bytes, one-way latency); a record out of sequence counts as invalid
@@ -21,12 +23,14 @@
 pub mod books;
 mod config;
 pub mod peers;
+mod recv_mode;
 mod respond;
 
 pub use self::config::{
     LatencyCells, RX_KEYS, RxCounter, RxCounters, SharedLatency, TCP_BUFFER_BYTES, TcpRxShared,
     TcpSinkConfig, TcpSinkShared, listener,
 };
+pub use self::recv_mode::{RECV_MODE_ENV, RecvMode};
 
 use std::{
     os::fd::{AsRawFd, OwnedFd},
@@ -87,6 +91,8 @@ pub struct TcpSinkWorker {
     unbooked: Vec<u32>,
     control: Option<Arc<peers::ControlHandoff>>,
     response_base: usize,
+    /// Multishot receives take recv bundles.
+    bundles: bool,
     stopping: bool,
     shared: Arc<TcpSinkShared>,
     counters: RxCounters,
@@ -114,6 +120,12 @@ impl TcpSinkWorker {
             Arena::allocate_on_node_with(config.arena_bytes(), node, config.hugepages, populate)
                 .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut engine = Engine::new(size, arena, probe::TCP_SINK_OPS, false, Some(layout))?;
+        let bundles = config.recv == RecvMode::Bundle;
+        if bundles && !engine.has_recv_bundles() {
+            return Err(Error::Unsupported(
+                "this ring has no recv bundles (Linux 6.10)".into(),
+            ));
+        }
         let listener = listener(config.listen)?;
         let accept = Token::new(OpKind::Accept, 0, LISTENER).user_data();
         if !engine.push_accept_multi(listener.as_raw_fd(), accept) {
@@ -132,6 +144,7 @@ impl TcpSinkWorker {
             unbooked: Vec::with_capacity(config.max_conns as usize),
             control: config.control.clone(),
             response_base: config.response_base(),
+            bundles,
             stopping: false,
             shared,
             counters: RxCounters::default(),
@@ -204,7 +217,7 @@ impl TcpSinkWorker {
             );
             self.release(i);
         }
-        self.engine.recycle_buffer(bid);
+        self.engine.recycle_received(bid, len as i32);
     }
 
     fn broken(&mut self, i: usize, why: Broken) {
@@ -238,14 +251,13 @@ impl TcpSinkWorker {
             && let Some(bid) = bid
         {
             let len = c.result as usize;
-            let data = &self.engine.received_buffer(bid)[..len];
             let conn = &mut self.conns[i];
             let counters = &mut self.counters;
             let latency = &mut self.latency;
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
             let tally = &mut conn.tally;
             let mut overflow = false;
-            let fed = parser.feed(data, |r: Record| {
+            let mut on_record = |r: Record| {
                 if r.response_len > 0 {
                     overflow |= !owed.push(&r);
                 } else if r.in_sequence {
@@ -266,8 +278,12 @@ impl TcpSinkWorker {
                     counters.add(RxCounter::InvalidSequence, 1);
                     tally.invalid += 1;
                 }
-            });
-            self.engine.recycle_buffer(bid);
+            };
+            let fed = self
+                .engine
+                .received_bytes(bid, len)
+                .try_for_each(|data| parser.feed(data, &mut on_record));
+            self.engine.recycle_received(bid, c.result);
             if let Err(why) = fed {
                 self.broken(i, why);
                 return;
@@ -281,7 +297,7 @@ impl TcpSinkWorker {
             }
             self.reply(i);
         } else if let Some(bid) = bid {
-            self.engine.recycle_buffer(bid);
+            self.engine.recycle_received(bid, c.result);
         }
         match c.result {
             r if r > 0 && !c.more() => self.rearm(i),
@@ -318,6 +334,8 @@ impl TcpSinkWorker {
             let raw = fd.as_raw_fd();
             let armed = if c.first {
                 self.engine.push_recv_once(raw, token)
+            } else if self.bundles {
+                self.engine.push_recv_multi_bundle(raw, token)
             } else {
                 self.engine.push_recv_multi(raw, token)
             };
@@ -346,8 +364,8 @@ impl TcpSinkWorker {
                     if current && !self.stopping {
                         self.on_recv(i, c, now_real);
                     } else if let Some(bid) = c.buffer_id() {
-                        // A late completion of a closed connection: only its buffer matters.
-                        self.engine.recycle_buffer(bid);
+                        // A late completion of a closed connection: only its buffers matter.
+                        self.engine.recycle_received(bid, c.result);
                     }
                 }
                 OpKind::Send => {
