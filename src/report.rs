@@ -342,7 +342,7 @@ fn loss_percent(received: u64, lost: u64) -> f64 {
     }
 }
 
-fn counters_json(c: &SessionCounters) -> Value {
+pub fn counters_json(c: &SessionCounters) -> Value {
     json!({"rx_packets": c.packets, "rx_bytes": c.bytes, "rx_lost": c.lost,
         "rx_reordered": c.reordered, "rx_duplicates": c.duplicates, "rx_late": c.late,
         "rx_kernel_drops": c.kernel_drops, "rx_unconfirmed": c.unconfirmed,

@@ -13,6 +13,7 @@ use std::{
 };
 
 use super::{
+    part_link,
     roles::{SenderSet, SinkSet},
     session::{GOODBYE_WAIT, VerdictSource},
 };
@@ -86,6 +87,33 @@ pub fn start(
         refused: Arc::clone(&refused),
     };
     match (link, senders, sinks) {
+        // A rate schedule: each part is its own session epoch (`part_link`).
+        (Link::InProcess, Some(s), Some(k)) if s.schedule.is_some() => {
+            let sink = part_link::InProcess {
+                registry: Arc::clone(&k.registry),
+                books: part_books(s),
+            };
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
+            started.verdict = VerdictSource::Parts(part_link::start(Box::new(sink), part_books(s)));
+        }
+        (Link::Connect { addr, secret, name }, Some(s), _) if s.schedule.is_some() => {
+            let mut config = ClientConfig::new(addr);
+            config.secret = secret;
+            let sink = part_link::Remote {
+                config,
+                name,
+                books: part_books(s),
+                schedule: s
+                    .schedule
+                    .clone()
+                    .ok_or_else(|| Error::Usage("a stepped run without its schedule".into()))?,
+                size: u32::try_from(s.size).unwrap_or(u32::MAX),
+                started_ns: clock::monotonic_ns(),
+                refused,
+                clients: Vec::new(),
+            };
+            started.verdict = VerdictSource::Parts(part_link::start(Box::new(sink), part_books(s)));
+        }
         (Link::InProcess, Some(s), Some(k)) => {
             let (_, line) = k.registry.hello(None, &registry_hello("pair", s, 0));
             say!("{line}");
@@ -156,7 +184,7 @@ pub fn start(
     Ok(started)
 }
 
-fn event(e: ClientEvent, refused: &AtomicBool) {
+pub(super) fn event(e: ClientEvent, refused: &AtomicBool) {
     match e {
         ClientEvent::Connected {
             addr,
@@ -208,11 +236,21 @@ fn reports_of(flows: &[FlowProgress]) -> Vec<FlowReport> {
         .collect()
 }
 
-fn progress_of(f: &FlowReport) -> FlowProgress {
+pub(super) fn progress_of(f: &FlowReport) -> FlowProgress {
     FlowProgress {
         flow: f.flow,
         next_seq: f.next_seq,
         failed: f.failed,
+    }
+}
+
+/// The senders' books of their schedule's parts.
+pub(super) fn part_books(s: &SenderSet) -> part_link::PartBooks {
+    part_link::PartBooks {
+        shared: s.shared.clone(),
+        flows: s.flows.clone(),
+        first_seq: s.first_seq,
+        epochs: Arc::clone(&s.part_epochs),
     }
 }
 
@@ -253,7 +291,7 @@ fn counters_of(f: &FlowVerdict) -> SessionCounters {
     }
 }
 
-fn run_verdict(v: &Verdict) -> RunVerdict {
+pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
     RunVerdict {
         totals: counters_of(&v.totals),
         flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),

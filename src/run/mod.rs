@@ -7,6 +7,7 @@ pub mod ctx;
 pub mod exporting;
 pub mod fds;
 pub mod judge;
+pub mod part_link;
 pub mod placement;
 pub mod roles;
 pub mod search;

@@ -11,6 +11,7 @@ use crate::{
     report::{QueueView, RxSample, TxSample},
     sender::{
         SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker, mix::SizePlan,
+        parts::PartMarks,
     },
     sink::books::MAX_SEND_LAG,
     sink::{
@@ -53,6 +54,8 @@ pub struct SenderSet {
     pub burst: u64,
     /// The whole run's rate schedule, if any (the queues' shares summed).
     pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    /// The session epoch of each part of the schedule.
+    pub part_epochs: Arc<[u32]>,
     /// The header fields and port mapping line for the start plan, if any is set.
     pub fields_plan: Option<String>,
 }
@@ -169,6 +172,8 @@ pub fn sender_configs(
         Some(s) => Some(s.mean_rate(0, s.duration().as_nanos() as u64)),
         None => t.rate.packets_per_second_at(sizes.mean_payload()),
     };
+    let part_epochs =
+        crate::sender::parts::part_epochs(epoch, schedule.as_ref().map_or(1, |s| s.parts().len()));
     let duration = match &schedule {
         Some(s) => Some(s.duration()),
         None => t.duration.or(if t.count.is_none() {
@@ -203,6 +208,7 @@ pub fn sender_configs(
                 schedule: schedule
                     .as_ref()
                     .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
+                part_epochs: Arc::clone(&part_epochs),
             };
             (config, my_flows)
         })
@@ -222,6 +228,9 @@ pub fn start_senders(
     target_pps: Option<f64>,
 ) -> Result<SenderSet, Error> {
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
+    let part_epochs = configs
+        .first()
+        .map_or_else(|| Arc::from([epoch]), |(c, _)| Arc::clone(&c.part_epochs));
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
     let burst = configs.first().map_or(1, |(c, _)| c.burst);
@@ -249,7 +258,9 @@ pub fn start_senders(
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),
             stamp: Default::default(),
-            step_packets: (0..parts).map(|_| Default::default()).collect(),
+            parts: (0..parts)
+                .map(|_| PartMarks::new(my_flows.len(), config.first_seq))
+                .collect(),
         });
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
@@ -274,6 +285,7 @@ pub fn start_senders(
         to,
         burst,
         schedule,
+        part_epochs,
         fields_plan,
     })
 }
