@@ -1,13 +1,19 @@
 //! Every step of a `--rate-steps` run is its own session epoch at the sink, so each
 //! `"type":"step"` line carries the sink's exact verdict for that step: a remote run through a
 //! namespace whose nftables rule drops what exceeds 20 kpps loses packets only in the step that
-//! overruns it, and that step's loss equals the rule's own drop counter.
+//! overruns it, and that step's loss equals the rule's own drop counter. The exporter's schedule
+//! series carry the same step results, and a constant rate is a one-step schedule.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    process::{Command, Stdio},
+    time::Duration,
+};
 
-use common::*;
+use common::{proc::Proc, *};
 use serde_json::Value;
 
 fn nft(ns: &str, rule: &str) -> std::process::Output {
@@ -132,4 +138,103 @@ fn a_step_that_overruns_a_drop_rule_loses_exactly_what_the_rule_dropped() {
         2,
         "one sink session per step: {sink}"
     );
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn series(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name_and_labels} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
+}
+
+/// Runs `pair ARGS --json --metrics` and scrapes the lingering endpoint after the summaries.
+fn pair_scraped(args: &[&str]) -> (String, String) {
+    let port = free_port();
+    let mut cmd = Command::new(bin());
+    cmd.arg("pair")
+        .args(args)
+        .args(["--json", "--interval", "0"]);
+    cmd.args(["--metrics", &format!("127.0.0.1:{port}")]);
+    cmd.args(["--metrics-linger", "30s"]);
+    let mut pair = Proc::spawn(cmd);
+    pair.wait_line("metrics: serving final values", Duration::from_secs(30));
+    let text = scrape(port);
+    pair.interrupt();
+    let (status, out, err) = pair.finish();
+    assert!(status.success(), "{err}");
+    (text, out)
+}
+
+#[test]
+fn the_schedule_series_carry_each_judged_step() {
+    let _guard = traffic_lock();
+    let (text, out) = pair_scraped(&["--rate-steps", "20kpps:1s,40kpps:1s"]);
+    let steps = steps_of(&out);
+    assert_eq!(steps.len(), 2, "{out}");
+    let sum = |f: &dyn Fn(&Value) -> u64| steps.iter().map(f).sum::<u64>();
+    assert_eq!(series(&text, "ringblast_tx_schedule_steps"), 2);
+    assert_eq!(series(&text, "ringblast_tx_schedule_step"), 2);
+    assert_eq!(
+        series(&text, r#"ringblast_tx_steps_total{verdict="judged"}"#),
+        2
+    );
+    assert_eq!(
+        series(&text, r#"ringblast_tx_steps_total{verdict="unknown"}"#),
+        0
+    );
+    for (result, want) in [
+        ("sent", sum(&|s| u(s, "tx_packets"))),
+        ("received", sum(&|s| u(&s["sink"], "rx_packets"))),
+        ("lost", sum(&|s| u(&s["sink"], "rx_lost"))),
+        ("kernel_drops", sum(&|s| u(&s["sink"], "rx_kernel_drops"))),
+        ("duplicates", sum(&|s| u(&s["sink"], "rx_duplicates"))),
+        ("send_failed", sum(&|s| u(&s["sink"], "send_failed"))),
+    ] {
+        let name = format!(r#"ringblast_tx_step_packets_total{{result="{result}"}}"#);
+        assert_eq!(series(&text, &name), want, "{name}\n{out}");
+    }
+    assert!(sum(&|s| u(s, "tx_packets")) > 59_000, "{out}");
+}
+
+#[test]
+fn a_constant_rate_is_a_one_step_schedule_judged_by_the_run_verdict() {
+    let _guard = traffic_lock();
+    let (text, out) = pair_scraped(&["--rate", "20kpps", "--duration", "1s"]);
+    let send = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "summary" && v["role"] == "send")
+        .unwrap();
+    assert!(
+        steps_of(&out).is_empty(),
+        "no step lines without a schedule"
+    );
+    assert_eq!(series(&text, "ringblast_tx_schedule_steps"), 1);
+    assert_eq!(series(&text, "ringblast_tx_schedule_step"), 1);
+    assert_eq!(
+        series(&text, r#"ringblast_tx_steps_total{verdict="judged"}"#),
+        1
+    );
+    assert_eq!(
+        series(&text, r#"ringblast_tx_step_packets_total{result="sent"}"#),
+        u(&send, "tx_packets")
+    );
+    assert_eq!(
+        series(
+            &text,
+            r#"ringblast_tx_step_packets_total{result="received"}"#
+        ),
+        u(&send["sink"], "rx_packets")
+    );
+    assert_eq!(u(&send, "tx_packets"), 20_000, "{send}");
 }

@@ -275,6 +275,8 @@ pub struct Handles {
     pub rx: Vec<RxWorker>,
     /// The sink's per-sender series.
     pub senders: Option<super::senders::SenderSeries>,
+    /// The sender's rate schedule series.
+    pub steps: Option<super::steps::StepSeries>,
 }
 
 impl Handles {
@@ -287,6 +289,9 @@ impl Handles {
             w.flush();
         }
         if let Some(s) = self.senders.as_mut() {
+            s.flush();
+        }
+        if let Some(s) = &self.steps {
             s.flush();
         }
     }

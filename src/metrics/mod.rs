@@ -9,6 +9,7 @@ pub mod handles;
 pub mod http;
 pub mod names;
 pub mod senders;
+pub mod steps;
 pub mod tcp;
 
 use std::net::SocketAddr;
@@ -99,6 +100,12 @@ pub fn series_count(shape: &Shape) -> usize {
         .iter()
         .map(|flows| flows * (2 + ERRNO_CLASSES) + ring + 3)
         .sum();
+    // Schedule step, steps, step results and step verdicts.
+    let schedule = if shape.tx_flows_per_queue.is_empty() {
+        0
+    } else {
+        2 + steps::STEP_RESULTS.len() + 2
+    };
     let rx_per_queue = (shape.rx_exported_flows + 1) * 5
         + INVALID_LABELS.len()
         + 3
@@ -112,7 +119,12 @@ pub fn series_count(shape: &Shape) -> usize {
     } else {
         2
     };
-    tx + shape.rx_queues * rx_per_queue + shape.rx_senders * per_sender + control + shape.nodes + 3
+    tx + schedule
+        + shape.rx_queues * rx_per_queue
+        + shape.rx_senders * per_sender
+        + control
+        + shape.nodes
+        + 3
 }
 
 /// Refuses a run whose series count is above `limit`, naming the product that drives it.

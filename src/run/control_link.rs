@@ -251,6 +251,7 @@ pub(super) fn part_books(s: &SenderSet) -> part_link::PartBooks {
         flows: s.flows.clone(),
         first_seq: s.first_seq,
         epochs: Arc::clone(&s.part_epochs),
+        tally: Arc::clone(&s.tally),
     }
 }
 

@@ -24,6 +24,7 @@ use crate::{
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
         msg::{FlowStart, Goodbye, Hello, Progress},
     },
+    metrics::steps::StepTally,
     say,
     schedule::RateSchedule,
     sender::SenderShared,
@@ -83,6 +84,8 @@ pub struct PartBooks {
     pub first_seq: u64,
     /// The epoch of each part.
     pub epochs: Arc<[u32]>,
+    /// The sink's results of the parts judged so far, for the exporter.
+    pub tally: Arc<StepTally>,
 }
 
 impl PartBooks {
@@ -125,7 +128,14 @@ pub fn start(mut sink: Box<dyn PartSink>, books: PartBooks) -> PartLink {
                     }
                     std::thread::sleep(POLL);
                 }
-                verdicts.push(sink.close(part, &books.reports(part)));
+                let flows = books.reports(part);
+                let verdict = sink.close(part, &flows);
+                let sent = flows
+                    .iter()
+                    .map(|f| (f.next_seq - f.first_seq).saturating_sub(f.failed))
+                    .sum();
+                books.tally.add(sent, verdict.as_ref().ok().map(|(_, v)| v));
+                verdicts.push(verdict);
                 if part + 2 < parts {
                     sink.open(part + 2);
                 }

@@ -56,6 +56,8 @@ pub struct SenderSet {
     pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
     /// The session epoch of each part of the schedule.
     pub part_epochs: Arc<[u32]>,
+    /// The sink's results of the steps judged so far (a constant rate: one step).
+    pub tally: Arc<crate::metrics::steps::StepTally>,
     /// The header fields and port mapping line for the start plan, if any is set.
     pub fields_plan: Option<String>,
 }
@@ -258,6 +260,7 @@ pub fn start_senders(
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),
             stamp: Default::default(),
+            part: Default::default(),
             parts: (0..parts)
                 .map(|_| PartMarks::new(my_flows.len(), config.first_seq))
                 .collect(),
@@ -286,6 +289,7 @@ pub fn start_senders(
         burst,
         schedule,
         part_epochs,
+        tally: Arc::default(),
         fields_plan,
     })
 }

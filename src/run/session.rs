@@ -329,6 +329,11 @@ impl Session {
                     .and_then(|flows| ask(&flows)),
             ),
         };
+        // A constant rate is a one-step schedule: its step is judged by the run's verdict.
+        if let (None, Some(s), Some(v)) = (&part_verdicts, &self.senders, &verdict) {
+            let sent = report::total_tx(&s.samples()).traffic.packets;
+            s.tally.add(sent, v.as_ref().ok().map(|(_, v)| v));
+        }
         self.finish(
             on_tick,
             (verdict, part_verdicts),

@@ -112,6 +112,8 @@ pub struct SenderShared {
     pub stamp: crate::stamp::PublishStamp,
     /// Each part of the rate schedule, its own session epoch (none without a schedule).
     pub parts: Vec<PartMarks>,
+    /// The part the worker is in (0 without a schedule).
+    pub part: std::sync::atomic::AtomicU64,
 }
 
 /// What a sender reports when it ends.
@@ -219,6 +221,10 @@ impl SenderWorker {
         self.shared.worker.publish(&self.counters);
         self.shared.stamp.end(clock::monotonic_ns());
         self.parts.publish(&self.shared.parts, false);
+        self.shared.part.store(
+            self.parts.current() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Pushes up to `budget` packets' worth of sends, none shorter than `train` packets;

@@ -103,6 +103,11 @@ impl PartClock {
         }
     }
 
+    /// The part the worker is in.
+    pub(super) fn current(&self) -> usize {
+        self.current
+    }
+
     /// The epoch to stamp now.
     pub(super) fn epoch(&self) -> u32 {
         self.epochs.get(self.current).copied().unwrap_or(0)
