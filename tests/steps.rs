@@ -238,3 +238,64 @@ fn a_constant_rate_is_a_one_step_schedule_judged_by_the_run_verdict() {
     );
     assert_eq!(u(&send, "tx_packets"), 20_000, "{send}");
 }
+
+#[test]
+fn two_stepping_senders_keep_their_own_epochs_at_one_sink() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut sink = Command::new(bin());
+    sink.args(["sink", "--json", "--listen", &listen, "--interval", "0"]);
+    sink.args(["--duration", "8s"]);
+    let sink = Proc::spawn(sink);
+    wait_bound(None, port);
+    let senders: Vec<_> = ["step-a", "step-b"]
+        .iter()
+        .map(|name| {
+            Command::new(bin())
+                .args(["send", "--json", "--to", &listen, "--name", name])
+                .args(["--rate-steps", "10kpps:1s,20kpps:1s", "--flows", "2"])
+                .args(["--interval", "0"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = senders
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let (status, sink_out, err) = sink.finish();
+    assert!(status.success(), "{err}");
+    let sink_summary = sink_out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "summary" && v["role"] == "sink")
+        .unwrap();
+    let mut epochs = std::collections::HashSet::new();
+    for (out, name) in outs.iter().zip(["step-a", "step-b"]) {
+        assert_ok(out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let steps = steps_of(&stdout);
+        assert_eq!(steps.len(), 2, "{stdout}");
+        for step in &steps {
+            assert!(epochs.insert(u(step, "epoch")), "epochs are unique: {step}");
+            assert_eq!(step["sink"]["complete"], true, "{step}");
+            assert_eq!(
+                u(&step["sink"], "rx_packets"),
+                u(step, "tx_packets"),
+                "{step}"
+            );
+        }
+        let row = sink_summary["senders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no sender {name}: {sink_summary}"));
+        assert_eq!(u(row, "sessions"), 2, "{row}");
+        let received: u64 = steps.iter().map(|s| u(&s["sink"], "rx_packets")).sum();
+        assert_eq!(u(row, "rx_packets"), received, "{row}");
+    }
+}
