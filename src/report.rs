@@ -371,6 +371,12 @@ pub fn attach_verdict(
                     .collect(),
             );
             sink["latency"] = latency_json(&v.latency);
+            // The sink's size classes; null when it did not say (a sink before protocol 2).
+            sink["sizes"] = if v.sizes.is_empty() && t.packets > 0 {
+                Value::Null
+            } else {
+                Value::Array(v.sizes.iter().map(|c| c.json()).collect())
+            };
             summary["sink"] = sink;
             format!(
                 "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}",

@@ -22,13 +22,16 @@ use crate::{
     control::{
         auth::Secret,
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
-        msg::{FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict},
+        msg::{FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, SizeCount, Verdict},
         server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks},
     },
     error::Error,
     metrics::names,
     sender::SenderShared,
-    sink::registry::{self, FlowReport, Registry, RunVerdict},
+    sink::{
+        registry::{self, FlowReport, Registry, RunVerdict},
+        sizes::ClassCount,
+    },
     stats::{Latency, SessionCounters},
 };
 
@@ -302,6 +305,15 @@ pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
             p99_ns: v.latency_p99_ns,
             max_ns: v.latency_max_ns,
         },
+        sizes: v
+            .sizes
+            .iter()
+            .map(|c| ClassCount {
+                payload: (c.payload > 0).then_some(c.payload),
+                packets: c.packets,
+                bytes: c.bytes,
+            })
+            .collect(),
     }
 }
 
@@ -353,6 +365,15 @@ impl SinkBooks for Books {
             latency_p50_ns: v.latency.p50_ns,
             latency_p99_ns: v.latency.p99_ns,
             latency_max_ns: v.latency.max_ns,
+            sizes: v
+                .sizes
+                .iter()
+                .map(|c| SizeCount {
+                    payload: c.payload.unwrap_or(0),
+                    packets: c.packets,
+                    bytes: c.bytes,
+                })
+                .collect(),
         }
     }
 

@@ -28,7 +28,10 @@ use crate::{
     say,
     schedule::RateSchedule,
     sender::SenderShared,
-    sink::registry::{self, FlowReport, Registry, RunVerdict},
+    sink::{
+        registry::{self, FlowReport, Registry, RunVerdict},
+        sizes::ClassCount,
+    },
     stats::Latency,
 };
 
@@ -181,12 +184,16 @@ pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
                 None => run.flows.push((*flow, *c)),
             }
         }
+        for c in &v.sizes {
+            ClassCount::merge(&mut run.sizes, c);
+        }
         run.latency = Latency {
             p50_ns: run.latency.p50_ns.max(v.latency.p50_ns),
             p99_ns: run.latency.p99_ns.max(v.latency.p99_ns),
             max_ns: run.latency.max_ns.max(v.latency.max_ns),
         };
     }
+    run.sizes.sort_by_key(|c| (c.payload.is_none(), c.payload));
     if run.totals.latency_cells.iter().any(|&n| n > 0) {
         run.latency = Latency::from_cells(&run.totals.latency_cells);
     }

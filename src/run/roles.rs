@@ -373,11 +373,10 @@ pub fn start_sinks(
         return Err(e);
     }
     // Every socket is bound now: a sender whose first packet came later was seen from its start.
-    let registry = Arc::new(Registry::new(
-        shared.clone(),
-        max_senders,
-        crate::clock::monotonic_ns(),
-    ));
+    let registry = Arc::new(
+        Registry::new(shared.clone(), max_senders, crate::clock::monotonic_ns())
+            .with_sizes(Arc::clone(&sizes)),
+    );
     Ok(SinkSet {
         queues,
         shared,

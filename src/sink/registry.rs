@@ -17,6 +17,7 @@ use std::{
 use super::{
     SinkShared,
     mailbox::{FromWorker, SessionKey, ToWorker},
+    sizes::{ClassCount, SizeTable},
 };
 use crate::{
     clock,
@@ -64,6 +65,8 @@ pub struct RunVerdict {
     pub complete: bool,
     /// One-way latency of this sender's packets (the sink's latency cells' resolution).
     pub latency: Latency,
+    /// The sink's size classes of this sender's packets (empty when the sink did not say).
+    pub sizes: Vec<ClassCount>,
 }
 
 /// One sender's books, as the reporter shows them.
@@ -121,6 +124,7 @@ pub struct Registry {
     workers: Vec<Arc<SinkShared>>,
     max_senders: usize,
     started_ns: u64,
+    sizes: Arc<SizeTable>,
     inner: Mutex<Inner>,
 }
 
@@ -145,8 +149,15 @@ impl Registry {
             workers,
             max_senders: max_senders.max(1),
             started_ns,
+            sizes: Arc::default(),
             inner: Mutex::new(inner),
         }
+    }
+
+    /// The same books with the sink's size classes, for the verdicts.
+    pub fn with_sizes(mut self, sizes: Arc<SizeTable>) -> Registry {
+        self.sizes = sizes;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -310,6 +321,9 @@ impl Registry {
                     verdict.flows.push((f.flow, counters));
                 }
                 verdict.latency = Latency::from_cells(&verdict.totals.latency_cells);
+                verdict.sizes = self
+                    .sizes
+                    .counts(&verdict.totals.size_packets, verdict.totals.bytes);
                 return verdict;
             }
             drop(inner);

@@ -49,6 +49,11 @@ impl SinkBooks for Books {
             sink_session: self.session.clone(),
             name: name.into(),
             epoch,
+            sizes: vec![SizeCount {
+                payload: 64,
+                packets: totals.rx_packets,
+                bytes: 64 * totals.rx_packets,
+            }],
             totals,
             ..Default::default()
         }
@@ -253,6 +258,11 @@ pub(crate) fn samples() -> Vec<Message> {
             latency_p50_ns: 1,
             latency_p99_ns: 2,
             latency_max_ns: 3,
+            sizes: vec![SizeCount {
+                payload: 64,
+                packets: 2,
+                bytes: 128,
+            }],
         }),
     ]
 }
