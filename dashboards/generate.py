@@ -306,6 +306,22 @@ def schedule_rows(layout):
         [{"color": "text", "value": None}]), width=24, height=4)
 
 
+def size_class_rows(layout):
+    """Packets per size class (--size mixes such as imix): the sender's classes of its mix next to
+    the sink's classes by exact payload length, so a mix reads class by class at both ends."""
+    layout.row("Size classes")
+    by = "instance, payload"
+    legend = "{{instance}} {{payload}} B"
+    layout.add(timeseries(
+        "Sender packets/s by size class", "Packets the kernel accepted, by the payload length of each class "
+        "of the sender's --size mix (one class without a mix).", "pps",
+        [(summed_rate("ringblast_tx_size_packets_total", by, BY_INSTANCE), legend)]))
+    layout.add(timeseries(
+        "Sink packets/s by size class", "Valid packets the sink received, by exact payload length (its first "
+        "8 lengths; the rest as payload=\"other\"). Equal to the sender's classes when nothing is lost.", "pps",
+        [(summed_rate("ringblast_rx_size_packets_total", by, BY_INSTANCE), legend)]))
+
+
 def build_panels():
     layout = Layout()
 
@@ -338,6 +354,7 @@ def build_panels():
 
     per_sender_rows(layout)
     schedule_rows(layout)
+    size_class_rows(layout)
 
     layout.row("Kernel drops and errors")
     layout.add(timeseries(

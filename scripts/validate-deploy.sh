@@ -116,6 +116,7 @@ ringblast_rx_sender_unconfirmed_packets_total ringblast_rx_sender_send_failed_pa
 ringblast_rx_sender_sessions_total ringblast_rx_sender_active_sessions ringblast_rx_control_connections_total
 ringblast_tx_control_connected ringblast_tx_control_reconnects_total ringblast_rx_sender_kernel_drops_total
 ringblast_tx_schedule_step ringblast_tx_schedule_steps ringblast_tx_step_packets_total ringblast_tx_steps_total
+ringblast_tx_size_packets_total ringblast_tx_size_bytes_total ringblast_rx_size_packets_total ringblast_rx_size_bytes_total
 """.split())
 SINK_KEYS = {"listen", "queues", "duration", "json", "metrics", "secret_file", "insecure_control", "max_sessions",
              "session_idle", "max_senders"}

@@ -80,3 +80,71 @@ fn a_stepped_runs_verdict_sums_its_steps_size_classes() {
         u(&send, "tx_packets")
     );
 }
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn series(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name_and_labels} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
+}
+
+#[test]
+fn the_size_class_series_equal_both_summaries() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "pair", "--size", "imix", "--rate", "24kpps", "--count", "24000",
+    ]);
+    cmd.args(["--json", "--interval", "0", "--metrics"]);
+    cmd.args([&format!("127.0.0.1:{port}"), "--metrics-linger", "30s"]);
+    let mut pair = Proc::spawn(cmd);
+    pair.wait_line(
+        "metrics: serving final values",
+        std::time::Duration::from_secs(30),
+    );
+    let text = scrape(port);
+    pair.interrupt();
+    let (status, out, err) = pair.finish();
+    assert!(status.success(), "{err}");
+    let summary = |role: &str| {
+        out.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["type"] == "summary" && v["role"] == role)
+            .unwrap()
+    };
+    let (tx, rx) = (summary("send"), summary("sink"));
+    let sent = classes(&tx["sizes"]);
+    assert_eq!(sent.len(), 3, "{tx}");
+    assert_eq!(classes(&rx["sizes"]), sent, "{rx}");
+    for (payload, packets, bytes) in sent {
+        let l = format!(r#"{{payload="{payload}"}}"#);
+        assert_eq!(
+            series(&text, &format!("ringblast_tx_size_packets_total{l}")),
+            packets
+        );
+        assert_eq!(
+            series(&text, &format!("ringblast_tx_size_bytes_total{l}")),
+            bytes
+        );
+        assert_eq!(
+            series(&text, &format!("ringblast_rx_size_packets_total{l}")),
+            packets
+        );
+        assert_eq!(
+            series(&text, &format!("ringblast_rx_size_bytes_total{l}")),
+            bytes
+        );
+    }
+}

@@ -277,6 +277,11 @@ pub struct Handles {
     pub senders: Option<super::senders::SenderSeries>,
     /// The sender's rate schedule series.
     pub steps: Option<super::steps::StepSeries>,
+    /// The sender's and the sink's size classes.
+    pub sizes: (
+        Option<super::sizes::TxSizeSeries>,
+        Option<super::sizes::RxSizeSeries>,
+    ),
 }
 
 impl Handles {
@@ -292,6 +297,12 @@ impl Handles {
             s.flush();
         }
         if let Some(s) = &self.steps {
+            s.flush();
+        }
+        if let Some(s) = &self.sizes.0 {
+            s.flush();
+        }
+        if let Some(s) = self.sizes.1.as_mut() {
             s.flush();
         }
     }

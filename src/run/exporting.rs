@@ -79,11 +79,19 @@ pub fn register(
         let n = s.schedule.as_ref().map_or(1, |s| s.parts().len());
         crate::metrics::steps::StepSeries::register(s.shared.clone(), n, Arc::clone(&s.tally))
     });
+    let sizes = (
+        senders_set
+            .map(|s| crate::metrics::sizes::TxSizeSeries::register(s.shared.clone(), &s.sizes)),
+        sinks.map(|s| {
+            crate::metrics::sizes::RxSizeSeries::new(s.registry.clone(), Arc::clone(&s.sizes))
+        }),
+    );
     Exporter::new(handles::Handles {
         tx,
         rx,
         senders,
         steps,
+        sizes,
     })
 }
 

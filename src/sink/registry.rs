@@ -431,6 +431,27 @@ impl Registry {
         }
     }
 
+    /// Valid packets per size class (the last cell: other lengths) and their payload bytes, over
+    /// every sender's closed and live sessions (attributed or not).
+    pub fn size_totals(&self) -> ([u64; super::sizes::CLASSES + 1], u64) {
+        let mut inner = self.lock();
+        self.drain(&mut inner);
+        let mut total = SessionCounters::default();
+        for book in inner.senders.values() {
+            total.add(&book.closed);
+        }
+        for (w, worker) in self.workers.iter().enumerate() {
+            for (slot, shared) in worker.mailbox.sessions.iter().enumerate() {
+                if let Some(view) = shared.load()
+                    && view.generation > inner.closed_generation[w][slot]
+                {
+                    total.add(&view.counters);
+                }
+            }
+        }
+        (total.size_packets, total.bytes)
+    }
+
     /// Packets lost in flows no sink queue ever saw (booked per sender, not per queue).
     pub fn unseen_lost(&self) -> u64 {
         self.lock().unseen_lost
