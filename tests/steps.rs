@@ -299,3 +299,47 @@ fn two_stepping_senders_keep_their_own_epochs_at_one_sink() {
         assert_eq!(u(row, "rx_packets"), received, "{row}");
     }
 }
+
+#[test]
+fn a_stepped_run_stopped_early_keeps_its_verdict_and_its_unsent_steps_are_empty() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut sink = Command::new(bin());
+    sink.args(["sink", "--json", "--listen", &listen, "--interval", "0"]);
+    sink.args(["--duration", "6s"]);
+    let sink = Proc::spawn(sink);
+    wait_bound(None, port);
+    let mut send = Command::new(bin());
+    send.args(["send", "--json", "--to", &listen, "--interval", "1s"]);
+    send.args([
+        "--rate-steps",
+        "10kpps:1s,10kpps:1s,10kpps:1s,10kpps:1s,10kpps:20s",
+    ]);
+    let mut send = Proc::spawn(send);
+    // The first interval line comes after 1 s: the run is in its second step.
+    send.wait_line("q0 n0", Duration::from_secs(10));
+    send.interrupt();
+    let (status, out, err) = send.finish();
+    assert!(status.success(), "{err}");
+    let (sink_status, _, sink_err) = sink.finish();
+    assert!(sink_status.success(), "{sink_err}");
+    let run = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "summary" && v["role"] == "send")
+        .unwrap();
+    let steps = steps_of(&out);
+    assert_eq!(steps.len(), 5, "{out}");
+    assert_eq!(
+        run["sink"]["complete"], true,
+        "the run keeps its verdict: {run}"
+    );
+    let received: u64 = steps.iter().map(|s| u(&s["sink"], "rx_packets")).sum();
+    assert_eq!(received, u(&run["sink"], "rx_packets"), "{run}");
+    assert_eq!(received, u(&run, "tx_packets"), "{run}");
+    for step in &steps[3..] {
+        assert_eq!(u(step, "tx_packets"), 0, "never reached: {step}");
+        assert_eq!(step["loss"], 0, "{step}");
+    }
+}
