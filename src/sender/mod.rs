@@ -36,6 +36,8 @@ use crate::{
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
 /// The longest a sender sleeps in one wait, so a stop request is seen promptly.
 const MAX_SLEEP_NS: u64 = 5_000_000;
+/// How long after its deadline a paced sender may still send what fell due before it.
+const DEADLINE_GRACE_NS: u64 = 20_000_000;
 
 /// Which io_uring operation sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -339,7 +341,8 @@ impl Job for SenderWorker {
         loop {
             let now = clock::monotonic_ns();
             // A paced run sends what fell due before its deadline even when its loop comes
-            // round after it: a late loop never shortens the run's schedule.
+            // round a little after it: a late loop never shortens the run's schedule (a sender
+            // that is behind by more than the grace stops all the same).
             let pace_now = deadline.map_or(now, |d| now.min(d.saturating_sub(1)));
             // A paced GSO sender waits until a whole train is due instead of sending short ones.
             let train = if self.config.rate_pps.is_some() {
@@ -353,8 +356,12 @@ impl Job for SenderWorker {
             let need = burst_left.unwrap_or(train).max(1);
             let budget = pacer.allowance(pace_now).min(remaining);
             let budget = burst_left.map_or(budget, |left| budget.min(left));
-            let overdue = deadline.is_some_and(|d| now >= d)
-                && (self.config.rate_pps.is_none() || budget < need);
+            let overdue = deadline.is_some_and(|d| {
+                now >= d
+                    && (self.config.rate_pps.is_none()
+                        || budget < need
+                        || now >= d + DEADLINE_GRACE_NS)
+            });
             if !stopping && (control.stop_requested() || remaining == 0 || overdue) {
                 stopping = true;
             }
