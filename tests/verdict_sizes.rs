@@ -71,8 +71,29 @@ fn a_remote_senders_summary_carries_the_sinks_size_classes() {
 #[test]
 fn a_stepped_runs_verdict_sums_its_steps_size_classes() {
     let _guard = traffic_lock();
-    let (send, sink, _) = pair(&["--size", "imix", "--rate-steps", "12kpps:1s,24kpps:1s"]);
+    let mut all = vec!["pair", "--json", "--no-metrics", "--size", "imix"];
+    all.extend(["--rate-steps", "12kpps:1s,24kpps:1s"]);
+    let out = ringblast(&all);
+    assert_ok(&out);
+    let s = summaries(&out);
+    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     let sent = classes(&send["sizes"]);
+    // Each step's verdict has its own classes; together they are the run's.
+    let mut by_step: Vec<(u64, u64, u64)> = Vec::new();
+    for step in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "step")
+    {
+        for (payload, packets, bytes) in classes(&step["sink"]["sizes"]) {
+            match by_step.iter_mut().find(|c| c.0 == payload) {
+                Some(c) => (c.1, c.2) = (c.1 + packets, c.2 + bytes),
+                None => by_step.push((payload, packets, bytes)),
+            }
+        }
+    }
+    by_step.sort_unstable();
+    assert_eq!(by_step, sent, "the steps' classes add up to the run's");
     assert_eq!(classes(&send["sink"]["sizes"]), sent, "{send}");
     assert_eq!(classes(&sink["sizes"]), sent, "{sink}");
     assert_eq!(

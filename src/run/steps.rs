@@ -41,6 +41,7 @@ pub fn step_reports(
                     v["loss_ratio"] = json!(loss as f64 / stamped.saturating_sub(failed).max(1) as f64);
                     let mut sink = counters_json(t);
                     sink["complete"] = json!(true);
+                    sink["sizes"] = Value::Array(verdict.sizes.iter().map(|c| c.json()).collect());
                     v["sink"] = sink;
                     format!(
                         "received {}, loss {loss} (lost {}, kernel drops {}), dup {}, reordered {}, send failed {}",
