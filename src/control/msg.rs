@@ -102,6 +102,10 @@ pub struct Hello {
     pub elapsed_ns: u64,
     /// Number of reconnects before this connection.
     pub reconnect: u32,
+    /// The step of a rate schedule this epoch is, from 1 for the second (protocol version 2):
+    /// it continues its sender's run, so the sink counts it as no new session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
 }
 
 /// The sink's reply to [`Hello`].

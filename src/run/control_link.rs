@@ -264,6 +264,7 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
         epoch: s.epoch,
         flows: s.flow_reports(),
         elapsed_ns,
+        step: 0,
     }
 }
 
@@ -339,6 +340,7 @@ impl SinkBooks for Books {
                 })
                 .collect(),
             elapsed_ns: hello.elapsed_ns,
+            step: hello.step.unwrap_or(0),
         };
         let (uptime, line) = self.registry.hello(Some(peer), &h);
         let rate = hello
@@ -423,6 +425,7 @@ impl SenderView for View {
             rate_pps: self.rate_pps,
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
             reconnect,
+            step: None,
         }
     }
 

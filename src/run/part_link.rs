@@ -217,6 +217,7 @@ impl PartSink for InProcess {
             epoch: self.books.epochs[part],
             flows: self.books.reports(part),
             elapsed_ns: 0,
+            step: part as u32,
         };
         let (_, line) = self.registry.hello(None, &hello);
         if part == 0 {
@@ -329,6 +330,7 @@ impl SenderView for PartView {
             rate_pps: Some(self.rate_pps),
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.starts_ns),
             reconnect,
+            step: (self.part > 0).then_some(self.part as u32),
         }
     }
 

@@ -52,6 +52,8 @@ pub struct Hello {
     pub flows: Vec<FlowReport>,
     /// Nanoseconds since its first send (0 before it).
     pub elapsed_ns: u64,
+    /// A later step of a rate schedule (from 1): the same sender run, so no new session.
+    pub step: u32,
 }
 
 /// What the sink saw of one sender run, after its goodbye.
@@ -113,6 +115,8 @@ struct Inner {
     epochs: HashMap<u32, Epoch>,
     closed_generation: Vec<Vec<u64>>,
     waiting: HashMap<SessionKey, Waiting>,
+    /// Epochs that are later steps of a sender's run (not sessions of their own).
+    steps: std::collections::HashSet<u32>,
     unseen_lost: u64,
     /// Lines for the log: sessions seen without a hello, sessions ended.
     events: Vec<String>,
@@ -205,7 +209,15 @@ impl Registry {
             book.epochs.push(hello.epoch);
         }
         let sessions = book.epochs.len();
+        if hello.step > 0 {
+            inner.steps.insert(hello.epoch);
+        }
         let line = match (known, new_epoch) {
+            (true, true) if hello.step > 0 => format!(
+                "sink: sender {name} from {from}: step {} (epoch {:08x})",
+                hello.step + 1,
+                hello.epoch
+            ),
             (false, _) => format!(
                 "sink: sender {name} from {from}: session 1 (epoch {:08x}, {} flows)",
                 hello.epoch,
@@ -514,7 +526,11 @@ impl Registry {
                 SenderRow {
                     name: name.clone(),
                     counters,
-                    sessions: book.epochs.len() as u64,
+                    sessions: book
+                        .epochs
+                        .iter()
+                        .filter(|e| !inner.steps.contains(e))
+                        .count() as u64,
                     active_sessions,
                     active_ns,
                 }

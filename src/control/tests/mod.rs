@@ -122,6 +122,7 @@ impl SenderView for View {
             rate_pps: None,
             elapsed_ns: 0,
             reconnect,
+            step: None,
         }
     }
     fn progress(&self) -> Progress {
@@ -235,6 +236,7 @@ pub(crate) fn samples() -> Vec<Message> {
             rate_pps: Some(1e6),
             elapsed_ns: 12,
             reconnect: 1,
+            step: Some(2),
         }),
         Message::Welcome(Welcome {
             sink_session: "s".into(),
