@@ -330,6 +330,58 @@ def tcp_rows(layout):
           sender_legend)]), width=12)
 
 
+def schedule_rows(layout):
+    """The sender's rate schedule (--rate-steps, --ramp; a constant rate is one step) and the sink's
+    verdict of each step, so a staircase or a ramp reads as target, achieved and per-step results."""
+    layout.row("Schedule and steps (sender)")
+    achieved = summed_rate("ringblast_tx_packets_total", "instance")
+    wanted = gauge("ringblast_tx_target_packets_per_second", "instance", agg="sum")
+    layout.add(timeseries(
+        "Schedule: target vs achieved packets/s",
+        "The target follows the schedule (each step of --rate-steps, the slope of a --ramp); achieved is what "
+        "the kernel accepted. A step the sender cannot hold shows as achieved below the target.", "pps",
+        [(f"{wanted} > 0", "{{instance}} target"), (achieved, "{{instance}} achieved")]), width=10)
+    layout.add(timeseries(
+        "Schedule step", "The step each sender is in, out of its schedule's steps (1 of 1 for a constant rate).",
+        "none",
+        [(gauge("ringblast_tx_schedule_step", "instance", selector=BY_INSTANCE), "{{instance}} step"),
+         (gauge("ringblast_tx_schedule_steps", "instance", selector=BY_INSTANCE), "{{instance}} steps")]),
+        width=6)
+    results = timeseries(
+        "Step results (sink verdict per step)",
+        "Each judged step adds its packets once its verdict arrives: sent (accepted by the kernel), received, "
+        "lost, kernel_drops, duplicates and send_failed (the sender could not offer them; never loss). Each "
+        "step is its own session epoch at the sink, so these are exact per step.", "short",
+        [(f"sum by (instance, result) (increase(ringblast_tx_step_packets_total{{{BY_INSTANCE}}}"
+          "[$__rate_interval]))", "{{instance}} {{result}}")])
+    results["fieldConfig"]["defaults"]["custom"]["drawStyle"] = "bars"
+    results["fieldConfig"]["defaults"]["custom"]["fillOpacity"] = 60
+    layout.add(results, width=8)
+    layout.add(stat(
+        "Steps judged and unknown",
+        "Steps the sink gave a complete verdict for by the end of the range, and steps without one (their loss "
+        "is unknown, never 0).",
+        "short",
+        [(f"sum by (verdict) (max_over_time(ringblast_tx_steps_total{{{BY_INSTANCE}}}[$__range]))", "{{verdict}}")],
+        [{"color": "text", "value": None}]), width=24, height=4)
+
+
+def size_class_rows(layout):
+    """Packets per size class (--size mixes such as imix): the sender's classes of its mix next to
+    the sink's classes by exact payload length, so a mix reads class by class at both ends."""
+    layout.row("Size classes")
+    by = "instance, payload"
+    legend = "{{instance}} {{payload}} B"
+    layout.add(timeseries(
+        "Sender packets/s by size class", "Packets the kernel accepted, by the payload length of each class "
+        "of the sender's --size mix (one class without a mix).", "pps",
+        [(summed_rate("ringblast_tx_size_packets_total", by, BY_INSTANCE), legend)]))
+    layout.add(timeseries(
+        "Sink packets/s by size class", "Valid packets the sink received, by exact payload length (its first "
+        "8 lengths; the rest as payload=\"other\"). Equal to the sender's classes when nothing is lost.", "pps",
+        [(summed_rate("ringblast_rx_size_packets_total", by, BY_INSTANCE), legend)]))
+
+
 def build_panels():
     layout = Layout()
 
@@ -361,6 +413,8 @@ def build_panels():
         "percentunit", [(f"{lost} / ({received} + {lost})", "{{instance}}")]))
 
     per_sender_rows(layout)
+    schedule_rows(layout)
+    size_class_rows(layout)
 
     layout.row("Kernel drops and errors")
     layout.add(timeseries(

@@ -120,7 +120,10 @@ ringblast_tcp_delivered_records_total ringblast_tcp_tx_connections_open ringblas
 ringblast_tcp_connects_total ringblast_tcp_accepts_total ringblast_tcp_connect_failures_total
 ringblast_tcp_tx_resets_total ringblast_tcp_rx_resets_total ringblast_tcp_rx_invalid_total ringblast_tcp_srtt_seconds
 ringblast_tcp_cwnd_segments ringblast_tcp_retransmits_total ringblast_tcp_rx_sender_records_total
-ringblast_tcp_rx_sender_connections_open""".split())
+ringblast_tcp_rx_sender_connections_open
+ringblast_tx_schedule_step ringblast_tx_schedule_steps ringblast_tx_step_packets_total ringblast_tx_steps_total
+ringblast_tx_size_packets_total ringblast_tx_size_bytes_total ringblast_rx_size_packets_total ringblast_rx_size_bytes_total
+""".split())
 SINK_KEYS = {"listen", "queues", "duration", "json", "metrics", "secret_file", "insecure_control", "max_sessions",
              "session_idle", "max_senders"}
 SEND_KEYS = {"to", "rate", "size", "duration", "count", "queues", "flows", "batch", "gso", "json", "metrics",

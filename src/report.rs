@@ -342,7 +342,7 @@ fn loss_percent(received: u64, lost: u64) -> f64 {
     }
 }
 
-fn counters_json(c: &SessionCounters) -> Value {
+pub fn counters_json(c: &SessionCounters) -> Value {
     json!({"rx_packets": c.packets, "rx_bytes": c.bytes, "rx_lost": c.lost,
         "rx_reordered": c.reordered, "rx_duplicates": c.duplicates, "rx_late": c.late,
         "rx_kernel_drops": c.kernel_drops, "rx_unconfirmed": c.unconfirmed,
@@ -371,6 +371,12 @@ pub fn attach_verdict(
                     .collect(),
             );
             sink["latency"] = latency_json(&v.latency);
+            // The sink's size classes; null when it did not say (a sink before protocol 2).
+            sink["sizes"] = if v.sizes.is_empty() && t.packets > 0 {
+                Value::Null
+            } else {
+                Value::Array(v.sizes.iter().map(|c| c.json()).collect())
+            };
             summary["sink"] = sink;
             format!(
                 "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}",

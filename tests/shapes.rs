@@ -97,9 +97,19 @@ fn rate_steps_hold_each_rate_and_report_each_step() {
         assert_eq!(step["target_pps"].as_f64(), Some(want), "{step}");
         let achieved = u(step, "tx_packets") as f64 / 1.0;
         assert!((achieved / want - 1.0).abs() <= 0.01, "{step}");
-        // The sink lost nothing in the whole run, so every step's loss is exactly 0.
+        // Each step is its own epoch: its loss is the sink's verdict for that step alone.
+        let verdict = &step["sink"];
+        assert_eq!(verdict["complete"], true, "{step}");
+        assert_eq!(u(verdict, "rx_packets"), u(step, "tx_packets"), "{step}");
+        assert_eq!(
+            u(verdict, "rx_lost") + u(verdict, "rx_kernel_drops"),
+            0,
+            "{step}"
+        );
         assert_eq!(step["loss"], 0, "{step}");
     }
+    let epochs: std::collections::HashSet<u64> = steps.iter().map(|s| u(s, "epoch")).collect();
+    assert_eq!(epochs.len(), 3, "one epoch per step: {steps:?}");
     let total: u64 = steps.iter().map(|s| u(s, "tx_packets")).sum();
     assert_eq!(total, u(&send, "tx_packets"), "steps add up to the run");
     assert_eq!(total, u(&sink, "rx_packets"), "and to the sink's count");

@@ -18,7 +18,7 @@ use rand::Rng;
 use sha2::Sha256;
 use thiserror::Error;
 
-use super::frame::{FrameError, read_frame, write_frame};
+use super::frame::{FrameError, read_frame, read_frame_versioned, write_frame, write_frame_as};
 use super::msg::{AuthOk, ClientAuth, ClientHello, Message, Refused, ServerChallenge};
 use crate::error::Error;
 
@@ -154,12 +154,17 @@ fn nonce() -> [u8; 32] {
 }
 
 fn refuse<S: Write + ?Sized>(s: &mut S, reason: &str) {
+    refuse_as(s, super::frame::VERSION, reason);
+}
+
+fn refuse_as<S: Write + ?Sized>(s: &mut S, version: u8, reason: &str) {
     // Best effort: the connection is being dropped anyway.
-    let _ = write_frame(
+    let _ = write_frame_as(
         s,
         &Message::Refused(Refused {
             reason: reason.to_string(),
         }),
+        version,
     );
 }
 
@@ -235,15 +240,16 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
     Ok(ok.sink_session)
 }
 
-/// Runs the server side. The caller bounds it with the stream's read timeouts.
+/// Runs the server side; returns the protocol version the client speaks (every answer is
+/// written in it). The caller bounds it with the stream's read timeouts.
 pub fn server_handshake<S: Read + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&Secret>,
     sink_session: &str,
-) -> Result<(), AuthError> {
-    let hello = match read_frame(stream)? {
-        Message::ClientHello(h) => h,
-        m => {
+) -> Result<u8, AuthError> {
+    let (hello, version) = match read_frame_versioned(stream)? {
+        (Message::ClientHello(h), v) => (h, v),
+        (m, _) => {
             return Err(AuthError::Unexpected {
                 expected: "ClientHello",
                 got: m.name(),
@@ -252,24 +258,25 @@ pub fn server_handshake<S: Read + Write + ?Sized>(
     };
     match (secret.is_some(), hello.auth) {
         (true, false) => {
-            refuse(stream, SINK_NEEDS_SECRET);
+            refuse_as(stream, version, SINK_NEEDS_SECRET);
             return Err(AuthError::MissingCredentials);
         }
         (false, true) => {
-            refuse(stream, SINK_HAS_NO_SECRET);
+            refuse_as(stream, version, SINK_HAS_NO_SECRET);
             return Err(AuthError::UnexpectedCredentials);
         }
         _ => {}
     }
     let nonce_s = nonce();
     let mac_s = secret.map(|s| s.tag(SINK_LABEL, &hello.nonce, &nonce_s));
-    write_frame(
+    write_frame_as(
         stream,
         &Message::ServerChallenge(ServerChallenge {
             nonce: nonce_s,
             auth: secret.is_some(),
             mac: mac_s,
         }),
+        version,
     )?;
     let auth = match read_frame(stream)? {
         Message::ClientAuth(a) => a,
@@ -289,14 +296,15 @@ pub fn server_handshake<S: Read + Write + ?Sized>(
         _ => false,
     };
     if !good {
-        refuse(stream, WRONG_SECRET);
+        refuse_as(stream, version, WRONG_SECRET);
         return Err(AuthError::WrongSecret);
     }
-    write_frame(
+    write_frame_as(
         stream,
         &Message::AuthOk(AuthOk {
             sink_session: sink_session.to_string(),
         }),
+        version,
     )?;
-    Ok(())
+    Ok(version)
 }

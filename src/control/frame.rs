@@ -1,6 +1,9 @@
 //! Framing of control messages over any byte stream.
 //!
-//! A frame is `[u32 BE length of the rest][u8 version = 1][u8 message type][JSON payload]`.
+//! A frame is `[u32 BE length of the rest][u8 version][u8 message type][JSON payload]`.
+//! Version 2 adds the sink's size classes to the Verdict. A sender speaks version 2; a sink
+//! reads versions 1 and 2 and answers each connection in the version its ClientHello came in,
+//! so a version-1 sender gets the version-1 Verdict it can read.
 //! The length is checked against [`MAX_FRAME`] before anything is allocated. [`decode`] is the
 //! one pure parser; [`read_frame`] (blocking, for the handshake) and [`FrameReader`] (resumable
 //! across read timeouts, for the long-lived loops) both feed it. Read timeouts are whatever the
@@ -14,8 +17,10 @@ use super::msg::{LAST_KIND, Message, kind_name};
 
 /// Largest value of the length field (version + type + payload), in bytes.
 pub const MAX_FRAME: usize = 256 * 1024;
-/// The protocol version this build speaks.
-pub const VERSION: u8 = 1;
+/// The protocol version this build speaks (and a sender writes).
+pub const VERSION: u8 = 2;
+/// The oldest version this build still reads and answers.
+pub const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;
 
 /// Why a frame could not be read.
@@ -32,8 +37,10 @@ pub enum FrameError {
     /// The length field is too small to hold the version and type bytes.
     #[error("frame length {0} is too short for a header")]
     Runt(usize),
-    /// The version byte is not [`VERSION`].
-    #[error("unknown protocol version {0} (this build speaks version {VERSION})")]
+    /// The version byte is not one this build reads.
+    #[error(
+        "unknown protocol version {0} (this build speaks versions {OLDEST_VERSION} to {VERSION}; upgrade the older side)"
+    )]
     UnknownVersion(u8),
     /// The message type byte is not one this build knows.
     #[error("unknown message type {0}")]
@@ -73,8 +80,13 @@ pub enum FrameError {
     Io(#[from] io::Error),
 }
 
-/// Encodes `msg` as one frame.
+/// Encodes `msg` as one frame of this build's version.
 pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
+    encode_as(msg, VERSION)
+}
+
+/// Encodes `msg` as one frame of protocol `version`.
+pub fn encode_as(msg: &Message, version: u8) -> io::Result<Vec<u8>> {
     let payload = msg.to_json();
     let len = payload.len() + 2;
     if len > MAX_FRAME {
@@ -88,7 +100,7 @@ pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
     }
     let mut out = Vec::with_capacity(HEADER + len);
     out.extend_from_slice(&(len as u32).to_be_bytes());
-    out.push(VERSION);
+    out.push(version);
     out.push(msg.kind());
     out.extend_from_slice(&payload);
     Ok(out)
@@ -96,7 +108,12 @@ pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
 
 /// Writes `msg` as one frame (one `write_all`, then a flush).
 pub fn write_frame<W: Write + ?Sized>(w: &mut W, msg: &Message) -> io::Result<()> {
-    w.write_all(&encode(msg)?)?;
+    write_frame_as(w, msg, VERSION)
+}
+
+/// Writes `msg` as one frame of protocol `version` (a sink answering an older sender).
+pub fn write_frame_as<W: Write + ?Sized>(w: &mut W, msg: &Message, version: u8) -> io::Result<()> {
+    w.write_all(&encode_as(msg, version)?)?;
     w.flush()
 }
 
@@ -121,7 +138,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
         return Err(FrameError::Runt(len));
     }
     if let Some(&v) = bytes.get(HEADER)
-        && v != VERSION
+        && !(OLDEST_VERSION..=VERSION).contains(&v)
     {
         return Err(FrameError::UnknownVersion(v));
     }
@@ -185,6 +202,11 @@ fn fill<R: Read + ?Sized>(
 /// A timeout part-way through a frame leaves the stream out of step; callers treat every
 /// error as fatal for the connection (use [`FrameReader`] to survive timeouts).
 pub fn read_frame<R: Read + ?Sized>(r: &mut R) -> Result<Message, FrameError> {
+    read_frame_versioned(r).map(|(m, _)| m)
+}
+
+/// [`read_frame`], also returning the frame's protocol version.
+pub fn read_frame_versioned<R: Read + ?Sized>(r: &mut R) -> Result<(Message, u8), FrameError> {
     let mut head = [0u8; HEADER + 2];
     fill(r, &mut head[..HEADER], 0, HEADER)?;
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -206,7 +228,7 @@ pub fn read_frame<R: Read + ?Sized>(r: &mut R) -> Result<Message, FrameError> {
     let mut buf = vec![0u8; HEADER + len];
     buf[..HEADER + 2].copy_from_slice(&head);
     fill(r, &mut buf, HEADER + 2, HEADER + len)?;
-    decode(&buf).map(|(m, _)| m)
+    decode(&buf).map(|(m, _)| (m, buf[HEADER]))
 }
 
 /// Accumulates bytes across reads so a read timeout never loses part of a frame.
@@ -301,8 +323,13 @@ mod tests {
             assert!(format!("{e:?}").starts_with(want), "cut {cut}: {e:?}");
         }
         let mut bad = bytes.clone();
-        bad[4] = 2;
-        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(2))));
+        bad[4] = 3;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(3))));
+        // A version-1 frame (an older sender) still reads, and says its version.
+        let mut old = bytes.clone();
+        old[4] = 1;
+        let (_, v) = read_frame_versioned(&mut io::Cursor::new(old)).unwrap();
+        assert_eq!(v, 1);
         let mut bad = bytes.clone();
         bad[5] = 0;
         assert!(matches!(decode(&bad), Err(FrameError::UnknownType(0))));

@@ -17,6 +17,8 @@ pub const MAX_FLOWS: usize = 65_536;
 pub const MAX_NAME: usize = 128;
 /// Longest refusal reason, in bytes.
 pub const MAX_REASON: usize = 512;
+/// Most size classes a Verdict may list.
+pub const MAX_SIZES: usize = 64;
 
 /// Client's first handshake message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +102,10 @@ pub struct Hello {
     pub elapsed_ns: u64,
     /// Number of reconnects before this connection.
     pub reconnect: u32,
+    /// The step of a rate schedule this epoch is, from 1 for the second (protocol version 2):
+    /// it continues its sender's run, so the sink counts it as no new session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
 }
 
 /// The sink's reply to [`Hello`].
@@ -196,6 +202,21 @@ pub struct Verdict {
     pub latency_p99_ns: u64,
     /// Largest latency.
     pub latency_max_ns: u64,
+    /// The sink's size classes of this sender's packets (protocol version 2; absent before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<SizeCount>,
+}
+
+/// One size class of a [`Verdict`]: an exact payload length, or 0 for every other length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeCount {
+    /// UDP payload length in bytes; 0: the lengths without a class of their own.
+    pub payload: u32,
+    /// Valid packets.
+    pub packets: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
 }
 
 /// Every control-channel message.
@@ -305,6 +326,12 @@ impl Message {
             Message::Verdict(m) => {
                 check_name("sink_session", &m.sink_session)?;
                 check_name("name", &m.name)?;
+                if m.sizes.len() > MAX_SIZES {
+                    return Err(format!(
+                        "{} size classes listed, the cap is {MAX_SIZES}",
+                        m.sizes.len()
+                    ));
+                }
                 check_flows(m.flows.len())
             }
             Message::ClientHello(_)

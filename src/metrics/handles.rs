@@ -275,6 +275,13 @@ pub struct Handles {
     pub rx: Vec<RxWorker>,
     /// The sink's per-sender series.
     pub senders: Option<super::senders::SenderSeries>,
+    /// The sender's rate schedule series.
+    pub steps: Option<super::steps::StepSeries>,
+    /// The sender's and the sink's size classes.
+    pub sizes: (
+        Option<super::sizes::TxSizeSeries>,
+        Option<super::sizes::RxSizeSeries>,
+    ),
 }
 
 impl Handles {
@@ -287,6 +294,15 @@ impl Handles {
             w.flush();
         }
         if let Some(s) = self.senders.as_mut() {
+            s.flush();
+        }
+        if let Some(s) = &self.steps {
+            s.flush();
+        }
+        if let Some(s) = &self.sizes.0 {
+            s.flush();
+        }
+        if let Some(s) = self.sizes.1.as_mut() {
             s.flush();
         }
     }

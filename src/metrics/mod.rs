@@ -9,6 +9,8 @@ pub mod handles;
 pub mod http;
 pub mod names;
 pub mod senders;
+pub mod sizes;
+pub mod steps;
 pub mod tcp;
 pub mod tcp_senders;
 
@@ -100,6 +102,12 @@ pub fn series_count(shape: &Shape) -> usize {
         .iter()
         .map(|flows| flows * (2 + ERRNO_CLASSES) + ring + 3)
         .sum();
+    // Schedule step, steps, step results and step verdicts.
+    let schedule = if shape.tx_flows_per_queue.is_empty() {
+        0
+    } else {
+        2 + steps::STEP_RESULTS.len() + 2 + 2 * crate::sender::mix::MAX_CLASSES
+    };
     let rx_per_queue = (shape.rx_exported_flows + 1) * 5
         + INVALID_LABELS.len()
         + 3
@@ -108,12 +116,24 @@ pub fn series_count(shape: &Shape) -> usize {
         + ring
         + 1;
     let per_sender = 10;
+    // The sink's size classes and `other`, packets and bytes.
+    let rx_sizes = if shape.rx_queues > 0 {
+        2 * (crate::sink::sizes::CLASSES + 1)
+    } else {
+        0
+    };
     let control = if shape.rx_queues > 0 {
         CONTROL_RESULTS.len()
     } else {
         2
     };
-    tx + shape.rx_queues * rx_per_queue + shape.rx_senders * per_sender + control + shape.nodes + 3
+    tx + schedule
+        + rx_sizes
+        + shape.rx_queues * rx_per_queue
+        + shape.rx_senders * per_sender
+        + control
+        + shape.nodes
+        + 3
 }
 
 /// Refuses a run whose series count is above `limit`, naming the product that drives it.

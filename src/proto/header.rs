@@ -8,7 +8,7 @@
 //! | 5      | 1    | flags                                          |
 //! | 6      | 4    | failed sends of this flow so far, mod 2^32     |
 //! | 10     | 2    | flow (flow ids are below 65536)                |
-//! | 12     | 4    | epoch (random per sender run)                  |
+//! | 12     | 4    | epoch (random per sender run and per schedule step) |
 //! | 16     | 8    | sequence number                                |
 //! | 24     | 8    | send timestamp, ns since the Unix epoch (CLOCK_REALTIME) |
 //!

@@ -13,6 +13,7 @@ use std::{
 };
 
 use super::{
+    part_link,
     roles::{SenderSet, SinkSet},
     session::{GOODBYE_WAIT, VerdictSource},
 };
@@ -21,13 +22,16 @@ use crate::{
     control::{
         auth::Secret,
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
-        msg::{FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict},
+        msg::{FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, SizeCount, Verdict},
         server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks},
     },
     error::Error,
     metrics::names,
     sender::SenderShared,
-    sink::registry::{self, FlowReport, Registry, RunVerdict},
+    sink::{
+        registry::{self, FlowReport, Registry, RunVerdict},
+        sizes::ClassCount,
+    },
     stats::{Latency, SessionCounters},
 };
 
@@ -86,6 +90,33 @@ pub fn start(
         refused: Arc::clone(&refused),
     };
     match (link, senders, sinks) {
+        // A rate schedule: each part is its own session epoch (`part_link`).
+        (Link::InProcess, Some(s), Some(k)) if s.schedule.is_some() => {
+            let sink = part_link::InProcess {
+                registry: Arc::clone(&k.registry),
+                books: part_books(s),
+            };
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
+            started.verdict = VerdictSource::Parts(part_link::start(Box::new(sink), part_books(s)));
+        }
+        (Link::Connect { addr, secret, name }, Some(s), _) if s.schedule.is_some() => {
+            let mut config = ClientConfig::new(addr);
+            config.secret = secret;
+            let sink = part_link::Remote {
+                config,
+                name,
+                books: part_books(s),
+                schedule: s
+                    .schedule
+                    .clone()
+                    .ok_or_else(|| Error::Usage("a stepped run without its schedule".into()))?,
+                size: u32::try_from(s.size).unwrap_or(u32::MAX),
+                started_ns: clock::monotonic_ns(),
+                refused,
+                clients: Vec::new(),
+            };
+            started.verdict = VerdictSource::Parts(part_link::start(Box::new(sink), part_books(s)));
+        }
         (Link::InProcess, Some(s), Some(k)) => {
             let (_, line) = k.registry.hello(None, &registry_hello("pair", s, 0));
             say!("{line}");
@@ -208,11 +239,22 @@ fn reports_of(flows: &[FlowProgress]) -> Vec<FlowReport> {
         .collect()
 }
 
-fn progress_of(f: &FlowReport) -> FlowProgress {
+pub(super) fn progress_of(f: &FlowReport) -> FlowProgress {
     FlowProgress {
         flow: f.flow,
         next_seq: f.next_seq,
         failed: f.failed,
+    }
+}
+
+/// The senders' books of their schedule's parts.
+pub(super) fn part_books(s: &SenderSet) -> part_link::PartBooks {
+    part_link::PartBooks {
+        shared: s.shared.clone(),
+        flows: s.flows.clone(),
+        first_seq: s.first_seq,
+        epochs: Arc::clone(&s.part_epochs),
+        tally: Arc::clone(&s.tally),
     }
 }
 
@@ -222,6 +264,7 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
         epoch: s.epoch,
         flows: s.flow_reports(),
         elapsed_ns,
+        step: 0,
     }
 }
 
@@ -253,7 +296,7 @@ fn counters_of(f: &FlowVerdict) -> SessionCounters {
     }
 }
 
-fn run_verdict(v: &Verdict) -> RunVerdict {
+pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
     RunVerdict {
         totals: counters_of(&v.totals),
         flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
@@ -263,6 +306,15 @@ fn run_verdict(v: &Verdict) -> RunVerdict {
             p99_ns: v.latency_p99_ns,
             max_ns: v.latency_max_ns,
         },
+        sizes: v
+            .sizes
+            .iter()
+            .map(|c| ClassCount {
+                payload: (c.payload > 0).then_some(c.payload),
+                packets: c.packets,
+                bytes: c.bytes,
+            })
+            .collect(),
     }
 }
 
@@ -288,6 +340,7 @@ impl SinkBooks for Books {
                 })
                 .collect(),
             elapsed_ns: hello.elapsed_ns,
+            step: hello.step.unwrap_or(0),
         };
         let (uptime, line) = self.registry.hello(Some(peer), &h);
         let rate = hello
@@ -314,6 +367,15 @@ impl SinkBooks for Books {
             latency_p50_ns: v.latency.p50_ns,
             latency_p99_ns: v.latency.p99_ns,
             latency_max_ns: v.latency.max_ns,
+            sizes: v
+                .sizes
+                .iter()
+                .map(|c| SizeCount {
+                    payload: c.payload.unwrap_or(0),
+                    packets: c.packets,
+                    bytes: c.bytes,
+                })
+                .collect(),
         }
     }
 
@@ -363,6 +425,7 @@ impl SenderView for View {
             rate_pps: self.rate_pps,
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
             reconnect,
+            step: None,
         }
     }
 

@@ -6,7 +6,10 @@ use crate::say;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -44,6 +47,7 @@ pub fn register(
     let mut roles = Vec::new();
     let mut by_node: BTreeMap<u32, u64> = BTreeMap::new();
     let mut tx = Vec::new();
+    let senders_set = senders;
     if let Some(s) = senders {
         roles.push("send");
         let per_queue = s.target_pps.map(|r| r / s.queues.len() as f64);
@@ -71,7 +75,24 @@ pub fn register(
     }
     metrics::set_info(&roles, &by_node.into_iter().collect::<Vec<_>>());
     let senders = sinks.map(|s| crate::metrics::senders::SenderSeries::new(s.registry.clone()));
-    Exporter::new(handles::Handles { tx, rx, senders })
+    let steps = senders_set.map(|s| {
+        let n = s.schedule.as_ref().map_or(1, |s| s.parts().len());
+        crate::metrics::steps::StepSeries::register(s.shared.clone(), n, Arc::clone(&s.tally))
+    });
+    let sizes = (
+        senders_set
+            .map(|s| crate::metrics::sizes::TxSizeSeries::register(s.shared.clone(), &s.sizes)),
+        sinks.map(|s| {
+            crate::metrics::sizes::RxSizeSeries::new(s.registry.clone(), Arc::clone(&s.sizes))
+        }),
+    );
+    Exporter::new(handles::Handles {
+        tx,
+        rx,
+        senders,
+        steps,
+        sizes,
+    })
 }
 
 /// Keeps the process (and its endpoint) alive for `linger`, or until a signal.

@@ -7,6 +7,7 @@ pub mod ctx;
 pub mod exporting;
 pub mod fds;
 pub mod judge;
+pub mod part_link;
 pub mod placement;
 pub mod roles;
 pub mod search;
@@ -416,6 +417,11 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         common.hugepages,
     )?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages)?;
+    // The sink's classes of the mix's lengths are claimed now, so their series exist from the
+    // first scrape.
+    for class in configs.iter().take(1).flat_map(|(c, _)| &c.sizes.classes) {
+        sink_cfg.sizes.class_of(class.payload);
+    }
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
     let target = roles::target_pps(&configs);

@@ -11,6 +11,7 @@ use crate::{
     report::{QueueView, RxSample, TxSample},
     sender::{
         SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker, mix::SizePlan,
+        parts::PartMarks,
     },
     sink::books::MAX_SEND_LAG,
     sink::{
@@ -53,6 +54,10 @@ pub struct SenderSet {
     pub burst: u64,
     /// The whole run's rate schedule, if any (the queues' shares summed).
     pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    /// The session epoch of each part of the schedule.
+    pub part_epochs: Arc<[u32]>,
+    /// The sink's results of the steps judged so far (a constant rate: one step).
+    pub tally: Arc<crate::metrics::steps::StepTally>,
     /// The header fields and port mapping line for the start plan, if any is set.
     pub fields_plan: Option<String>,
 }
@@ -169,6 +174,8 @@ pub fn sender_configs(
         Some(s) => Some(s.mean_rate(0, s.duration().as_nanos() as u64)),
         None => t.rate.packets_per_second_at(sizes.mean_payload()),
     };
+    let part_epochs =
+        crate::sender::parts::part_epochs(epoch, schedule.as_ref().map_or(1, |s| s.parts().len()));
     let duration = match &schedule {
         Some(s) => Some(s.duration()),
         None => t.duration.or(if t.count.is_none() {
@@ -203,6 +210,7 @@ pub fn sender_configs(
                 schedule: schedule
                     .as_ref()
                     .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
+                part_epochs: Arc::clone(&part_epochs),
             };
             (config, my_flows)
         })
@@ -222,6 +230,9 @@ pub fn start_senders(
     target_pps: Option<f64>,
 ) -> Result<SenderSet, Error> {
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
+    let part_epochs = configs
+        .first()
+        .map_or_else(|| Arc::from([epoch]), |(c, _)| Arc::clone(&c.part_epochs));
     let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
     let size = configs.first().map_or(0, |(c, _)| c.size);
     let burst = configs.first().map_or(1, |(c, _)| c.burst);
@@ -249,7 +260,10 @@ pub fn start_senders(
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),
             stamp: Default::default(),
-            step_packets: (0..parts).map(|_| Default::default()).collect(),
+            part: Default::default(),
+            parts: (0..parts)
+                .map(|_| PartMarks::new(my_flows.len(), config.first_seq))
+                .collect(),
         });
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
@@ -274,6 +288,8 @@ pub fn start_senders(
         to,
         burst,
         schedule,
+        part_epochs,
+        tally: Arc::default(),
         fields_plan,
     })
 }
@@ -357,11 +373,10 @@ pub fn start_sinks(
         return Err(e);
     }
     // Every socket is bound now: a sender whose first packet came later was seen from its start.
-    let registry = Arc::new(Registry::new(
-        shared.clone(),
-        max_senders,
-        crate::clock::monotonic_ns(),
-    ));
+    let registry = Arc::new(
+        Registry::new(shared.clone(), max_senders, crate::clock::monotonic_ns())
+            .with_sizes(Arc::clone(&sizes)),
+    );
     Ok(SinkSet {
         queues,
         shared,

@@ -40,6 +40,8 @@ pub enum VerdictSource {
     /// A sink elsewhere: given the flows' ends, says goodbye and waits for the verdict
     /// (the sink's session name and its books), or says why none came.
     Remote(AskSink),
+    /// A rate schedule: each part is its own epoch, closed as it settles (`part_link`).
+    Parts(super::part_link::PartLink),
 }
 
 const TICK: Duration = Duration::from_millis(20);
@@ -207,6 +209,7 @@ impl Session {
         let mut last_report = start;
         let (mut tx0, mut rx0) = self.samples();
         let mut in_process_verdict = None;
+        let mut part_verdicts: Option<Vec<VerdictResult>> = None;
         let mut table_full_said = false;
         let mut header_due = true;
         // Path MTU, IP fragments per datagram and L1 bytes per datagram, for what is sent.
@@ -257,7 +260,13 @@ impl Session {
             let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
             let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
             if self.senders.is_some() && senders_done && !self.sink_control.drain_requested() {
-                in_process_verdict = self.in_process_goodbye();
+                match std::mem::replace(&mut self.verdict, VerdictSource::None) {
+                    VerdictSource::Parts(link) => part_verdicts = Some(link.finish()),
+                    other => {
+                        self.verdict = other;
+                        in_process_verdict = self.in_process_goodbye();
+                    }
+                }
                 self.sink_control.request_drain();
             }
             on_tick(false);
@@ -301,7 +310,12 @@ impl Session {
             }
         }
         let verdict = match std::mem::replace(&mut self.verdict, VerdictSource::None) {
-            VerdictSource::None => None,
+            VerdictSource::None => part_verdicts.as_deref().map(super::part_link::run_verdict),
+            // Its parts are closed when the senders end; a run that ends before is stopped.
+            VerdictSource::Parts(link) => {
+                part_verdicts = Some(link.finish());
+                part_verdicts.as_deref().map(super::part_link::run_verdict)
+            }
             VerdictSource::InProcess => Some(
                 in_process_verdict
                     .map(|v| ("this process".to_string(), v))
@@ -315,13 +329,23 @@ impl Session {
                     .and_then(|flows| ask(&flows)),
             ),
         };
-        self.finish(on_tick, verdict, judge, wire.map_or(1, |w| w.1))
+        // A constant rate is a one-step schedule: its step is judged by the run's verdict.
+        if let (None, Some(s), Some(v)) = (&part_verdicts, &self.senders, &verdict) {
+            let sent = report::total_tx(&s.samples()).traffic.packets;
+            s.tally.add(sent, v.as_ref().ok().map(|(_, v)| v));
+        }
+        self.finish(
+            on_tick,
+            (verdict, part_verdicts),
+            judge,
+            wire.map_or(1, |w| w.1),
+        )
     }
 
     fn finish(
         self,
         on_tick: &mut dyn FnMut(bool),
-        verdict: Option<VerdictResult>,
+        (verdict, part_verdicts): (Option<VerdictResult>, Option<Vec<VerdictResult>>),
         judge: Option<Judge>,
         fragments: usize,
     ) -> Result<(), Error> {
@@ -333,6 +357,7 @@ impl Session {
         self.say_session_events();
         let (tx, rx) = self.samples();
         if let Some(s) = self.senders {
+            let books = super::control_link::part_books(&s);
             let outcomes = s.group.join();
             let total = report::total_tx(&tx);
             let started = outcomes
@@ -399,8 +424,8 @@ impl Session {
             }
             judged = judgement.failure;
             if let Some(schedule) = &s.schedule {
-                let v = verdict.as_ref().and_then(|v| v.as_ref().ok()).map(|v| &v.1);
-                for (line, json) in super::steps::step_reports(schedule, &s.shared, v) {
+                let parts = part_verdicts.as_deref().unwrap_or_default();
+                for (line, json) in super::steps::step_reports(schedule, &books, parts) {
                     say!("{line}");
                     if self.json {
                         crate::output::json_line(&json);

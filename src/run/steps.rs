@@ -1,55 +1,66 @@
 //! One report per part of a rate schedule (each `--rate-steps` step, each second of a
-//! `--ramp`): its target, the packets the kernel accepted in it (marked by every sender worker
-//! at the part's end on its own clock) and its loss. The sink's books are per sender run, not
-//! per part, so a part's loss is known exactly only when the whole run lost nothing (then it is
-//! 0 in every part); otherwise it is stated unknown, never 0.
-
-use std::sync::{Arc, atomic::Ordering::Relaxed};
+//! `--ramp`): its target, the packets the kernel accepted in it and the sink's exact verdict for
+//! it. Every part is its own session epoch (`sender::parts`, `part_link`), so its received,
+//! lost, kernel-dropped, duplicate and reordered counts are the sink's books of that epoch alone,
+//! and failed sends stay apart from loss. A part without a verdict states its loss unknown,
+//! never 0.
 
 use serde_json::{Value, json};
 
-use crate::{schedule::RateSchedule, sender::SenderShared, sink::registry::RunVerdict};
+use super::{part_link::PartBooks, session::VerdictResult};
+use crate::{report::counters_json, schedule::RateSchedule};
 
-/// A human line and a `"type":"step"` JSON line per part.
+/// A human line and a `"type":"step"` JSON line per part of the senders' `books`; `verdicts`
+/// holds the sink's verdict of each part (empty when the run has no sink to ask).
 pub fn step_reports(
     schedule: &RateSchedule,
-    shared: &[Arc<SenderShared>],
-    verdict: Option<&RunVerdict>,
+    books: &PartBooks,
+    verdicts: &[VerdictResult],
 ) -> Vec<(String, Value)> {
     let parts = schedule.parts();
-    let lossless = verdict.filter(|v| v.complete).map(|v| {
-        let t = &v.totals;
-        (t.lost + t.kernel_drops + t.unconfirmed, t.send_failed)
-    });
-    let mut before = 0u64;
     parts
         .iter()
         .enumerate()
         .map(|(i, &(start, end))| {
-            let at_end: u64 = shared
-                .iter()
-                .filter_map(|s| s.step_packets.get(i))
-                .map(|m| m.load(Relaxed))
-                .sum();
-            let packets = at_end.saturating_sub(before);
-            before = at_end;
+            let flows = books.reports(i);
+            let failed: u64 = flows.iter().map(|f| f.failed).sum();
+            let stamped: u64 = flows.iter().map(|f| f.next_seq - f.first_seq).sum();
+            let packets = stamped.saturating_sub(failed);
             let seconds = (end - start) as f64 / 1e9;
             let target = schedule.mean_rate(start, end);
             let achieved = packets as f64 / seconds;
-            let (loss, why) = match lossless {
-                Some((0, _)) => (json!(0), String::new()),
-                Some((lost, _)) => (
-                    Value::Null,
-                    format!("unknown (the run lost {lost} in all; the sink's books are per run)"),
-                ),
-                None => (
-                    Value::Null,
-                    "unknown (no verdict from the sink)".to_string(),
-                ),
+            let mut v = json!({"type": "step", "role": "send", "step": i + 1, "steps": parts.len(),
+                "epoch": books.epochs.get(i), "start_s": start as f64 / 1e9,
+                "end_s": end as f64 / 1e9, "target_pps": target.round() as u64,
+                "tx_packets": packets, "tx_failed": failed, "pps": achieved.round() as u64});
+            let sink_text = match verdicts.get(i) {
+                Some(Ok((_, verdict))) if verdict.complete => {
+                    let t = &verdict.totals;
+                    let loss = t.lost + t.kernel_drops;
+                    v["loss"] = json!(loss);
+                    v["loss_ratio"] = json!(loss as f64 / stamped.saturating_sub(failed).max(1) as f64);
+                    let mut sink = counters_json(t);
+                    sink["complete"] = json!(true);
+                    sink["sizes"] = Value::Array(verdict.sizes.iter().map(|c| c.json()).collect());
+                    v["sink"] = sink;
+                    format!(
+                        "received {}, loss {loss} (lost {}, kernel drops {}), dup {}, reordered {}, send failed {}",
+                        t.packets, t.lost, t.kernel_drops, t.duplicates, t.reordered, t.send_failed
+                    )
+                }
+                other => {
+                    let why = match other {
+                        Some(Ok(_)) => "not every sink queue answered in time".to_string(),
+                        Some(Err(e)) => e.clone(),
+                        None => "no verdict from the sink".to_string(),
+                    };
+                    v["loss"] = Value::Null;
+                    v["loss_unknown"] = json!(format!("unknown ({why})"));
+                    format!("loss unknown ({why})")
+                }
             };
-            let loss_text = if why.is_empty() { "0".to_string() } else { why.clone() };
             let line = format!(
-                "send step {}/{}: {:.2}-{:.2} s target {:.0}pps achieved {:.0}pps ({:.2}%), {packets} packets, loss {loss_text}",
+                "send step {}/{}: {:.2}-{:.2} s target {:.0}pps achieved {:.0}pps ({:.2}%), {packets} packets, {sink_text}",
                 i + 1,
                 parts.len(),
                 start as f64 / 1e9,
@@ -58,13 +69,6 @@ pub fn step_reports(
                 achieved,
                 achieved * 100.0 / target.max(1e-9),
             );
-            let mut v = json!({"type": "step", "role": "send", "step": i + 1, "steps": parts.len(),
-                "start_s": start as f64 / 1e9, "end_s": end as f64 / 1e9,
-                "target_pps": target.round() as u64, "tx_packets": packets,
-                "pps": achieved.round() as u64, "loss": loss});
-            if !why.is_empty() {
-                v["loss_unknown"] = json!(why);
-            }
             (line, v)
         })
         .collect()

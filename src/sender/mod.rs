@@ -7,6 +7,7 @@
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
 pub mod mix;
+pub mod parts;
 pub mod payload;
 pub mod rtt;
 mod slots;
@@ -16,7 +17,10 @@ use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
 use socket2::Socket;
 
-use self::slots::Slots;
+use self::{
+    parts::{PartClock, PartMarks},
+    slots::Slots,
+};
 use crate::{
     clock,
     error::Error,
@@ -32,6 +36,8 @@ use crate::{
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
 /// The longest a sender sleeps in one wait, so a stop request is seen promptly.
 const MAX_SLEEP_NS: u64 = 5_000_000;
+/// How long after its deadline a paced sender may still send what fell due before it.
+const DEADLINE_GRACE_NS: u64 = 20_000_000;
 
 /// Which io_uring operation sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -82,6 +88,8 @@ pub struct SenderConfig {
     pub payload: payload::PayloadFill,
     /// This worker's share of a rate schedule (`--rate-steps`, `--ramp`) instead of `rate_pps`.
     pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    /// The epoch of each part of the schedule (`[epoch]` without one); see `parts`.
+    pub part_epochs: Arc<[u32]>,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -104,8 +112,10 @@ pub struct SenderShared {
     pub worker: crate::stats::SharedWorkerCounters,
     /// When the counters above were published (the worker's clock).
     pub stamp: crate::stamp::PublishStamp,
-    /// Packets the kernel accepted by the end of each part of the rate schedule.
-    pub step_packets: Vec<std::sync::atomic::AtomicU64>,
+    /// Each part of the rate schedule, its own session epoch (none without a schedule).
+    pub parts: Vec<PartMarks>,
+    /// The part the worker is in (0 without a schedule).
+    pub part: std::sync::atomic::AtomicU64,
 }
 
 /// What a sender reports when it ends.
@@ -129,9 +139,8 @@ pub struct SenderWorker {
     config: SenderConfig,
     shared: Arc<SenderShared>,
     flows: Vec<TxFlow>,
-    next_seq: Vec<u64>,
-    /// Packets per flow whose send failed (stamped into every header).
-    failed: Vec<u64>,
+    /// Epochs, sequence numbers and failed sends (stamped into every header) per part.
+    parts: PartClock,
     next_flow: usize,
     counters: WorkerCounters,
     completions: Vec<Completion>,
@@ -176,6 +185,17 @@ impl SenderWorker {
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let slots = Slots::new(&config, &mut engine, &place.flows)?;
         let n = place.flows.len();
+        let part_ends: Vec<u64> = config
+            .schedule
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.parts().iter().map(|p| p.1).collect());
+        let parts = PartClock::new(
+            &part_ends,
+            Arc::clone(&config.part_epochs),
+            n,
+            config.window as usize,
+            config.first_seq,
+        );
         Ok(SenderWorker {
             engine,
             _sockets: sockets,
@@ -183,8 +203,7 @@ impl SenderWorker {
             slots,
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             flows: vec![TxFlow::default(); n],
-            next_seq: vec![config.first_seq; n],
-            failed: vec![0; n],
+            parts,
             next_flow: 0,
             counters: WorkerCounters::default(),
             shared,
@@ -203,6 +222,11 @@ impl SenderWorker {
         }
         self.shared.worker.publish(&self.counters);
         self.shared.stamp.end(clock::monotonic_ns());
+        self.parts.publish(&self.shared.parts, false);
+        self.shared.part.store(
+            self.parts.current() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Pushes up to `budget` packets' worth of sends, none shorter than `train` packets;
@@ -214,11 +238,17 @@ impl SenderWorker {
             let Some(slot) = self.slots.take() else { break };
             let segs = (budget - queued).min(u64::from(self.config.gso)) as u16;
             let flow = self.next_flow;
-            let seq = self.next_seq[flow];
-            let failed = self.failed[flow];
-            let (offset, len) =
-                self.slots
-                    .stamp(&mut self.engine, slot, flow, segs, seq, failed, now_real);
+            let seq = self.parts.next_seq(flow);
+            let failed = self.parts.failed(flow);
+            let epoch = self.parts.epoch();
+            let (offset, len) = self.slots.stamp(
+                &mut self.engine,
+                slot,
+                flow,
+                segs,
+                (epoch, seq, failed),
+                now_real,
+            );
             let fd = self.fds[flow];
             let user_data = u64::from(slot);
             let ok = match self.config.op {
@@ -230,7 +260,7 @@ impl SenderWorker {
                 self.slots.give_back(slot);
                 break;
             }
-            self.next_seq[flow] = seq + u64::from(segs);
+            self.parts.sent(slot, flow, u64::from(segs));
             self.next_flow = if flow + 1 == self.fds.len() {
                 0
             } else {
@@ -240,14 +270,6 @@ impl SenderWorker {
             pushed += 1;
         }
         queued
-    }
-
-    /// Notes the packets accepted so far as the end of schedule part `part`.
-    fn mark_step(&self, part: usize) {
-        let accepted = self.flows.iter().map(|f| f.packets).sum();
-        if let Some(mark) = self.shared.step_packets.get(part) {
-            mark.store(accepted, std::sync::atomic::Ordering::Relaxed);
-        }
     }
 
     fn reap(&mut self) {
@@ -271,9 +293,10 @@ impl SenderWorker {
                 f.bytes += c.result as u64;
                 f.size_packets[class] += segs;
                 f.size_bytes[class] += c.result as u64;
+                self.parts.completed(slot, flow, 0);
             } else {
                 f.errors[errno_class(-c.result)] += segs;
-                self.failed[flow] += segs;
+                self.parts.completed(slot, flow, segs);
             }
             // A zero-copy send keeps its slot until the notification arrives.
             if !c.more() {
@@ -305,10 +328,7 @@ impl Job for SenderWorker {
             Some(s) => Pacer::scheduled(Arc::clone(s), started_ns, max_burst),
             None => Pacer::new(self.config.rate_pps, started_ns, max_burst),
         };
-        let part_ends: Vec<u64> = self.config.schedule.as_ref().map_or_else(Vec::new, |s| {
-            s.parts().iter().map(|p| started_ns + p.1).collect()
-        });
-        let mut next_part = 0;
+        self.parts.begin(started_ns);
         let burst = self.config.burst.max(1);
         let deadline = self
             .config
@@ -320,17 +340,10 @@ impl Job for SenderWorker {
         let mut stopping = false;
         loop {
             let now = clock::monotonic_ns();
-            if !stopping
-                && (control.stop_requested()
-                    || remaining == 0
-                    || deadline.is_some_and(|d| now >= d))
-            {
-                stopping = true;
-            }
-            if stopping && self.slots.in_flight() == 0 {
-                break;
-            }
-            let mut queued = 0;
+            // A paced run sends what fell due before its deadline even when its loop comes
+            // round a little after it: a late loop never shortens the run's schedule (a sender
+            // that is behind by more than the grace stops all the same).
+            let pace_now = deadline.map_or(now, |d| now.min(d.saturating_sub(1)));
             // A paced GSO sender waits until a whole train is due instead of sending short ones.
             let train = if self.config.rate_pps.is_some() {
                 u64::from(self.config.gso).min(remaining)
@@ -341,14 +354,29 @@ impl Job for SenderWorker {
             let burst_left = (self.config.rate_pps.is_some() && burst > 1)
                 .then(|| (burst - pacer.sent() % burst).min(remaining).max(train));
             let need = burst_left.unwrap_or(train).max(1);
-            if !stopping {
-                let budget = pacer.allowance(now).min(remaining);
-                let budget = burst_left.map_or(budget, |left| budget.min(left));
-                if budget >= need {
-                    queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
-                    pacer.commit(queued);
-                    remaining -= queued;
-                }
+            let budget = pacer.allowance(pace_now).min(remaining);
+            let budget = burst_left.map_or(budget, |left| budget.min(left));
+            let overdue = deadline.is_some_and(|d| {
+                now >= d
+                    && (self.config.rate_pps.is_none()
+                        || budget < need
+                        || now >= d + DEADLINE_GRACE_NS)
+            });
+            if !stopping && (control.stop_requested() || remaining == 0 || overdue) {
+                stopping = true;
+            }
+            if stopping && self.slots.in_flight() == 0 {
+                break;
+            }
+            // A part's end switches every flow to the next part's epoch before its sends.
+            if self.parts.advance(now) {
+                self.parts.publish(&self.shared.parts, false);
+            }
+            let mut queued = 0;
+            if !stopping && budget >= need {
+                queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
+                pacer.commit(queued);
+                remaining -= queued;
             }
             let wait = if queued > 0 {
                 Wait::Nothing
@@ -368,10 +396,6 @@ impl Job for SenderWorker {
                 break;
             }
             self.reap();
-            while part_ends.get(next_part).is_some_and(|&end| now >= end) {
-                self.mark_step(next_part);
-                next_part += 1;
-            }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.counters.pacing_lag_ns = pacer.lag_ns(now);
                 self.counters.target_milli_pps =
@@ -381,11 +405,9 @@ impl Job for SenderWorker {
             }
         }
         let ended_ns = clock::monotonic_ns();
-        for part in next_part..part_ends.len() {
-            self.mark_step(part);
-        }
         self.counters.pacing_lag_ns = 0;
         self.publish();
+        self.parts.publish(&self.shared.parts, true);
         SenderOutcome {
             started_ns,
             ended_ns,

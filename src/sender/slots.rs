@@ -16,7 +16,6 @@ use crate::{
 #[derive(Debug)]
 pub(super) struct Slots {
     slot_bytes: usize,
-    epoch: u32,
     flow_ids: Vec<u32>,
     free: Vec<u32>,
     head: usize,
@@ -65,7 +64,6 @@ impl Slots {
         }
         Ok(Slots {
             slot_bytes,
-            epoch: config.epoch,
             flow_ids: flow_ids.to_vec(),
             free: (0..config.window).collect(),
             head: 0,
@@ -124,19 +122,17 @@ impl Slots {
         usize::from(self.class_of[slot as usize])
     }
 
-    /// Writes `segs` headers (sequence numbers `seq..seq+segs`) into `slot` for flow index
-    /// `flow`, each carrying the flow's failed-send count `failed`, in packets of the next size
-    /// class of the order (the full header from 32 bytes, the compact one below); returns the
-    /// arena offset and length of the send.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes `segs` headers into `slot` for flow index `flow`: session `epoch`, sequence
+    /// numbers `seq..seq+segs`, each carrying the flow's failed-send count `failed`, in packets
+    /// of the next size class of the order (the full header from 32 bytes, the compact one
+    /// below); returns the arena offset and length of the send.
     pub(super) fn stamp(
         &mut self,
         engine: &mut Engine,
         slot: u32,
         flow: usize,
         segs: u16,
-        seq: u64,
-        failed: u64,
+        (epoch, seq, failed): (u32, u64, u64),
         timestamp_ns: u64,
     ) -> (usize, u32) {
         let offset = slot as usize * self.slot_bytes;
@@ -155,7 +151,7 @@ impl Slots {
                 flags: 0,
                 failed: failed as u32,
                 flow: self.flow_ids[flow],
-                epoch: self.epoch,
+                epoch,
                 seq,
                 timestamp_ns,
             };

@@ -17,6 +17,7 @@ use std::{
 use super::{
     SinkShared,
     mailbox::{FromWorker, SessionKey, ToWorker},
+    sizes::{ClassCount, SizeTable},
 };
 use crate::{
     clock,
@@ -51,6 +52,8 @@ pub struct Hello {
     pub flows: Vec<FlowReport>,
     /// Nanoseconds since its first send (0 before it).
     pub elapsed_ns: u64,
+    /// A later step of a rate schedule (from 1): the same sender run, so no new session.
+    pub step: u32,
 }
 
 /// What the sink saw of one sender run, after its goodbye.
@@ -64,6 +67,8 @@ pub struct RunVerdict {
     pub complete: bool,
     /// One-way latency of this sender's packets (the sink's latency cells' resolution).
     pub latency: Latency,
+    /// The sink's size classes of this sender's packets (empty when the sink did not say).
+    pub sizes: Vec<ClassCount>,
 }
 
 /// One sender's books, as the reporter shows them.
@@ -110,6 +115,8 @@ struct Inner {
     epochs: HashMap<u32, Epoch>,
     closed_generation: Vec<Vec<u64>>,
     waiting: HashMap<SessionKey, Waiting>,
+    /// Epochs that are later steps of a sender's run (not sessions of their own).
+    steps: std::collections::HashSet<u32>,
     unseen_lost: u64,
     /// Lines for the log: sessions seen without a hello, sessions ended.
     events: Vec<String>,
@@ -121,6 +128,7 @@ pub struct Registry {
     workers: Vec<Arc<SinkShared>>,
     max_senders: usize,
     started_ns: u64,
+    sizes: Arc<SizeTable>,
     inner: Mutex<Inner>,
 }
 
@@ -145,8 +153,15 @@ impl Registry {
             workers,
             max_senders: max_senders.max(1),
             started_ns,
+            sizes: Arc::default(),
             inner: Mutex::new(inner),
         }
+    }
+
+    /// The same books with the sink's size classes, for the verdicts.
+    pub fn with_sizes(mut self, sizes: Arc<SizeTable>) -> Registry {
+        self.sizes = sizes;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -194,7 +209,15 @@ impl Registry {
             book.epochs.push(hello.epoch);
         }
         let sessions = book.epochs.len();
+        if hello.step > 0 {
+            inner.steps.insert(hello.epoch);
+        }
         let line = match (known, new_epoch) {
+            (true, true) if hello.step > 0 => format!(
+                "sink: sender {name} from {from}: step {} (epoch {:08x})",
+                hello.step + 1,
+                hello.epoch
+            ),
             (false, _) => format!(
                 "sink: sender {name} from {from}: session 1 (epoch {:08x}, {} flows)",
                 hello.epoch,
@@ -310,6 +333,9 @@ impl Registry {
                     verdict.flows.push((f.flow, counters));
                 }
                 verdict.latency = Latency::from_cells(&verdict.totals.latency_cells);
+                verdict.sizes = self
+                    .sizes
+                    .counts(&verdict.totals.size_packets, verdict.totals.bytes);
                 return verdict;
             }
             drop(inner);
@@ -417,6 +443,27 @@ impl Registry {
         }
     }
 
+    /// Valid packets per size class (the last cell: other lengths) and their payload bytes, over
+    /// every sender's closed and live sessions (attributed or not).
+    pub fn size_totals(&self) -> ([u64; super::sizes::CLASSES + 1], u64) {
+        let mut inner = self.lock();
+        self.drain(&mut inner);
+        let mut total = SessionCounters::default();
+        for book in inner.senders.values() {
+            total.add(&book.closed);
+        }
+        for (w, worker) in self.workers.iter().enumerate() {
+            for (slot, shared) in worker.mailbox.sessions.iter().enumerate() {
+                if let Some(view) = shared.load()
+                    && view.generation > inner.closed_generation[w][slot]
+                {
+                    total.add(&view.counters);
+                }
+            }
+        }
+        (total.size_packets, total.bytes)
+    }
+
     /// Packets lost in flows no sink queue ever saw (booked per sender, not per queue).
     pub fn unseen_lost(&self) -> u64 {
         self.lock().unseen_lost
@@ -479,7 +526,11 @@ impl Registry {
                 SenderRow {
                     name: name.clone(),
                     counters,
-                    sessions: book.epochs.len() as u64,
+                    sessions: book
+                        .epochs
+                        .iter()
+                        .filter(|e| !inner.steps.contains(e))
+                        .count() as u64,
                     active_sessions,
                     active_ns,
                 }

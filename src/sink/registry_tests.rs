@@ -50,6 +50,7 @@ fn restarts_under_one_name_add_up_and_goodbye_gives_the_tail() {
             epoch,
             flows: flows(0),
             elapsed_ns: 0,
+            step: 0,
         };
         let (_, line) = registry.hello(None, &hello);
         assert!(
@@ -96,6 +97,7 @@ fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_address() 
             epoch: 1,
             flows: vec![f(0)],
             elapsed_ns: 0,
+            step: 0,
         },
     );
     let r = Arc::clone(&registry);

@@ -13,6 +13,38 @@ pub const CLASSES: usize = 8;
 /// The cell of lengths beyond [`CLASSES`].
 pub const OTHER: usize = CLASSES;
 
+/// One size class's count: an exact payload length, or every other length (`None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassCount {
+    /// The payload length, or `None` for lengths without a class of their own.
+    pub payload: Option<u32>,
+    /// Valid packets.
+    pub packets: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+}
+
+impl ClassCount {
+    /// `{"payload": L or "other", "packets": N, "bytes": B}`.
+    pub fn json(&self) -> serde_json::Value {
+        let payload = self
+            .payload
+            .map_or_else(|| serde_json::json!("other"), |l| serde_json::json!(l));
+        serde_json::json!({"payload": payload, "packets": self.packets, "bytes": self.bytes})
+    }
+
+    /// Adds `c` into the list by payload (a verdict's classes summed over its parts).
+    pub fn merge(into: &mut Vec<ClassCount>, c: &ClassCount) {
+        match into.iter_mut().find(|x| x.payload == c.payload) {
+            Some(x) => {
+                x.packets += c.packets;
+                x.bytes += c.bytes;
+            }
+            None => into.push(*c),
+        }
+    }
+}
+
 /// The sink-wide length of each class (0: not yet taken).
 #[derive(Debug, Default)]
 pub struct SizeTable {
@@ -48,6 +80,31 @@ impl SizeTable {
             .map(|(i, l)| (i, l.load(Relaxed)))
             .filter(|(_, l)| *l > 0)
             .collect()
+    }
+
+    /// The classes with packets, sorted by length, then the other lengths (`payload: None`);
+    /// `bytes` is the total payload bytes of `packets`.
+    pub fn counts(&self, packets: &[u64; CLASSES + 1], bytes: u64) -> Vec<ClassCount> {
+        let mut out: Vec<ClassCount> = self
+            .lengths()
+            .into_iter()
+            .map(|(i, l)| ClassCount {
+                payload: Some(l),
+                packets: packets[i],
+                bytes: u64::from(l) * packets[i],
+            })
+            .filter(|c| c.packets > 0)
+            .collect();
+        out.sort_unstable_by_key(|c| c.payload);
+        if packets[OTHER] > 0 {
+            let classed: u64 = out.iter().map(|c| c.bytes).sum();
+            out.push(ClassCount {
+                payload: None,
+                packets: packets[OTHER],
+                bytes: bytes.saturating_sub(classed),
+            });
+        }
+        out
     }
 
     /// `[{"payload": L, "packets": N, "bytes": L×N}, …]` sorted by length, plus an `"other"`

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::{POLL, Shared, Source, TICK, bump};
 use crate::control::DeadlineStream;
 use crate::control::auth::{AuthError, server_handshake};
-use crate::control::frame::{FrameError, FrameReader, read_frame, write_frame};
+use crate::control::frame::{FrameError, FrameReader, read_frame, write_frame, write_frame_as};
 use crate::control::msg::{Heartbeat, Hello, Message, Refused, Welcome};
 
 /// The next connection from `source`, its peer and the bytes read from it already.
@@ -145,14 +145,17 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
     let mut ds =
         DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout).with_prefix(first);
-    if let Err(e) = server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
-        if !sh.stop.load(Ordering::Relaxed) {
-            let (line, counter) = handshake_failure(sh, peer, &e);
-            bump(counter);
-            sh.log.line(line);
+    let version = match server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
+        Ok(v) => v,
+        Err(e) => {
+            if !sh.stop.load(Ordering::Relaxed) {
+                let (line, counter) = handshake_failure(sh, peer, &e);
+                bump(counter);
+                sh.log.line(line);
+            }
+            return;
         }
-        return;
-    }
+    };
     bump(&sh.stats.authenticated);
     let hello = match read_frame(&mut ds) {
         Ok(Message::Hello(h)) => h,
@@ -175,8 +178,8 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
         sink_session: cfg.sink_session.clone(),
         uptime_ns,
     };
-    let clean = match write_frame(&mut ds, &Message::Welcome(welcome)) {
-        Ok(()) => session(sh, stream, peer, &hello),
+    let clean = match write_frame_as(&mut ds, &Message::Welcome(welcome), version) {
+        Ok(()) => session(sh, stream, peer, &hello, version),
         Err(e) => {
             sh.log
                 .line(format!("control: {peer}: sending Welcome failed: {e}"));
@@ -193,7 +196,8 @@ fn protocol_error(sh: &Shared, peer: SocketAddr, what: &str) {
 }
 
 /// The post-Hello loop; true when it ended with a Goodbye answered.
-fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello) -> bool {
+/// Every answer is written in the sender's protocol `version`.
+fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, version: u8) -> bool {
     let hb = sh.config.heartbeat;
     let silence = hb * 3;
     let _ = stream.set_write_timeout(Some(silence));
@@ -208,7 +212,9 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello) -> 
         let now = Instant::now();
         if now >= next_hb {
             next_hb = now + hb;
-            if let Err(e) = write_frame(&mut &*stream, &Message::Heartbeat(Heartbeat {})) {
+            if let Err(e) =
+                write_frame_as(&mut &*stream, &Message::Heartbeat(Heartbeat {}), version)
+            {
                 sh.log
                     .line(format!("control: {peer}: sender {name} lost: {e}"));
                 return false;
@@ -248,8 +254,12 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello) -> 
             Message::Heartbeat(_) => {}
             Message::Progress(p) => sh.books.progress(peer, name, epoch, &p),
             Message::Goodbye(g) => {
-                let verdict = sh.books.goodbye(peer, name, epoch, &g);
-                return match write_frame(&mut &*stream, &Message::Verdict(verdict)) {
+                let mut verdict = sh.books.goodbye(peer, name, epoch, &g);
+                // Size classes are protocol version 2: a version-1 sender rejects the field.
+                if version < 2 {
+                    verdict.sizes.clear();
+                }
+                return match write_frame_as(&mut &*stream, &Message::Verdict(verdict), version) {
                     Ok(()) => true,
                     Err(e) => {
                         sh.log.line(format!(

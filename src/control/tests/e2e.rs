@@ -24,7 +24,41 @@ fn end_to_end_hello_progress_verdict() {
         ),
         ("sink-1", "tx-1", 7, 10)
     );
+    assert_eq!(v.sizes.len(), 1, "version 2 carries the size classes");
     assert_eq!(s.server.stats().authenticated.load(Ordering::Relaxed), 1);
+    s.server.stop();
+}
+
+#[test]
+fn a_version_1_sender_is_answered_in_version_1_without_size_classes() {
+    use crate::control::frame::{read_frame_versioned, write_frame_as};
+    let s = sink(None);
+    let mut raw = TcpStream::connect(s.server.local_addr()).unwrap();
+    raw.set_read_timeout(Some(WAIT)).unwrap();
+    let mut send = |m: Message| write_frame_as(&mut raw, &m, 1).unwrap();
+    send(Message::ClientHello(ClientHello {
+        nonce: [1; 32],
+        auth: false,
+    }));
+    let mut raw2 = raw.try_clone().unwrap();
+    let mut next = || read_frame_versioned(&mut raw2).unwrap();
+    assert!(matches!(next(), (Message::ServerChallenge(_), 1)));
+    let mut raw3 = raw.try_clone().unwrap();
+    let mut send = |m: Message| write_frame_as(&mut raw3, &m, 1).unwrap();
+    send(Message::ClientAuth(ClientAuth { mac: None }));
+    assert!(matches!(next(), (Message::AuthOk(_), 1)));
+    send(Message::Hello(View.hello(0)));
+    assert!(matches!(next(), (Message::Welcome(_), 1)));
+    send(Message::Goodbye(goodbye()));
+    let verdict = loop {
+        match next() {
+            (Message::Heartbeat(_), 1) => continue,
+            (Message::Verdict(v), 1) => break v,
+            (m, v) => panic!("version {v} {}", m.name()),
+        }
+    };
+    assert_eq!(verdict.totals.rx_packets, 10);
+    assert!(verdict.sizes.is_empty(), "{verdict:?}");
     s.server.stop();
 }
 

@@ -22,7 +22,7 @@ fn pair(
     let srv = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_read_timeout(Some(T)).unwrap();
-        server_handshake(&mut s, server.as_ref(), "sink-a")
+        server_handshake(&mut s, server.as_ref(), "sink-a").map(|_| ())
     });
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(T)).unwrap();

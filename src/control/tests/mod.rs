@@ -49,6 +49,11 @@ impl SinkBooks for Books {
             sink_session: self.session.clone(),
             name: name.into(),
             epoch,
+            sizes: vec![SizeCount {
+                payload: 64,
+                packets: totals.rx_packets,
+                bytes: 64 * totals.rx_packets,
+            }],
             totals,
             ..Default::default()
         }
@@ -117,6 +122,7 @@ impl SenderView for View {
             rate_pps: None,
             elapsed_ns: 0,
             reconnect,
+            step: None,
         }
     }
     fn progress(&self) -> Progress {
@@ -230,6 +236,7 @@ pub(crate) fn samples() -> Vec<Message> {
             rate_pps: Some(1e6),
             elapsed_ns: 12,
             reconnect: 1,
+            step: Some(2),
         }),
         Message::Welcome(Welcome {
             sink_session: "s".into(),
@@ -253,6 +260,11 @@ pub(crate) fn samples() -> Vec<Message> {
             latency_p50_ns: 1,
             latency_p99_ns: 2,
             latency_max_ns: 3,
+            sizes: vec![SizeCount {
+                payload: 64,
+                packets: 2,
+                bytes: 128,
+            }],
         }),
     ]
 }

@@ -1,0 +1,347 @@
+//! The control side of a rate schedule's parts (see `sender::parts`): each part is its own
+//! session epoch at the sink, announced (a hello) one part ahead and closed (a goodbye with its
+//! flows' true ends and failed sends) once every sender worker has settled it, so the sink's
+//! verdict for each part is exact. With a remote sink each part is one control connection; with
+//! `pair` the in-process sink's registry is asked directly. A thread of its own does this, never
+//! a worker and never the reporter, and the run's verdict is the sum of its parts' verdicts.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use super::{
+    control_link,
+    session::{GOODBYE_WAIT, VerdictResult},
+};
+use crate::{
+    clock,
+    control::{
+        client::{ClientConfig, ClientEvent, ControlClient, SenderView},
+        msg::{FlowStart, Goodbye, Hello, Progress},
+    },
+    metrics::steps::StepTally,
+    say,
+    schedule::RateSchedule,
+    sender::SenderShared,
+    sink::{
+        registry::{self, FlowReport, Registry, RunVerdict},
+        sizes::ClassCount,
+    },
+    stats::Latency,
+};
+
+/// How often the thread looks for a settled part.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Where every flow of these sender queues stands in `part`.
+pub fn part_reports(
+    shared: &[Arc<SenderShared>],
+    flows: &[Vec<u32>],
+    first_seq: u64,
+    part: usize,
+) -> Vec<FlowReport> {
+    let mut out = Vec::new();
+    for (s, ids) in shared.iter().zip(flows) {
+        let Some(m) = s.parts.get(part) else { continue };
+        for (i, &flow) in ids.iter().enumerate() {
+            out.push(FlowReport {
+                flow,
+                first_seq,
+                next_seq: m.next_seq[i].load(Ordering::Relaxed),
+                failed: m.failed[i].load(Ordering::Relaxed),
+            });
+        }
+    }
+    out
+}
+
+fn settled(shared: &[Arc<SenderShared>], part: usize) -> bool {
+    shared.iter().all(|s| {
+        s.parts
+            .get(part)
+            .is_none_or(|m| m.settled.load(Ordering::Acquire))
+    })
+}
+
+/// Announces and closes the parts' sessions at a sink.
+pub trait PartSink: Send {
+    /// Says hello for `part`'s epoch, before its first packet.
+    fn open(&mut self, part: usize);
+    /// Says goodbye for `part`'s epoch with its flows' true ends; the sink's verdict.
+    fn close(&mut self, part: usize, flows: &[FlowReport]) -> VerdictResult;
+}
+
+/// The parts of a run as the sender's books see them.
+#[derive(Clone)]
+pub struct PartBooks {
+    /// Shared counters per sender queue.
+    pub shared: Vec<Arc<SenderShared>>,
+    /// Flow ids per queue.
+    pub flows: Vec<Vec<u32>>,
+    /// First sequence number of every flow in every part.
+    pub first_seq: u64,
+    /// The epoch of each part.
+    pub epochs: Arc<[u32]>,
+    /// The sink's results of the parts judged so far, for the exporter.
+    pub tally: Arc<StepTally>,
+}
+
+impl PartBooks {
+    /// Where every flow stands in `part`.
+    pub fn reports(&self, part: usize) -> Vec<FlowReport> {
+        part_reports(&self.shared, &self.flows, self.first_seq, part)
+    }
+}
+
+/// The running thread that closes the parts.
+pub struct PartLink {
+    senders_done: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<VerdictResult>>,
+}
+
+/// Opens the first two parts now (before the workers are released) and closes each part on a
+/// thread as soon as it settles, opening the one after the next.
+pub fn start(mut sink: Box<dyn PartSink>, books: PartBooks) -> PartLink {
+    let parts = books.epochs.len();
+    for part in 0..parts.min(2) {
+        sink.open(part);
+    }
+    let senders_done = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&senders_done);
+    let thread = std::thread::Builder::new()
+        .name("parts".into())
+        .spawn(move || {
+            let mut verdicts = Vec::with_capacity(parts);
+            for part in 0..parts {
+                while !settled(&books.shared, part) {
+                    // Every worker settles every part when it ends: one that ended without
+                    // (a failed thread) leaves the rest unknown.
+                    if done.load(Ordering::Acquire) && !settled(&books.shared, part) {
+                        for _ in part..parts {
+                            verdicts.push(Err(
+                                "a sender worker ended without settling this step".to_string()
+                            ));
+                        }
+                        return verdicts;
+                    }
+                    std::thread::sleep(POLL);
+                }
+                let flows = books.reports(part);
+                let verdict = sink.close(part, &flows);
+                let sent = flows
+                    .iter()
+                    .map(|f| (f.next_seq - f.first_seq).saturating_sub(f.failed))
+                    .sum();
+                books.tally.add(sent, verdict.as_ref().ok().map(|(_, v)| v));
+                verdicts.push(verdict);
+                if part + 2 < parts {
+                    sink.open(part + 2);
+                }
+            }
+            verdicts
+        })
+        .expect("spawning the parts thread");
+    PartLink {
+        senders_done,
+        thread,
+    }
+}
+
+impl PartLink {
+    /// After every sender worker has ended: waits for the last goodbyes, one verdict per part.
+    pub fn finish(self) -> Vec<VerdictResult> {
+        self.senders_done.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| vec![Err("the parts thread failed".to_string())])
+    }
+}
+
+/// The run's verdict: the sum of its parts' (the first part without one makes it unknown).
+/// Latency quantiles are cell bounds: the run's are the parts' merged cells, or, when a remote
+/// sink sent only quantiles, the largest of the parts' bounds (still a true upper bound).
+pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
+    let mut session = String::new();
+    let mut run = RunVerdict {
+        complete: true,
+        ..RunVerdict::default()
+    };
+    for (i, part) in parts.iter().enumerate() {
+        let (name, v) = part
+            .as_ref()
+            .map_err(|why| format!("no verdict for step {}: {why}", i + 1))?;
+        if !name.is_empty() {
+            session.clone_from(name);
+        }
+        run.totals.add(&v.totals);
+        run.complete &= v.complete;
+        for (flow, c) in &v.flows {
+            match run.flows.iter_mut().find(|(f, _)| f == flow) {
+                Some((_, into)) => into.add(c),
+                None => run.flows.push((*flow, *c)),
+            }
+        }
+        for c in &v.sizes {
+            ClassCount::merge(&mut run.sizes, c);
+        }
+        run.latency = Latency {
+            p50_ns: run.latency.p50_ns.max(v.latency.p50_ns),
+            p99_ns: run.latency.p99_ns.max(v.latency.p99_ns),
+            max_ns: run.latency.max_ns.max(v.latency.max_ns),
+        };
+    }
+    run.sizes.sort_by_key(|c| (c.payload.is_none(), c.payload));
+    if run.totals.latency_cells.iter().any(|&n| n > 0) {
+        run.latency = Latency::from_cells(&run.totals.latency_cells);
+    }
+    Ok((session, run))
+}
+
+/// `pair`: the in-process sink's registry.
+pub struct InProcess {
+    /// The sink's books.
+    pub registry: Arc<Registry>,
+    /// The sender's books.
+    pub books: PartBooks,
+}
+
+impl PartSink for InProcess {
+    fn open(&mut self, part: usize) {
+        let hello = registry::Hello {
+            name: "pair".into(),
+            epoch: self.books.epochs[part],
+            flows: self.books.reports(part),
+            elapsed_ns: 0,
+            step: part as u32,
+        };
+        let (_, line) = self.registry.hello(None, &hello);
+        if part == 0 {
+            say!("{line}");
+        }
+    }
+
+    fn close(&mut self, part: usize, flows: &[FlowReport]) -> VerdictResult {
+        let v = self
+            .registry
+            .goodbye(self.books.epochs[part], flows, GOODBYE_WAIT);
+        Ok(("this process".to_string(), v))
+    }
+}
+
+/// A sink elsewhere: one control connection per part.
+pub struct Remote {
+    /// The sink's control address and secret.
+    pub config: ClientConfig,
+    /// The sender's name.
+    pub name: String,
+    /// The sender's books.
+    pub books: PartBooks,
+    /// The schedule, for each part's rate and start.
+    pub schedule: Arc<RateSchedule>,
+    /// UDP payload bytes of the largest datagram.
+    pub size: u32,
+    /// Monotonic ns at (about) the first send.
+    pub started_ns: u64,
+    /// Set when the sink refuses this sender's credentials.
+    pub refused: Arc<AtomicBool>,
+    /// The open connections, per part.
+    pub clients: Vec<Option<ControlClient>>,
+}
+
+impl PartSink for Remote {
+    fn open(&mut self, part: usize) {
+        let (start, end) = self.schedule.parts()[part];
+        let view = Arc::new(PartView {
+            name: self.name.clone(),
+            part,
+            books: self.books.clone(),
+            size: self.size,
+            rate_pps: self.schedule.mean_rate(start, end),
+            starts_ns: self.started_ns + start,
+        });
+        let refused = Arc::clone(&self.refused);
+        let on_event = Box::new(move |e: ClientEvent| {
+            // One connection line per run, not per step; every trouble is said.
+            if part == 0 || !matches!(e, ClientEvent::Connected { .. }) {
+                control_link::event(e, &refused);
+            }
+        });
+        let client = ControlClient::start(self.config.clone(), view, on_event);
+        if self.clients.len() <= part {
+            self.clients.resize_with(part + 1, || None);
+        }
+        self.clients[part] = Some(client);
+    }
+
+    fn close(&mut self, part: usize, flows: &[FlowReport]) -> VerdictResult {
+        let Some(client) = self.clients.get_mut(part).and_then(Option::take) else {
+            // A run stopped early never reaches its last steps: nothing was sent in them.
+            if flows.iter().all(|f| f.next_seq == f.first_seq) {
+                let none = RunVerdict {
+                    complete: true,
+                    ..RunVerdict::default()
+                };
+                return Ok((String::new(), none));
+            }
+            return Err("this step's control connection was never opened".to_string());
+        };
+        let goodbye = Goodbye {
+            flows: flows.iter().map(control_link::progress_of).collect(),
+        };
+        client
+            .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
+            .map(|v| (v.sink_session.clone(), control_link::run_verdict(&v)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What one part's control connection reads: that part's flows.
+struct PartView {
+    name: String,
+    part: usize,
+    books: PartBooks,
+    size: u32,
+    rate_pps: f64,
+    starts_ns: u64,
+}
+
+impl SenderView for PartView {
+    fn hello(&self, reconnect: u32) -> Hello {
+        Hello {
+            name: self.name.clone(),
+            epoch: self.books.epochs[self.part],
+            flows: self
+                .books
+                .reports(self.part)
+                .iter()
+                .map(|f| FlowStart {
+                    flow: f.flow,
+                    first_seq: f.first_seq,
+                    next_seq: f.next_seq,
+                    failed: f.failed,
+                })
+                .collect(),
+            size: self.size,
+            rate_pps: Some(self.rate_pps),
+            elapsed_ns: clock::monotonic_ns().saturating_sub(self.starts_ns),
+            reconnect,
+            step: (self.part > 0).then_some(self.part as u32),
+        }
+    }
+
+    fn progress(&self) -> Progress {
+        Progress {
+            flows: self
+                .books
+                .reports(self.part)
+                .iter()
+                .map(control_link::progress_of)
+                .collect(),
+        }
+    }
+}

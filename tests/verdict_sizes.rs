@@ -1,0 +1,171 @@
+//! The sink's size classes travel in its verdict (control protocol 2): a remote sender's
+//! summary carries them, class by class equal to its own per-class counts and to the sink's own
+//! summary; a stepped run's verdict sums its steps' classes.
+
+mod common;
+
+use std::process::Command;
+
+use common::{proc::Proc, *};
+use serde_json::Value;
+
+/// (payload, packets, bytes) per class, sorted.
+fn classes(sizes: &Value) -> Vec<(u64, u64, u64)> {
+    let mut out: Vec<_> = sizes
+        .as_array()
+        .unwrap_or_else(|| panic!("no size classes: {sizes}"))
+        .iter()
+        .map(|c| (u(c, "payload"), u(c, "packets"), u(c, "bytes")))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[test]
+fn a_remote_senders_summary_carries_the_sinks_size_classes() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut sink = Command::new(bin());
+    sink.args(["sink", "--json", "--listen", &listen, "--interval", "0"]);
+    sink.args(["--duration", "5s"]);
+    let sink = Proc::spawn(sink);
+    wait_bound(None, port);
+    let send = ringblast(&[
+        "send",
+        "--json",
+        "--to",
+        &listen,
+        "--size",
+        "imix",
+        "--rate",
+        "24kpps",
+        "--count",
+        "24000",
+        "--interval",
+        "0",
+    ]);
+    assert_ok(&send);
+    let (status, sink_out, err) = sink.finish();
+    assert!(status.success(), "{err}");
+    let tx = summaries(&send).send.unwrap();
+    let rx = sink_out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "summary" && v["role"] == "sink")
+        .unwrap();
+    let sent = classes(&tx["sizes"]);
+    assert_eq!(
+        sent.iter().map(|c| c.1).collect::<Vec<_>>(),
+        [14_000, 8_000, 2_000],
+        "7:4:1 over whole cycles: {tx}"
+    );
+    assert_eq!(
+        classes(&tx["sink"]["sizes"]),
+        sent,
+        "the verdict's classes: {tx}"
+    );
+    assert_eq!(classes(&rx["sizes"]), sent, "the sink's own summary: {rx}");
+}
+
+#[test]
+fn a_stepped_runs_verdict_sums_its_steps_size_classes() {
+    let _guard = traffic_lock();
+    let mut all = vec!["pair", "--json", "--no-metrics", "--size", "imix"];
+    all.extend(["--rate-steps", "12kpps:1s,24kpps:1s"]);
+    let out = ringblast(&all);
+    assert_ok(&out);
+    let s = summaries(&out);
+    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    let sent = classes(&send["sizes"]);
+    // Each step's verdict has its own classes; together they are the run's.
+    let mut by_step: Vec<(u64, u64, u64)> = Vec::new();
+    for step in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "step")
+    {
+        for (payload, packets, bytes) in classes(&step["sink"]["sizes"]) {
+            match by_step.iter_mut().find(|c| c.0 == payload) {
+                Some(c) => (c.1, c.2) = (c.1 + packets, c.2 + bytes),
+                None => by_step.push((payload, packets, bytes)),
+            }
+        }
+    }
+    by_step.sort_unstable();
+    assert_eq!(by_step, sent, "the steps' classes add up to the run's");
+    assert_eq!(classes(&send["sink"]["sizes"]), sent, "{send}");
+    assert_eq!(classes(&sink["sizes"]), sent, "{sink}");
+    assert_eq!(
+        sent.iter().map(|c| c.1).sum::<u64>(),
+        u(&send, "tx_packets")
+    );
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+fn series(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name_and_labels} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
+}
+
+#[test]
+fn the_size_class_series_equal_both_summaries() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "pair", "--size", "imix", "--rate", "24kpps", "--count", "24000",
+    ]);
+    cmd.args(["--json", "--interval", "0", "--metrics"]);
+    cmd.args([&format!("127.0.0.1:{port}"), "--metrics-linger", "30s"]);
+    let mut pair = Proc::spawn(cmd);
+    pair.wait_line(
+        "metrics: serving final values",
+        std::time::Duration::from_secs(30),
+    );
+    let text = scrape(port);
+    pair.interrupt();
+    let (status, out, err) = pair.finish();
+    assert!(status.success(), "{err}");
+    let summary = |role: &str| {
+        out.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v["type"] == "summary" && v["role"] == role)
+            .unwrap()
+    };
+    let (tx, rx) = (summary("send"), summary("sink"));
+    let sent = classes(&tx["sizes"]);
+    assert_eq!(sent.len(), 3, "{tx}");
+    assert_eq!(classes(&rx["sizes"]), sent, "{rx}");
+    for (payload, packets, bytes) in sent {
+        let l = format!(r#"{{payload="{payload}"}}"#);
+        assert_eq!(
+            series(&text, &format!("ringblast_tx_size_packets_total{l}")),
+            packets
+        );
+        assert_eq!(
+            series(&text, &format!("ringblast_tx_size_bytes_total{l}")),
+            bytes
+        );
+        assert_eq!(
+            series(&text, &format!("ringblast_rx_size_packets_total{l}")),
+            packets
+        );
+        assert_eq!(
+            series(&text, &format!("ringblast_rx_size_bytes_total{l}")),
+            bytes
+        );
+    }
+}
