@@ -339,7 +339,8 @@ def schedule_rows(layout):
     layout.add(timeseries(
         "Schedule: target vs achieved packets/s",
         "The target follows the schedule (each step of --rate-steps, the slope of a --ramp); achieved is what "
-        "the kernel accepted. A step the sender cannot hold shows as achieved below the target.", "pps",
+        "the kernel accepted. A step the sender cannot hold shows as achieved below the target. Under "
+        "`ringblast search --metrics` each trial is a one-step run at its trial rate.", "pps",
         [(f"{wanted} > 0", "{{instance}} target"), (achieved, "{{instance}} achieved")]), width=10)
     layout.add(timeseries(
         "Schedule step", "The step each sender is in, out of its schedule's steps (1 of 1 for a constant rate).",

@@ -420,6 +420,14 @@ pub struct SearchArgs {
     /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
     #[arg(long)]
     pub json: bool,
+    /// Serve each trial's Prometheus metrics on ADDR:PORT: a trial is a one-step run, so its
+    /// target, achieved rate and the sink's verdict show in the dashboard's schedule row.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// With --metrics: keep each trial's metrics up this long after the trial, so its verdict
+    /// is scraped (the scrape interval; it adds to the search's time).
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "0")]
+    pub metrics_linger: Duration,
 }
 
 fn parse_loss_ratio(s: &str) -> Result<f64, String> {

@@ -3,6 +3,7 @@
 //! the true limit is 20e6 / 8 / 106 ≈ 23 585 pps; the NDR found must lie within 5 % below it
 //! (tbf's 8 KiB bucket lets a trial run a little above it), the PDR at or above the NDR, and the
 //! whole search must finish within 60 s with short trials. `--max-time` running out exits 1.
+//! With `--metrics`, each trial serves its one-step verdict, scraped from the sink's side.
 
 mod common;
 
@@ -122,4 +123,110 @@ fn bad_search_options_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+/// The sum of the labelled series of `name` whose labels contain `label` in a Prometheus text
+/// scrape; `None` when there is none.
+fn series(text: &str, name: &str, label: &str) -> Option<u64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('{')) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() as u64)
+}
+
+#[test]
+fn with_metrics_each_trial_serves_its_step_verdict_while_it_lingers() {
+    assert!(
+        is_root(),
+        "this test creates network namespaces: run it as root"
+    );
+    let _guard = traffic_lock();
+    let lab = Lab::create("sm", 214);
+    let secret = secret_file();
+    let secret = secret.path().to_str().unwrap().to_string();
+    let mut sink = Command::new("ip")
+        .args(["netns", "exec", &lab.rx, bin(), "sink", "--interval", "0"])
+        .args(["--listen", "10.214.0.2:7601", "--secret-file", &secret])
+        .args(["--duration", "60s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_bound(Some(&lab.rx), 7601);
+    let metrics = "10.214.0.1:9981";
+    let search = Command::new("ip")
+        .args(["netns", "exec", &lab.tx, bin(), "search", "--json"])
+        .args(["--to", "10.214.0.2:7601", "--secret-file", &secret])
+        .args([
+            "--min-rate",
+            "5kpps",
+            "--max-rate",
+            "20kpps",
+            "--trial",
+            "300ms",
+        ])
+        .args([
+            "--max-time",
+            "1s",
+            "--metrics",
+            metrics,
+            "--metrics-linger",
+            "3s",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first trial's verdict, scraped from the sink's side (as a Prometheus elsewhere would)
+    // while the trial's process lingers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let scraped = loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &lab.rx, "curl", "-sf", "--max-time", "2"])
+            .arg(format!("http://{metrics}/metrics"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if series(&text, "ringblast_tx_steps_total", "verdict=\"judged\"") == Some(1) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no judged trial was served: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = search.wait_with_output().unwrap();
+    let _ = sink.kill();
+    let _ = sink.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first: Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "trial")
+        .unwrap_or_else(|| panic!("no trial line: {stdout}"));
+    let step = |result: &str| {
+        series(
+            &scraped,
+            "ringblast_tx_step_packets_total",
+            &format!("result=\"{result}\""),
+        )
+    };
+    let offered = u(&first, "offered");
+    assert!(offered > 0, "{first}");
+    assert_eq!(step("sent"), Some(offered), "{first}\n{scraped}");
+    assert_eq!(
+        step("received"),
+        Some(offered - u(&first, "lost")),
+        "{first}\n{scraped}"
+    );
+    assert!(
+        scraped
+            .lines()
+            .any(|l| l.starts_with("ringblast_tx_schedule_steps 1")),
+        "a trial is a one-step run: {scraped}"
+    );
 }

@@ -496,6 +496,14 @@ fn search(args: crate::cli::SearchArgs) -> Result<(), Error> {
         send_args.push("--secret-file".into());
         send_args.push(secret.display().to_string());
     }
+    if let Some(metrics) = args.metrics {
+        send_args.extend([
+            "--metrics".to_string(),
+            metrics.to_string(),
+            "--metrics-linger".into(),
+            format!("{}ms", args.metrics_linger.as_millis()),
+        ]);
+    }
     let plan = search::SearchPlan {
         send_args,
         loss_ratios: ratios,

@@ -153,6 +153,8 @@ impl SenderView for View {
             rate_pps: self.rate_rps,
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
             reconnect,
+            // TCP runs have no rate schedule (refused at start).
+            step: None,
         }
     }
 
