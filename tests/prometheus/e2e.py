@@ -137,8 +137,8 @@ def main():
             raise SystemExit(f"{tool} not found: apt-get install prometheus")
     work = tempfile.mkdtemp(prefix="rb-prom-")
     data_port = free_port(socket.SOCK_DGRAM)
-    m_sink, m_send, m_pair = free_port(), free_port(), free_port()
-    prom = Prom([f"127.0.0.1:{m_sink}", f"127.0.0.1:{m_send}", f"127.0.0.1:{m_pair}"], work)
+    m_sink, m_send, m_pair, m_tcp = free_port(), free_port(), free_port(), free_port()
+    prom = Prom([f"127.0.0.1:{m_sink}", f"127.0.0.1:{m_send}", f"127.0.0.1:{m_pair}", f"127.0.0.1:{m_tcp}"], work)
     procs = []
     try:
         sink = start(["sink", "--listen", f"127.0.0.1:{data_port}", "--queues", "2", "--duration", "16s",
@@ -163,6 +163,11 @@ def main():
         pair = start(["pair", "--queues", "2", "--flows", "4", "--rate", "30kpps", "--duration", "8s", "--json",
                       "--metrics", f"127.0.0.1:{m_pair}", "--metrics-linger", "15s", "--interval", "0"])
         procs.append(pair)
+        # A paced TCP pair beside it, for the dashboard's TCP row (streams, TCP_INFO, TCP books).
+        tcp = start(["pair", "--proto", "tcp", "--conns", "2", "--size", "1400", "--rate", "10kpps",
+                     "--duration", "8s", "--json", "--metrics", f"127.0.0.1:{m_tcp}", "--metrics-linger", "15s",
+                     "--interval", "0"])
+        procs.append(tcp)
         time.sleep(3)  # two scrapes after the send/sink runs ended, during their linger
         inst_send, inst_sink = f'instance="127.0.0.1:{m_send}"', f'instance="127.0.0.1:{m_sink}"'
         exact = [
@@ -193,6 +198,8 @@ def main():
             check(queues == [("0", "0"), ("0", "1")], f"{name} traffic series exist per node and queue: {queues}")
         pair_s = finish(pair, "pair", timeout=60)
         check(pair_s["send"]["tx_packets"] == pair_s["sink"]["rx_packets"], "the pair run was exact")
+        tcp_s = finish(tcp, "tcp pair", timeout=60)
+        check(tcp_s["send"]["tx_records"] == tcp_s["sink"]["rx_records"] > 0, "the TCP pair run was exact")
         time.sleep(2)
         for expr in dashboard_queries():
             body = prom.query(expr)
