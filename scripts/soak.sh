@@ -2,7 +2,8 @@
 # Soak: a separate `ringblast sink` and `ringblast send` run for DURATION at RATE between two
 # network namespaces this script creates and deletes (as root), or over loopback otherwise.
 # Every SOAK_SAMPLE seconds (30) it samples RSS, open fds and threads of both processes (from
-# /proc/PID) and their counters (from their metrics endpoints), and prints one line per sample.
+# /proc/PID) and their counters (from their metrics endpoints), and prints one line per sample;
+# sampling stops 2 s before the sender's deadline, where its shutdown begins.
 # It fails when, after the first sample (the baseline), RSS grows by SOAK_MAX_RSS_GROWTH_KIB
 # (1024) or more, or the fd or thread count changes; or on any unexplained loss: the sink must
 # count sent = received + kernel drops + lost with lost, duplicates and invalid all 0, and (in
@@ -27,7 +28,7 @@ case "$DURATION" in
   *s) secs=${DURATION%s} ;;
   *) secs=$DURATION ;;
 esac
-[ "$secs" -ge "$SAMPLE" ] || { echo "soak: DURATION must be at least ${SAMPLE}s" >&2; exit 2; }
+[ "$secs" -ge $(( SAMPLE + 3 )) ] || { echo "soak: DURATION must be at least $(( SAMPLE + 3 ))s (SOAK_SAMPLE + 3)" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/rbsoak.XXXXXX)
 echo "soak-secret-$$-$RANDOM-$RANDOM" > "$work/secret"
@@ -114,6 +115,8 @@ while alive "$send"; do
   t=$(( $(date +%s) - started ))
   [ "$t" -ge "$next" ] || continue
   next=$(( next + SAMPLE ))
+  # The run's last seconds are its shutdown (threads and sockets closing): not a steady sample.
+  [ $(( $(date +%s%N) - launched )) -lt $(( (secs - 2) * 1000000000 )) ] || break
   alive "$send" || break
   alive "$sink" || { echo "soak: the sink died" >&2; exit 1; }
   prx=$(proc "$sink"); ptx=$(proc "$send")
