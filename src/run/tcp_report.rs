@@ -58,6 +58,23 @@ pub struct Reporter {
 /// How often the reporter samples TCP_INFO of the senders' connections.
 const INFO_EVERY_NS: u64 = 250_000_000;
 
+/// Takes a new TCP_INFO sample per queue. A queue whose connections have all closed (the run's
+/// end, a reconnect) keeps its last open sample's connections, srtt and cwnd, so the summary
+/// holds what was seen while they were open; its retransmits always move on.
+fn keep_open_samples(last: &mut Vec<QueueInfo>, fresh: Vec<QueueInfo>) {
+    if last.len() != fresh.len() {
+        *last = fresh;
+        return;
+    }
+    for (old, new) in last.iter_mut().zip(fresh) {
+        if new.conns > 0 || old.conns == 0 {
+            *old = new;
+        } else {
+            old.retransmits = old.retransmits.max(new.retransmits);
+        }
+    }
+}
+
 /// The TCP_INFO keys of a sender's JSON lines.
 fn info_json(line: &mut Map<String, Value>, infos: &[QueueInfo]) {
     let t = crate::sender::tcp::info::total(infos);
@@ -354,7 +371,8 @@ impl Reporter {
             if let Some(sampler) = self.info.as_mut()
                 && now - last_info_at >= INFO_EVERY_NS
             {
-                self.last_info = sampler.sample();
+                let fresh = sampler.sample();
+                keep_open_samples(&mut self.last_info, fresh);
                 last_info_at = now;
             }
             let snap = self.snapshot();
