@@ -7,8 +7,6 @@
 mod common;
 
 use std::{
-    io::{Read, Write},
-    net::TcpStream,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -140,23 +138,6 @@ fn a_step_that_overruns_a_drop_rule_loses_exactly_what_the_rule_dropped() {
     );
 }
 
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
-}
-
-fn series(text: &str, name_and_labels: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(&format!("{name_and_labels} ")))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
-}
-
 /// Runs `pair ARGS --json --metrics` and scrapes the lingering endpoint after the summaries.
 fn pair_scraped(args: &[&str]) -> (String, String) {
     let port = free_port();
@@ -168,7 +149,7 @@ fn pair_scraped(args: &[&str]) -> (String, String) {
     cmd.args(["--metrics-linger", "30s"]);
     let mut pair = Proc::spawn(cmd);
     pair.wait_line("metrics: serving final values", Duration::from_secs(30));
-    let text = scrape(port);
+    let text = scrape_local(port);
     pair.interrupt();
     let (status, out, err) = pair.finish();
     assert!(status.success(), "{err}");
@@ -182,14 +163,14 @@ fn the_schedule_series_carry_each_judged_step() {
     let steps = steps_of(&out);
     assert_eq!(steps.len(), 2, "{out}");
     let sum = |f: &dyn Fn(&Value) -> u64| steps.iter().map(f).sum::<u64>();
-    assert_eq!(series(&text, "ringblast_tx_schedule_steps"), 2);
-    assert_eq!(series(&text, "ringblast_tx_schedule_step"), 2);
+    assert_eq!(series_value(&text, "ringblast_tx_schedule_steps"), 2);
+    assert_eq!(series_value(&text, "ringblast_tx_schedule_step"), 2);
     assert_eq!(
-        series(&text, r#"ringblast_tx_steps_total{verdict="judged"}"#),
+        series_value(&text, r#"ringblast_tx_steps_total{verdict="judged"}"#),
         2
     );
     assert_eq!(
-        series(&text, r#"ringblast_tx_steps_total{verdict="unknown"}"#),
+        series_value(&text, r#"ringblast_tx_steps_total{verdict="unknown"}"#),
         0
     );
     for (result, want) in [
@@ -201,7 +182,7 @@ fn the_schedule_series_carry_each_judged_step() {
         ("send_failed", sum(&|s| u(&s["sink"], "send_failed"))),
     ] {
         let name = format!(r#"ringblast_tx_step_packets_total{{result="{result}"}}"#);
-        assert_eq!(series(&text, &name), want, "{name}\n{out}");
+        assert_eq!(series_value(&text, &name), want, "{name}\n{out}");
     }
     assert!(sum(&|s| u(s, "tx_packets")) > 59_000, "{out}");
 }
@@ -219,18 +200,18 @@ fn a_constant_rate_is_a_one_step_schedule_judged_by_the_run_verdict() {
         steps_of(&out).is_empty(),
         "no step lines without a schedule"
     );
-    assert_eq!(series(&text, "ringblast_tx_schedule_steps"), 1);
-    assert_eq!(series(&text, "ringblast_tx_schedule_step"), 1);
+    assert_eq!(series_value(&text, "ringblast_tx_schedule_steps"), 1);
+    assert_eq!(series_value(&text, "ringblast_tx_schedule_step"), 1);
     assert_eq!(
-        series(&text, r#"ringblast_tx_steps_total{verdict="judged"}"#),
+        series_value(&text, r#"ringblast_tx_steps_total{verdict="judged"}"#),
         1
     );
     assert_eq!(
-        series(&text, r#"ringblast_tx_step_packets_total{result="sent"}"#),
+        series_value(&text, r#"ringblast_tx_step_packets_total{result="sent"}"#),
         u(&send, "tx_packets")
     );
     assert_eq!(
-        series(
+        series_value(
             &text,
             r#"ringblast_tx_step_packets_total{result="received"}"#
         ),

@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Netns, last_summary, proc::Proc, u};
+use common::{Netns, last_summary, proc::Proc, scrape_local, u};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -478,15 +478,6 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
     );
 }
 
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
-}
-
 fn series(text: &str, name_and_labels: &str) -> u64 {
     text.lines()
         .find(|l| l.starts_with(name_and_labels))
@@ -519,7 +510,7 @@ fn scraped_tcp_series_equal_the_summaries() {
         ],
     );
     pair.wait_line("sink summary:", WAIT);
-    let text = scrape(port);
+    let text = scrape_local(port);
     pair.interrupt();
     let (status, out, err) = pair.finish();
     assert!(status.success(), "{err}");

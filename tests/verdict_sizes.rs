@@ -102,24 +102,6 @@ fn a_stepped_runs_verdict_sums_its_steps_size_classes() {
     );
 }
 
-fn scrape(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    text
-}
-
-fn series(text: &str, name_and_labels: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(&format!("{name_and_labels} ")))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
-}
-
 #[test]
 fn the_size_class_series_equal_both_summaries() {
     let _guard = traffic_lock();
@@ -135,7 +117,7 @@ fn the_size_class_series_equal_both_summaries() {
         "metrics: serving final values",
         std::time::Duration::from_secs(30),
     );
-    let text = scrape(port);
+    let text = scrape_local(port);
     pair.interrupt();
     let (status, out, err) = pair.finish();
     assert!(status.success(), "{err}");
@@ -152,19 +134,19 @@ fn the_size_class_series_equal_both_summaries() {
     for (payload, packets, bytes) in sent {
         let l = format!(r#"{{payload="{payload}"}}"#);
         assert_eq!(
-            series(&text, &format!("ringblast_tx_size_packets_total{l}")),
+            series_value(&text, &format!("ringblast_tx_size_packets_total{l}")),
             packets
         );
         assert_eq!(
-            series(&text, &format!("ringblast_tx_size_bytes_total{l}")),
+            series_value(&text, &format!("ringblast_tx_size_bytes_total{l}")),
             bytes
         );
         assert_eq!(
-            series(&text, &format!("ringblast_rx_size_packets_total{l}")),
+            series_value(&text, &format!("ringblast_rx_size_packets_total{l}")),
             packets
         );
         assert_eq!(
-            series(&text, &format!("ringblast_rx_size_bytes_total{l}")),
+            series_value(&text, &format!("ringblast_rx_size_bytes_total{l}")),
             bytes
         );
     }

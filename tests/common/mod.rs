@@ -138,6 +138,26 @@ impl Drop for Netns {
     }
 }
 
+/// The Prometheus text a ringblast metrics endpoint on 127.0.0.1:`port` serves now.
+pub fn scrape_local(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The value of the one series written exactly `name{labels}` (or a bare name) in a scrape.
+pub fn series_value(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name_and_labels} ")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
+}
+
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
         s.lines()
