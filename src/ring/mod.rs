@@ -1,17 +1,25 @@
 //! The per-worker io_uring engine: one ring, the worker's arena and (for sinks) a provided-buffer
 //! ring inside that arena; it builds the ring, submits and copies completions out. The op
-//! builders (one small safe method per SQE kind) live in `ops`, and `token` packs each op's
-//! kind and slot index into its `user_data`, so one ring carries accept, connect, recv and send.
+//! builders (one small safe method per SQE kind) live in `ops`, receives through `msghdr`s in
+//! the arena in `msghdr`, and `token` packs each op's kind and slot index into its
+//! `user_data`, so one ring carries accept, connect, recv and send. The engine knows no
+//! protocol: what a worker keeps in its arena, and where, is the worker's layout.
 //!
 //! `Engine` declares `ring` before `arena`: Rust drops fields in declaration order, so the ring
 //! (and with it every in-flight operation and registration) is gone before the memory it points
-//! into is unmapped. Every pushed buffer address is checked to lie inside the arena, which is
-//! what makes the pushes safe to call. This module and `mem` are the only places with `unsafe`.
+//! into is unmapped. All memory an SQE points at is in the arena (buffers, the buffer ring,
+//! receive `msghdr`s and the buffers they name), except the connect address, which the engine
+//! boxes and never replaces. Every pushed address is checked to lie inside the arena, and the
+//! arena bytes the kernel reads pointers from (buffer-ring entries, `msghdr`s) are never handed
+//! out for writing, which is what makes the pushes safe to call. This module and `mem` are the
+//! only places with `unsafe`.
 
 pub mod bufring;
 #[cfg(test)]
 mod bundle_tests;
-mod inline;
+mod msghdr;
+#[cfg(test)]
+mod msghdr_tests;
 mod ops;
 pub mod probe;
 pub mod tcp_info;
@@ -23,19 +31,13 @@ use io_uring::{IoUring, cqueue, squeue, types};
 
 use self::bufring::BufRing;
 pub use self::bufring::BufRingLayout;
-pub use self::inline::{INLINE_BATCH, InlineMeta};
+pub use self::msghdr::{ArenaRange, MsghdrLengths, parse_recvmsg_out};
 use crate::{error::Error, mem::Arena};
 
 /// `IORING_ENTER_GETEVENTS`: run deferred task work and reap completions (io-uring keeps `sys` private).
 const ENTER_GETEVENTS: u32 = 1;
 /// Buffer group id of the sink's provided-buffer ring.
 const BUFFER_GROUP: u16 = 7;
-/// Control bytes reserved per received datagram (UDP_GRO + SO_RXQ_OVFL, with room to spare).
-pub const RECV_CONTROL_LEN: usize = 64;
-/// Bytes of `io_uring_recvmsg_out` at the start of every multishot `RECVMSG` buffer.
-pub const RECVMSG_OUT_LEN: usize = 16;
-/// Bytes reserved for the sender's address in each multishot receive (`sockaddr_in6`).
-pub const RECV_NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_in6>();
 
 /// How a ring was set up, after probing the kernel's accepted flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,10 +158,9 @@ pub struct Engine {
     // Field order is the drop order: the ring goes first, then what it points into.
     ring: IoUring,
     setup: SetupMode,
-    recv_msg: Box<libc::msghdr>,
-    /// Per-receive `msghdr`s and buffers of inline (non-blocking single-shot) receives.
-    inline: Option<inline::InlineSlots>,
     buf_ring: Option<BufRing>,
+    /// Where in the arena the receive `msghdr`s lie, once reserved (never moved after).
+    msghdrs: Option<msghdr::MsghdrTable>,
     /// The address every `CONNECT` of this ring goes to (set up before the first one).
     connect_to: Option<Box<socket2::SockAddr>>,
     arena: Arena,
@@ -207,16 +208,11 @@ impl Engine {
                 Some(br)
             }
         };
-        // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
-        let mut recv_msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
-        recv_msg.msg_controllen = RECV_CONTROL_LEN as _;
-        recv_msg.msg_namelen = RECV_NAME_LEN as _;
         Ok(Engine {
             ring,
             setup,
-            recv_msg,
-            inline: None,
             buf_ring,
+            msghdrs: None,
             connect_to: None,
             arena,
             counters: RingCounters::default(),
@@ -233,8 +229,12 @@ impl Engine {
         &self.arena
     }
 
-    /// Mutable bytes of the arena, for stamping headers into send slots.
+    /// Mutable bytes of the arena, for stamping headers into send slots. `None` out of range
+    /// and for bytes the kernel reads pointers from (buffer-ring entries, receive `msghdr`s).
     pub fn arena_bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        if self.kernel_owned(ArenaRange { offset, len }) {
+            return None;
+        }
         self.arena.bytes_mut(offset, len)
     }
 
@@ -254,10 +254,10 @@ impl Engine {
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> bool {
-        // SAFETY: every entry built by this module, `ops` and `inline` points only into
-        // `self.arena`, at `self.recv_msg`, at an inline slot of `self.inline` (its msghdr and
-        // the name and control buffers it points at) or at `self.connect_to`, all of which live
-        // until the ring is dropped (field order) and are never replaced once set.
+        // SAFETY: every entry built by this module, `ops` and `msghdr` points only into
+        // `self.arena` (checked ranges, and `msghdr`s the engine wrote whose name and control
+        // pointers it checked) or at `self.connect_to`; both live until the ring is dropped
+        // (field order) and the connect address is never replaced once set.
         let pushed = unsafe { self.ring.submission().push(entry) }.is_ok();
         if !pushed {
             self.counters.sq_full += 1;
@@ -377,11 +377,6 @@ impl Engine {
         self.ring.params().is_feature_recvsend_bundle()
     }
 
-    /// The template `msghdr` used by multishot receives (for parsing their output).
-    pub fn recv_msghdr(&self) -> &libc::msghdr {
-        &self.recv_msg
-    }
-
     /// Hands provided buffer `bid` back to the kernel (visible after `publish_buffers`).
     pub fn recycle_buffer(&mut self, bid: u16) {
         if let Some(br) = self.buf_ring.as_mut() {
@@ -462,8 +457,13 @@ mod tests {
         };
         let mut engine = Engine::new(size, arena, probe::SEND_OPS, true, None).unwrap();
         assert!(!engine.push_write_fixed(0, 8000, 1000, 1));
+        assert!(engine.reserve_msghdrs(0, 1));
+        let name = ArenaRange {
+            offset: 4096,
+            len: 28,
+        };
         assert!(
-            !engine.push_recv_msg_multi(0, 1),
+            !engine.push_recvmsg_multi(0, 0, name, name, 1),
             "no buffer ring registered"
         );
         assert!(!engine.push_recv_multi(0, 1), "no buffer ring registered");

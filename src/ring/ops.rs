@@ -2,10 +2,10 @@
 //! that checks what its SQE points at and pushes it.
 //!
 //! Every buffer an op names is checked to lie inside the engine's arena, and the only other
-//! memory an SQE may point at is owned by the engine (the multishot `RECVMSG` template and the
-//! connect address), so each builder is safe to call. Operations without memory (accept,
-//! buffer-selecting receives) only need a descriptor; a descriptor closed while its op is in
-//! flight makes the op fail, never touch freed memory.
+//! memory an SQE may point at is the connect address the engine owns, so each builder is safe
+//! to call. Receives through a `msghdr` (also in the arena) are built in `msghdr`. Operations
+//! without memory (accept, poll, buffer-selecting receives) only need a descriptor; a
+//! descriptor closed while its op is in flight makes the op fail, never touch freed memory.
 
 use std::{net::SocketAddr, os::fd::RawFd};
 
@@ -61,17 +61,6 @@ impl Engine {
         self.push(&entry)
     }
 
-    /// Queues a multishot `RECVMSG` on `fd` that takes buffers from the provided-buffer ring.
-    pub fn push_recv_msg_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
-        if self.buf_ring.is_none() {
-            return false;
-        }
-        let entry = opcode::RecvMsgMulti::new(types::Fd(fd), &*self.recv_msg, BUFFER_GROUP)
-            .build()
-            .user_data(user_data);
-        self.push(&entry)
-    }
-
     /// Queues a multishot `RECV` on a stream socket into the provided-buffer ring: one
     /// completion per filled buffer until EOF, an error, or the ring runs dry (`ENOBUFS`).
     pub fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
@@ -109,6 +98,14 @@ impl Engine {
             .buf_group(BUFFER_GROUP)
             .build()
             .flags(io_uring::squeue::Flags::BUFFER_SELECT)
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// Queues a one-shot `POLL_ADD` for `fd` becoming readable.
+    pub fn push_poll_readable(&mut self, fd: RawFd, user_data: u64) -> bool {
+        let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .build()
             .user_data(user_data);
         self.push(&entry)
     }

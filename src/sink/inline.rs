@@ -2,25 +2,24 @@
 //! datagrams keep coming, so the sending core (which runs the loopback and veth receive path)
 //! never runs io_uring's wake callback for them.
 //!
-//! Each step queues up to [`INLINE_BATCH`] non-blocking single-shot receives (`ring::inline`);
-//! they run inside the same `io_uring_enter`, in the sink's context, and complete with a
-//! datagram or `-EAGAIN`. The batch follows the traffic (twice what the last one found, at
-//! least [`MIN_BATCH`]), so a paced sink does not spend most receives on `-EAGAIN`. A batch that finds the socket empty while traffic flows is followed by a
-//! 50 µs sleep with nothing armed (the datagrams queue up meanwhile, as with `--rx-wait
-//! batch`); once traffic stops, one `POLL_ADD` waits for the next datagram, so an idle or
-//! slowly paced sink sleeps instead of polling.
+//! Each step queues up to [`INLINE_BATCH`] non-blocking single-shot `RECVMSG`s
+//! (`MSG_DONTWAIT`), each through its own slot of `recv_memory` (a `msghdr` with address and
+//! control buffers in the arena) into a buffer of the provided-buffer ring. They run inside the
+//! same `io_uring_enter`, in the sink's context, and complete with a datagram or `-EAGAIN`. The
+//! batch follows the traffic (twice what the last one found, at least [`MIN_BATCH`]), so a
+//! paced sink does not spend most receives on `-EAGAIN`. A batch that finds the socket empty
+//! while traffic flows is followed by a 50 µs sleep with nothing armed (the datagrams queue up
+//! meanwhile, as with `--rx-wait batch`); once traffic stops, one `POLL_ADD` waits for the next
+//! datagram, so an idle or slowly paced sink sleeps instead of polling.
 
 use std::os::fd::RawFd;
 
 use super::{
     SinkWorker,
+    recv_memory::INLINE_BATCH,
     run_loop::{BATCH_WAIT_NS, SLEEP_NS},
 };
-use crate::{
-    clock,
-    ring::{INLINE_BATCH, Wait},
-    stats::errno_class,
-};
+use crate::{clock, ring::Wait, stats::errno_class};
 
 /// `user_data` of inline receive slot `i` is `FIRST_SLOT + i`.
 const FIRST_SLOT: u64 = 16;
@@ -58,8 +57,8 @@ impl SinkWorker {
             };
             for slot in 0..batch {
                 if !self
-                    .engine
-                    .push_recv_msg_nowait(fd, slot, FIRST_SLOT + slot as u64)
+                    .recv
+                    .push_inline(&mut self.engine, fd, slot, FIRST_SLOT + slot as u64)
                 {
                     break;
                 }
@@ -106,7 +105,7 @@ impl SinkWorker {
             else {
                 continue;
             };
-            self.engine.inline_completed(slot);
+            self.recv.completed(slot);
             self.inline.in_flight = self.inline.in_flight.saturating_sub(1);
             receives += 1;
             if let Some(bid) = c.buffer_id() {

@@ -1,6 +1,8 @@
 //! The sink worker: one `SO_REUSEPORT` socket and one ring per queue, a single multishot
 //! `RECVMSG` over a provided-buffer ring in the worker's node-local arena, re-armed whenever the
-//! kernel ends it (buffer ring empty, CQ overflow, error).
+//! kernel ends it (buffer ring empty, CQ overflow, error). Everything the kernel reads or writes
+//! for a receive lies in that arena: the buffer ring, then the receive `msghdr`s with their
+//! address and control buffers (`recv_memory`, which owns that layout).
 //!
 //! Every packet's header is checked; GRO buffers are split at the `UDP_GRO` segment size and
 //! each segment is counted on its own. While traffic flows the worker either waits for a batch
@@ -13,6 +15,7 @@ pub mod books;
 pub mod cmsg;
 mod inline;
 pub mod mailbox;
+mod recv_memory;
 pub mod registry;
 mod run_loop;
 pub mod sizes;
@@ -23,12 +26,14 @@ pub use run_loop::RxWait;
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
 use hdrhistogram::Histogram;
-use io_uring::types::RecvMsgOut;
 use socket2::Socket;
 
 use self::{
     books::{Books, Packet, Refused},
     mailbox::{Mailbox, SessionKey},
+    recv_memory::{
+        INLINE_BATCH, RECV_CONTROL_LEN, RECV_NAME_LEN, RECVMSG_OUT_LEN, RecvMemory, parse_multishot,
+    },
 };
 use crate::{
     clock,
@@ -36,10 +41,7 @@ use crate::{
     mem::{Arena, PAGE_SIZE, Populate, limits},
     net,
     proto::header,
-    ring::{
-        BufRingLayout, Completion, Engine, RECV_CONTROL_LEN, RECV_NAME_LEN, RECVMSG_OUT_LEN,
-        RingSize, Wait, probe,
-    },
+    ring::{BufRingLayout, Completion, Engine, RingSize, Wait, probe},
     stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class, latency_cell},
 };
 
@@ -131,6 +133,7 @@ pub struct SinkWorker {
     first_packet_ns: u64,
     last_packet_ns: u64,
     inline: inline::InlineState,
+    recv: RecvMemory,
 }
 
 fn layout(config: &SinkConfig) -> BufRingLayout {
@@ -140,10 +143,15 @@ fn layout(config: &SinkConfig) -> BufRingLayout {
     }
 }
 
+/// The receive `msghdr`s and their buffers, after the buffer ring.
+fn recv_memory(config: &SinkConfig) -> RecvMemory {
+    RecvMemory::plan(layout(config).arena_bytes(), config.wait == RxWait::Inline)
+}
+
 fn ring_size(config: &SinkConfig) -> RingSize {
     RingSize {
         sq_entries: if config.wait == RxWait::Inline {
-            2 * crate::ring::INLINE_BATCH as u32
+            2 * INLINE_BATCH as u32
         } else {
             8
         },
@@ -152,9 +160,9 @@ fn ring_size(config: &SinkConfig) -> RingSize {
 }
 
 impl SinkWorker {
-    /// Bytes of packet memory one worker provides to the kernel through its buffer ring.
+    /// Bytes of packet memory one worker gives the kernel: its buffer ring and receive memory.
     pub fn arena_bytes(config: &SinkConfig) -> u64 {
-        layout(config).arena_bytes() as u64
+        recv_memory(config).end() as u64
     }
 
     /// Bytes of locked memory one worker pins (buffer-ring entries plus the ring).
@@ -166,16 +174,17 @@ impl SinkWorker {
     pub fn new(config: SinkConfig, node: u32, shared: Arc<SinkShared>) -> Result<Self, Error> {
         limits::check_memlock(Self::locked_bytes(&config))?;
         let layout = layout(&config);
+        let recv = recv_memory(&config);
         // The kernel writes into the receive buffers and never pins them: fault in the entry
-        // ring and the first page of every buffer now, the rest on first use (`mem::Populate`).
+        // ring and the first page of every buffer now, the rest on first use (`mem::Populate`);
+        // `RecvMemory::reserve` faults in the receive memory after the buffers.
         let populate = Populate::Strided {
             head: layout.ring_bytes(),
             stride: BUFFER_BYTES as usize,
             touch: PAGE_SIZE,
         };
-        let arena =
-            Arena::allocate_on_node_with(layout.arena_bytes(), node, config.hugepages, populate)
-                .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let arena = Arena::allocate_on_node_with(recv.end(), node, config.hugepages, populate)
+            .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut engine = Engine::new(
             ring_size(&config),
             arena,
@@ -183,6 +192,7 @@ impl SinkWorker {
             false,
             Some(layout),
         )?;
+        recv.reserve(&mut engine)?;
         let socket = net::sink_socket(
             config.listen,
             net::SinkSocketOptions {
@@ -193,9 +203,9 @@ impl SinkWorker {
         if let Some(queues) = config.steer_queues {
             net::steer::attach(&socket, queues)?;
         }
-        if config.wait == RxWait::Inline {
-            engine.enable_inline_receives();
-        } else if !engine.push_recv_msg_multi(socket.as_raw_fd(), USER_DATA_RECV) {
+        if config.wait != RxWait::Inline
+            && !recv.push_multishot(&mut engine, socket.as_raw_fd(), USER_DATA_RECV)
+        {
             return Err(Error::Unsupported(
                 "cannot queue the first multishot receive".into(),
             ));
@@ -216,6 +226,7 @@ impl SinkWorker {
             first_packet_ns: 0,
             last_packet_ns: 0,
             inline: inline::InlineState::default(),
+            recv,
             shared,
             config,
         })
@@ -239,16 +250,16 @@ impl SinkWorker {
         let out;
         let (control_bytes, name_bytes, payload) = match inline_slot {
             None => {
-                out = match RecvMsgOut::parse(buffer, self.engine.recv_msghdr()) {
-                    Ok(out) => out,
-                    Err(()) => {
+                out = match parse_multishot(buffer) {
+                    Some(out) => out,
+                    None => {
                         self.counters.invalid[INVALID_SHORT] += 1;
                         return false;
                     }
                 };
                 (out.control_data(), out.name_data(), out.payload_data())
             }
-            Some(slot) => match self.engine.inline_meta(slot) {
+            Some(slot) => match self.recv.inline_meta(&self.engine, slot) {
                 Some(meta) => (meta.control, meta.name, buffer),
                 None => return false,
             },

@@ -110,7 +110,8 @@ impl Job for SinkWorker {
             }
             if !armed {
                 self.counters.rearms += 1;
-                self.engine.push_recv_msg_multi(fd, USER_DATA_RECV);
+                self.recv
+                    .push_multishot(&mut self.engine, fd, USER_DATA_RECV);
             }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.publish();

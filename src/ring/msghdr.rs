@@ -1,0 +1,252 @@
+//! `RECVMSG` over `msghdr`s that live in the engine's arena: a worker reserves a table of them
+//! once at setup, and each receive it queues names one entry of the table together with the
+//! arena ranges the kernel may write the sender's address and the control messages into.
+//!
+//! The engine, not the caller, writes every `msghdr` (no iovec: the payload goes to the
+//! provided-buffer ring), just before it queues the receive, so the kernel only ever reads
+//! pointers the engine checked: into the arena, outside the buffer ring and outside the table.
+//! The table itself is kernel-facing memory that [`Engine::arena_bytes_mut`] refuses to hand
+//! out. Which entry belongs to which receive, and when the kernel is done with it, is the
+//! caller's bookkeeping; a wrong call can only make the kernel write into the wrong arena bytes,
+//! never outside the arena, which lives until after the ring.
+
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types, types::RecvMsgOut};
+
+use super::{BUFFER_GROUP, Engine};
+
+const HEADER_SIZE: usize = std::mem::size_of::<libc::msghdr>();
+
+/// A range of arena bytes: `len` bytes from `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaRange {
+    /// Start, in bytes from the arena's start.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl ArenaRange {
+    /// One past the last byte; `None` on overflow.
+    fn end(self) -> Option<usize> {
+        self.offset.checked_add(self.len)
+    }
+
+    /// Whether the two ranges share a byte (an empty range shares none).
+    fn overlaps(self, other: ArenaRange) -> bool {
+        self.len > 0
+            && other.len > 0
+            && self.offset < other.offset.saturating_add(other.len)
+            && other.offset < self.offset.saturating_add(self.len)
+    }
+}
+
+/// Where the reserved `msghdr` table lies in the arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct MsghdrTable {
+    offset: usize,
+    count: usize,
+}
+
+impl MsghdrTable {
+    fn bytes(self) -> ArenaRange {
+        ArenaRange {
+            offset: self.offset,
+            len: self.count * HEADER_SIZE,
+        }
+    }
+}
+
+/// What the kernel wrote back into a `msghdr` when its receive completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsghdrLengths {
+    /// Bytes of the sender's address (`msg_namelen`).
+    pub name: usize,
+    /// Bytes of control messages (`msg_controllen`).
+    pub control: usize,
+    /// `msg_flags` (`MSG_TRUNC`, `MSG_CTRUNC`).
+    pub flags: i32,
+}
+
+/// The parts of one multishot `RECVMSG` buffer (`io_uring_recvmsg_out`, then the address,
+/// the control messages and the payload) of a receive queued with `name_len` bytes of room for
+/// the address and `control_len` for control messages; `None` when the buffer is too short.
+pub fn parse_recvmsg_out(
+    buffer: &[u8],
+    name_len: usize,
+    control_len: usize,
+) -> Option<RecvMsgOut<'_>> {
+    // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
+    let mut template: libc::msghdr = unsafe { std::mem::zeroed() };
+    template.msg_namelen = libc::socklen_t::try_from(name_len).ok()?;
+    template.msg_controllen = control_len;
+    RecvMsgOut::parse(buffer, &template).ok()
+}
+
+impl Engine {
+    /// Bytes one `msghdr` takes in the table (entries lie back to back).
+    pub const MSGHDR_BYTES: usize = HEADER_SIZE;
+
+    /// Reserves `count` `msghdr`s at arena `offset` for receives (setup, once) and zeroes them.
+    /// False when already reserved, for no entries, a misaligned offset, a table that leaves
+    /// the arena or one that overlaps the provided-buffer ring.
+    pub fn reserve_msghdrs(&mut self, offset: usize, count: usize) -> bool {
+        let table = MsghdrTable { offset, count };
+        let Some(len) = count.checked_mul(HEADER_SIZE) else {
+            return false;
+        };
+        let fits = self.msghdrs.is_none()
+            && count > 0
+            && offset.is_multiple_of(std::mem::align_of::<libc::msghdr>())
+            && !self.buf_ring_bytes().overlaps(table.bytes());
+        match self.arena.bytes_mut(offset, len).filter(|_| fits) {
+            Some(bytes) => {
+                bytes.fill(0);
+                self.msghdrs = Some(table);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Queues a multishot `RECVMSG` on `fd` through table entry `index`, buffers from the
+    /// provided-buffer ring: the kernel writes each datagram's address (up to `name.len`
+    /// bytes) and control messages (up to `control.len`) into its buffer, after an
+    /// `io_uring_recvmsg_out`. False without a buffer ring, for a bad entry or range (see
+    /// [`Engine::push_recvmsg_nowait`]), or when the SQ is full.
+    pub fn push_recvmsg_multi(
+        &mut self,
+        fd: RawFd,
+        index: usize,
+        name: ArenaRange,
+        control: ArenaRange,
+        user_data: u64,
+    ) -> bool {
+        let Some(header) = self.write_msghdr(index, name, control) else {
+            return false;
+        };
+        let entry = opcode::RecvMsgMulti::new(types::Fd(fd), header.cast_const(), BUFFER_GROUP)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// Queues a non-blocking single-shot `RECVMSG` (`MSG_DONTWAIT`) on `fd` through table
+    /// entry `index`: the payload goes to a buffer of the provided-buffer ring, the address
+    /// into arena bytes `name` and the control messages into `control`, and the kernel writes
+    /// their lengths back into the entry ([`Engine::msghdr_lengths`]). False without a buffer
+    /// ring, for an entry outside the table, for a range that leaves the arena or overlaps the
+    /// buffer ring or the table, or when the SQ is full.
+    pub fn push_recvmsg_nowait(
+        &mut self,
+        fd: RawFd,
+        index: usize,
+        name: ArenaRange,
+        control: ArenaRange,
+        user_data: u64,
+    ) -> bool {
+        let Some(header) = self.write_msghdr(index, name, control) else {
+            return false;
+        };
+        let entry = opcode::RecvMsg::new(types::Fd(fd), header)
+            .flags(libc::MSG_DONTWAIT as u32)
+            .buf_group(BUFFER_GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// The lengths and flags table entry `index` holds: what the kernel wrote back when the
+    /// last receive through it completed (as queued while one is in flight).
+    pub fn msghdr_lengths(&self, index: usize) -> Option<MsghdrLengths> {
+        let header = self.msghdr_ptr(index)?;
+        // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as long
+        // as `self`. The kernel may write it back concurrently, so it is read volatile, as a
+        // copy, and no reference to it is formed.
+        let h = unsafe { header.read_volatile() };
+        Some(MsghdrLengths {
+            name: h.msg_namelen as usize,
+            control: h.msg_controllen,
+            flags: h.msg_flags,
+        })
+    }
+
+    /// Arena bytes the kernel may be writing: the buffer-ring entries and the `msghdr` table.
+    /// [`Engine::arena_bytes_mut`] refuses ranges that overlap them.
+    pub(super) fn kernel_owned(&self, range: ArenaRange) -> bool {
+        let entries = ArenaRange {
+            offset: 0,
+            len: self
+                .buf_ring
+                .as_ref()
+                .map_or(0, |br| br.layout().ring_bytes()),
+        };
+        range.overlaps(entries) || self.msghdrs.is_some_and(|t| range.overlaps(t.bytes()))
+    }
+
+    /// The whole provided-buffer ring (entries and buffers); empty without one.
+    fn buf_ring_bytes(&self) -> ArenaRange {
+        ArenaRange {
+            offset: 0,
+            len: self
+                .buf_ring
+                .as_ref()
+                .map_or(0, |br| br.layout().arena_bytes()),
+        }
+    }
+
+    /// Whether the kernel may write a receive's address or control messages into `range`:
+    /// inside the arena, outside the buffer ring and the table.
+    fn receive_range_ok(&self, range: ArenaRange) -> bool {
+        range.end().is_some_and(|end| end <= self.arena.len())
+            && u32::try_from(range.len).is_ok()
+            && !range.overlaps(self.buf_ring_bytes())
+            && !self.msghdrs.is_some_and(|t| range.overlaps(t.bytes()))
+    }
+
+    /// Table entry `index` inside the arena; `None` without a table or past its end.
+    fn msghdr_ptr(&self, index: usize) -> Option<*mut libc::msghdr> {
+        let table = self.msghdrs?;
+        if index >= table.count {
+            return None;
+        }
+        // Checked at reservation: the table is aligned and inside the arena.
+        Some(
+            self.arena
+                .as_ptr()
+                .wrapping_add(table.offset + index * HEADER_SIZE)
+                .cast(),
+        )
+    }
+
+    /// Writes entry `index` for a receive into `name` and `control`, after checking all
+    /// three (needs a buffer ring: the payload goes there).
+    fn write_msghdr(
+        &mut self,
+        index: usize,
+        name: ArenaRange,
+        control: ArenaRange,
+    ) -> Option<*mut libc::msghdr> {
+        if self.buf_ring.is_none()
+            || !self.receive_range_ok(name)
+            || !self.receive_range_ok(control)
+        {
+            return None;
+        }
+        let header = self.msghdr_ptr(index)?;
+        let base = self.arena.as_ptr();
+        // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_name = base.wrapping_add(name.offset).cast();
+        h.msg_namelen = name.len as libc::socklen_t;
+        h.msg_control = base.wrapping_add(control.offset).cast();
+        h.msg_controllen = control.len;
+        // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as long
+        // as `self`; the kernel may still write back an earlier receive's lengths into it,
+        // so it is written volatile and no reference to it is formed.
+        unsafe { header.write_volatile(h) };
+        Some(header)
+    }
+}
