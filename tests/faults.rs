@@ -6,7 +6,8 @@
 //!
 //! Cases: nft drops (periodic, random), dup and a rate policer (`nft.rs`); NFQUEUE delay,
 //! reorder, corrupt and truncate (`nfq.rs`, `support/nfq_fault.c`); kernel drops on a receive
-//! buffer shrunk from outside, with and without GRO (`kernel.rs`); link down and up, blackhole
+//! buffer shrunk from outside, with and without GRO and with inline receives (`kernel.rs`);
+//! link down and up, blackhole
 //! and prohibit routes (`routes.rs`); SIGKILL and SIGSTOP/SIGCONT of either side
 //! (`signals.rs`); foreign, zero-length, truncated, oversized and 1 M random datagrams
 //! (`invalid.rs`); a metrics endpoint under abuse (`abuse.rs`). Sends refused by a full tbf

@@ -71,6 +71,22 @@ fn kernel_drops_without_gro_equal_the_kernels_counter() {
 }
 
 #[test]
+fn kernel_drops_seen_by_an_inline_sink_equal_the_kernels_counter() {
+    if !require_root() {
+        return;
+    }
+    // Inline receives read the drop counter from their own control buffers in the arena.
+    let (_, sink, drops) = overflow("ki", 244, &["--no-gro", "--rx-wait", "inline"], "1");
+    row(
+        "tiny rcvbuf, --no-gro, --rx-wait inline: RcvbufErrors / rx_kernel_drops",
+        drops,
+        u(&sink, "rx_kernel_drops"),
+    );
+    assert_eq!(u(&sink, "rx_kernel_drops"), drops, "{sink}");
+    assert_eq!(u(&sink, "rx_lost"), 0, "no loss but the kernel's: {sink}");
+}
+
+#[test]
 fn kernel_drops_with_gro_keep_the_books_balanced() {
     if !require_root() {
         return;
