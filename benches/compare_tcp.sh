@@ -6,7 +6,11 @@
 #
 # Workloads (each run DURATION seconds, tools in a random order within each round):
 #   stream_lo    1 connection over loopback, Gbit/s: ringblast --proto tcp, iperf3, sockperf tp
-#                --tcp (65000-byte messages; sockperf reports its sender side), nuttcp.
+#                --tcp (sockperf reports its sender side), nuttcp; every tool writes WRITE bytes
+#                at a time (ringblast --size, iperf3 -l, sockperf -m, nuttcp -l).
+#                The write size matters more than the tool: on this loopback (MSS 65483) writes
+#                of 131072 or 65536 bytes, which leave a runt of 106 or 53 bytes per write, run
+#                at about 60 % of writes of 65000 or 128000 bytes, in iperf3 as in ringblast.
 #   stream_veth  2 queues/streams over a veth pair between two namespaces: ringblast --queues 2
 #                against iperf3 -P 2.
 #   rr_lo        request/response over loopback, 1 connection, transactions/s: ringblast
@@ -18,7 +22,8 @@
 # the busy time of the two pinned CPUs (streams: CPU-seconds per GB moved; rr: CPU-microseconds
 # per transaction); and for rr the context switches per transaction, of both processes
 # (voluntary + involuntary, from GNU time) and of the whole machine (/proc/stat ctxt).
-# Knobs: ROUNDS (3), DURATION (5), SEND_CPU (0), SINK_CPU (1), NICE (-20), TOOLS (all of
+# Knobs: ROUNDS (3), DURATION (5), WRITE (65000: bytes per stream write, every tool),
+# SEND_CPU (0), SINK_CPU (1), NICE (-20), TOOLS (all of
 # "ringblast iperf3 sockperf nuttcp"), RINGBLAST (default: cargo build --release).
 # Raw rows: target/bench/compare_tcp.tsv; tool output of the last run: target/bench/raw_tcp/.
 # Exit: 0 every run produced a figure, 1 a run failed, 2 bad settings or missing prerequisite.
@@ -31,6 +36,7 @@ RAW="$OUT_DIR/raw_tcp"
 TSV="$OUT_DIR/compare_tcp.tsv"
 ROUNDS="${ROUNDS:-3}"
 DURATION="${DURATION:-5}"
+WRITE="${WRITE:-65000}"
 SEND_CPU="${SEND_CPU:-0}"
 SINK_CPU="${SINK_CPU:-1}"
 NICE="${NICE:--20}"
@@ -143,7 +149,7 @@ run_one() {
             --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
         [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
-            --queues "$q" --conns 1 --size 131072 --duration "${DURATION}s" --json || crc=$?; }
+            --queues "$q" --conns 1 --size "$WRITE" --duration "${DURATION}s" --json || crc=$?; }
         kill -INT "$SERVER" 2>/dev/null || true ;;
     rr_lo:ringblast)
         unit=tps
@@ -157,11 +163,11 @@ run_one() {
         [[ "$w" == stream_veth ]] && p=2
         start "$sns" "$SINK_CPU" "$dir/s" iperf3 -s -1 -p "$port" --json
         listening "$sns" "$port" || status=fail:listen
-        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" iperf3 -c "$host" -p "$port" -t "$DURATION" -P "$p" --json || crc=$?; } ;;
+        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" iperf3 -c "$host" -p "$port" -t "$DURATION" -P "$p" -l "$WRITE" --json || crc=$?; } ;;
     stream_lo:sockperf)
         start "$sns" "$SINK_CPU" "$dir/s" sockperf sr --tcp -i "$host" -p "$port"
         listening "$sns" "$port" || status=fail:listen
-        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" sockperf tp --tcp -i "$host" -p "$port" -m 65000 -t "$DURATION" --dontwarmup || crc=$?; }
+        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" sockperf tp --tcp -i "$host" -p "$port" -m "$WRITE" -t "$DURATION" --dontwarmup || crc=$?; }
         kill -TERM "$SERVER" 2>/dev/null || true ;;
     rr_lo:sockperf)
         unit=tps
@@ -172,7 +178,7 @@ run_one() {
     stream_lo:nuttcp)
         start "$sns" "$SINK_CPU" "$dir/s" nuttcp -1 --nofork -P "$port"
         listening "$sns" "$port" || status=fail:listen
-        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" nuttcp -T"$DURATION" -N1 -P "$port" -p $((port + 1)) -fparse "$host" || crc=$?; }
+        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" nuttcp -T"$DURATION" -N1 -l"$WRITE" -P "$port" -p $((port + 1)) -fparse "$host" || crc=$?; }
         PORT=$((PORT + 1)) ;;
     *) die "internal: no $tool for $w" ;;
     esac
@@ -187,7 +193,7 @@ run_one() {
         rr_lo:ringblast) read -r value tx < <(tail -n 1 "$dir/c" | jq -r '"\(.tps) \(.transactions)"') || true ;;
         stream_*:iperf3) read -r value bytes < <(jq -r '.end.sum_received | "\(.bits_per_second / 1e9) \(.bytes)"' "$dir/c") || true ;;
         stream_lo:sockperf) read -r value bytes < <(awk '/BandWidth is/ { for (i = 1; i <= NF; i++) if ($i ~ /^\(/) { v = substr($i, 2) / 1000 } }
-            /Total of/ { m = $4 } END { if (v != "") printf "%.3f %.0f\n", v, m * 65000 }' "$dir/c.err" "$dir/c") || true ;;
+            /Total of/ { m = $4 } END { if (v != "") printf "%.3f %.0f\n", v, m * w }' w="$WRITE" "$dir/c.err" "$dir/c") || true ;;
         rr_lo:sockperf) read -r value tx < <(awk '/\[Valid Duration\]/ { split($0, a, "RunTime="); s = a[2] + 0
             split($0, b, "ReceivedMessages="); n = b[2] + 0 } END { if (s > 0) printf "%.0f %d\n", n / s, n }' "$dir/c.err" "$dir/c") || true ;;
         stream_lo:nuttcp) read -r value bytes < <(awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "=")
@@ -239,7 +245,7 @@ summarize() {
 
 install_tools
 setup
-echo "ringblast compare_tcp: $(date -u '+%Y-%m-%dT%H:%M:%SZ'), kernel $(uname -r), nproc $(nproc); sender CPU $SEND_CPU, sink CPU $SINK_CPU, ${DURATION}s runs, $ROUNDS rounds, tools: $TOOLS"
+echo "ringblast compare_tcp: $(date -u '+%Y-%m-%dT%H:%M:%SZ'), kernel $(uname -r), nproc $(nproc); sender CPU $SEND_CPU, sink CPU $SINK_CPU, ${DURATION}s runs, $ROUNDS rounds, $WRITE-byte stream writes, tools: $TOOLS"
 for ((round = 1; round <= ROUNDS; round++)); do
     mapfile -t order < <(for w in stream_lo stream_veth rr_lo; do for t in $TOOLS; do
         case "$w:$t" in stream_veth:sockperf | stream_veth:nuttcp | rr_lo:iperf3 | rr_lo:nuttcp) ;; *) echo "$w $t" ;; esac

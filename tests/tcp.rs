@@ -52,10 +52,18 @@ fn send(ns: Option<&str>, args: &[&str]) -> Value {
     last_summary(&out, "send")
 }
 
+/// Also once per send op: a zero-copy send keeps its buffer until its notification (records
+/// stamped over bytes a `send-zc` still held used to reach the sink out of sequence).
 #[test]
 fn streams_with_1_4_and_64_connections_arrive_exactly() {
     let _lock = common::traffic_lock();
-    for (conns, size) in [("1", "65536"), ("4", "1000"), ("64", "100")] {
+    for (conns, size, op) in [
+        ("1", "65536", "write-fixed"),
+        ("4", "1000", "write-fixed"),
+        ("64", "100", "write-fixed"),
+        ("1", "131072", "send-zc"),
+        ("2", "65000", "send"),
+    ] {
         let port = common::free_port();
         let to = format!("127.0.0.1:{port}");
         let sink = start_sink(None, &to);
@@ -68,6 +76,8 @@ fn streams_with_1_4_and_64_connections_arrive_exactly() {
                 conns,
                 "--size",
                 size,
+                "--send-op",
+                op,
                 "--duration",
                 "1s",
             ],

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{SendOp, rr};
+use super::{SendOp, buffers::SendBuffers, rr};
 use crate::{
     ring::{BufRingLayout, RingSize},
     sender::rtt::SharedRtt,
@@ -12,8 +12,9 @@ use crate::{
 
 /// The most bytes one write carries.
 const MAX_WRITE: usize = 128 * 1024;
-/// Send-slot memory per queue at most (slots shrink with many connections).
-const MAX_SLOT_MEMORY: usize = 32 << 20;
+/// Send-slot memory per queue at most, counting one of each connection's two buffers (slots
+/// shrink with many connections).
+const MAX_SLOT_MEMORY: usize = 16 << 20;
 
 crate::counter_array! {
     /// Counters of one TCP sender queue.
@@ -127,14 +128,19 @@ impl TcpSendConfig {
         Some(rr::RECV_LAYOUT)
     }
 
-    /// Where the send slots start in the arena.
-    pub(super) fn slot_base(&self) -> usize {
+    /// Where the send buffers start in the arena.
+    fn slot_base(&self) -> usize {
         self.recv_layout().map_or(0, |l| l.arena_bytes())
+    }
+
+    /// Where each connection's two send buffers lie (after the receive buffers).
+    pub(super) fn send_buffers(&self) -> SendBuffers {
+        SendBuffers::new(self.slot_base(), self.slot_bytes())
     }
 
     /// Arena bytes of one worker.
     pub fn arena_bytes(&self) -> usize {
-        (self.slot_base() + self.slot_bytes() * self.conns as usize).div_ceil(4096) * 4096
+        self.send_buffers().end(self.conns as usize).div_ceil(4096) * 4096
     }
 
     pub(super) fn ring_size(&self) -> RingSize {

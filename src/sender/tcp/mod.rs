@@ -2,7 +2,8 @@
 //! ring, writing records of `size` bytes from its own slot of the registered arena.
 //!
 //! Each connection has at most one write in flight, so a short write is continued from where
-//! the kernel stopped before anything else goes on that stream. A connection whose connect or
+//! the kernel stopped before anything else goes on that stream; its writes take its two send
+//! buffers in turn (`buffers`: why two, and zero-copy notifications). A connection whose connect or
 //! write fails is closed and reopened after a capped exponential backoff (10 ms doubling to
 //! 1 s); connects, reconnects, connect failures and resets are counted. Sockets are created in
 //! the loop only on reconnect (a `socket(2)` call; a failure is counted like a refused
@@ -11,6 +12,7 @@
 //! locks, logs or formats; counters are published to [`TcpSendShared`] every 10 ms and at the
 //! end.
 
+mod buffers;
 mod config;
 pub mod info;
 mod rr;
@@ -24,6 +26,7 @@ use std::{os::fd::AsRawFd, sync::Arc};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use self::buffers::{BufferTurn, SendBuffers, send_token, split_send_index};
 use super::SendOp;
 use crate::{
     clock,
@@ -71,6 +74,9 @@ struct Conn {
     outstanding: u32,
     /// Records of this connection the sink has acknowledged.
     acked: u64,
+    /// Which send buffer the writes take, and the notifications each owes (kept across
+    /// reconnects: a closed connection's zero-copy sends may still hold a buffer).
+    turn: BufferTurn,
     /// rr: framing of the responses.
     parser: StreamParser,
 }
@@ -80,8 +86,7 @@ pub struct TcpSendWorker {
     engine: Engine,
     conns: Vec<Conn>,
     config: TcpSendConfig,
-    slot_bytes: usize,
-    slot_base: usize,
+    buffers: SendBuffers,
     shared: Arc<TcpSendShared>,
     counters: TxCounters,
     rtt: RttCells,
@@ -138,14 +143,14 @@ impl TcpSendWorker {
                 write_records: 0,
                 outstanding: 0,
                 acked: 0,
+                turn: BufferTurn::default(),
                 parser: StreamParser::new(),
             })
             .collect();
         Ok(TcpSendWorker {
             engine,
             conns,
-            slot_bytes: config.slot_bytes(),
-            slot_base: config.slot_base(),
+            buffers: config.send_buffers(),
             shared,
             counters: TxCounters::default(),
             rtt: RttCells::default(),
@@ -222,11 +227,11 @@ impl TcpSendWorker {
             None => self.config.records_per_write(),
         };
         let records = budget.min(room);
-        if records == 0 {
+        let Some(buffer) = self.conns[i].turn.free().filter(|_| records > 0) else {
             return 0;
-        }
+        };
         let len = records as usize * self.config.size;
-        let offset = self.slot_base + i * self.slot_bytes;
+        let offset = self.buffers.offset(i, buffer);
         let (size, epoch) = (self.config.size, self.config.epoch);
         let response = self.config.rr.map(|rr| rr.response as u32);
         let c = &mut self.conns[i];
@@ -247,7 +252,7 @@ impl TcpSendWorker {
                 }
             }
         }
-        let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+        let token = send_token(c.generation, i, buffer);
         if !push_write(
             &mut self.engine,
             self.config.op,
@@ -259,6 +264,7 @@ impl TcpSendWorker {
             return 0;
         }
         let c = &mut self.conns[i];
+        c.turn.begin(buffer);
         c.write_len = len as u32;
         c.written = 0;
         c.write_records = records;
@@ -337,11 +343,12 @@ impl TcpSendWorker {
         c.written += result as u32;
         if c.written < c.write_len {
             self.counters.add(TxCounter::ShortWrites, 1);
+            let buffer = c.turn.current();
             let (offset, rest) = (
-                self.slot_base + i * self.slot_bytes + c.written as usize,
+                self.buffers.offset(i, buffer) + c.written as usize,
                 c.write_len - c.written,
             );
-            let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
+            let token = send_token(c.generation, i, buffer);
             let fd = self.fd(i);
             if !push_write(&mut self.engine, self.config.op, fd, offset, rest, token) {
                 // The SQ is full: the stream cannot be continued in order, so it is reset.
@@ -364,7 +371,18 @@ impl TcpSendWorker {
             let Some(token) = Token::decode(cqe.user_data) else {
                 continue;
             };
-            let i = token.index as usize;
+            let mut i = token.index as usize;
+            if token.kind == OpKind::Send {
+                let buffer;
+                (i, buffer) = split_send_index(token.index);
+                let notification = cqe.is_notification();
+                if let Some(c) = self.conns.get_mut(i) {
+                    c.turn.completed(buffer, cqe.more(), notification);
+                }
+                if notification {
+                    continue;
+                }
+            }
             if i >= self.conns.len() || !token.is_generation(self.conns[i].generation) {
                 // A late completion of a closed connection: only a response buffer matters.
                 if let (OpKind::Recv, Some(bid)) = (token.kind, cqe.buffer_id()) {
@@ -374,9 +392,6 @@ impl TcpSendWorker {
             }
             match token.kind {
                 OpKind::Connect => self.on_connect(i, cqe.result, now),
-                // A zero-copy send's notification only releases the slot, which the write's
-                // own completion already accounted for.
-                OpKind::Send if cqe.is_notification() => {}
                 OpKind::Send => self.on_write(i, cqe.result, now),
                 OpKind::Recv => self.on_responses(i, cqe, now),
                 OpKind::Accept => {}
