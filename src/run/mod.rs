@@ -58,7 +58,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Send(args) => send(args),
         Command::Sink(args) => sink(args),
         Command::Pair(args) => pair(args),
-        Command::Search(args) => search(args),
+        Command::Search(args) => search::command(args),
         Command::Topo(args) => topo(args),
         Command::Generate(args) => crate::generate::run(args.kind, args.dir.as_deref()),
     }
@@ -471,58 +471,6 @@ fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<Stri
     let name = name.unwrap_or_else(|| format!("{}/{queues}q{flows}f", control_link::hostname()));
     crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
     Ok(name)
-}
-
-fn search(args: crate::cli::SearchArgs) -> Result<(), Error> {
-    // Check the sender's options once here, so a bad one is one line, not a failed trial.
-    let size: crate::sender::mix::SizeSpec = args.size.parse().map_err(Error::Usage)?;
-    let sizes = crate::sender::mix::SizePlan::resolve(&size, None, args.to)?;
-    let pps = |r: crate::config::units::Rate, what: &str| {
-        r.packets_per_second_at(sizes.mean_payload())
-            .ok_or_else(|| Error::Usage(format!("{what} needs a packet or bit rate, not max")))
-    };
-    let mut ratios = args.loss_ratios.clone();
-    ratios.sort_by(f64::total_cmp);
-    ratios.dedup();
-    let mut send_args = vec![
-        "--to".to_string(),
-        args.to.to_string(),
-        "--size".into(),
-        args.size.clone(),
-        "--queues".into(),
-        args.queues.to_string(),
-    ];
-    if let Some(secret) = &args.secret_file {
-        send_args.push("--secret-file".into());
-        send_args.push(secret.display().to_string());
-    }
-    if let Some(metrics) = args.metrics {
-        send_args.extend([
-            "--metrics".to_string(),
-            metrics.to_string(),
-            "--metrics-linger".into(),
-            format!("{}ms", args.metrics_linger.as_millis()),
-        ]);
-    }
-    let plan = search::SearchPlan {
-        send_args,
-        loss_ratios: ratios,
-        min_rate: pps(args.min_rate, "--min-rate")?,
-        max_rate: args.max_rate.map(|r| pps(r, "--max-rate")).transpose()?,
-        precision: args.precision,
-        trial: args.trial,
-        final_trial: args.final_trial,
-        max_time: args.max_time,
-        json: args.json,
-    };
-    if search::run(&plan)? {
-        Ok(())
-    } else {
-        Err(Error::io(
-            "the search did not converge",
-            std::io::Error::other("--max-time ran out; give it more time or a coarser --precision"),
-        ))
-    }
 }
 
 fn topo(args: TopoArgs) -> Result<(), Error> {

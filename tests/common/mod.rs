@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod proc;
+pub mod tcp;
 
 use std::{
     process::{Command, Output, Stdio},

@@ -1,0 +1,104 @@
+//! The TCP sender worker's loop: connect what is due, queue the writes the pacer allows,
+//! submit, reap, publish every 10 ms; at the end, FIN every stream and wait (bounded) for the
+//! sink to acknowledge every record.
+
+use super::{MAX_SLEEP_NS, PUBLISH_EVERY_NS, STOP_GRACE_NS, State, TcpSendOutcome, TcpSendWorker};
+use crate::{clock, pacing::Pacer, ring::Wait};
+
+impl TcpSendWorker {
+    /// Sends FIN on every connection, so the sink sees each stream end cleanly, and waits (at
+    /// most [`STOP_GRACE_NS`]) until the sink has acknowledged every record of every stream
+    /// still up and closed it.
+    fn drain(&mut self) {
+        self.draining = true;
+        for c in &self.conns {
+            if let (State::Up, Some(s)) = (c.state, c.socket.as_ref()) {
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            }
+        }
+        let until = clock::monotonic_ns() + STOP_GRACE_NS;
+        let stream = self.config.rr.is_none();
+        while clock::monotonic_ns() < until
+            && self
+                .conns
+                .iter()
+                .any(|c| c.state == State::Up && (!stream || c.acked < c.next_seq))
+        {
+            let wait = Wait::One {
+                timeout_ns: MAX_SLEEP_NS,
+            };
+            if self.engine.submit(wait).is_err() {
+                break;
+            }
+            self.reap();
+        }
+    }
+}
+
+impl crate::worker::Job for TcpSendWorker {
+    type Output = TcpSendOutcome;
+
+    fn run(mut self, control: &crate::worker::Control) -> TcpSendOutcome {
+        let started_ns = clock::monotonic_ns();
+        let burst = self.config.records_per_write() * u64::from(self.config.conns);
+        let mut pacer = Pacer::new(self.config.rate_rps, started_ns, burst);
+        let deadline = self
+            .config
+            .duration
+            .map(|d| started_ns + d.as_nanos() as u64);
+        let mut remaining = self.config.count.unwrap_or(u64::MAX);
+        let mut last_publish = started_ns;
+        let mut stop_at: Option<u64> = None;
+        let mut ring_failed = false;
+        loop {
+            let now = clock::monotonic_ns();
+            if stop_at.is_none()
+                && (control.stop_requested()
+                    || remaining == 0
+                    || deadline.is_some_and(|d| now >= d))
+            {
+                stop_at = Some(now);
+            }
+            match stop_at {
+                Some(at)
+                    if (self.writing == 0 && self.outstanding() == 0)
+                        || now - at > STOP_GRACE_NS =>
+                {
+                    break;
+                }
+                Some(_) => {}
+                None => {
+                    self.connect_due(now);
+                    let budget = pacer.allowance(now).min(remaining);
+                    if budget > 0 {
+                        let queued = self.push_writes(budget, clock::realtime_ns());
+                        pacer.commit(queued);
+                        remaining -= queued;
+                    }
+                }
+            }
+            let until = pacer.next_due_ns().unwrap_or(now + MAX_SLEEP_NS);
+            let timeout_ns = until.saturating_sub(now).clamp(1_000, MAX_SLEEP_NS);
+            if self.engine.submit(Wait::One { timeout_ns }).is_err() {
+                ring_failed = true;
+                break;
+            }
+            self.reap();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.publish();
+                last_publish = now;
+            }
+        }
+        if !ring_failed {
+            self.drain();
+        }
+        self.publish();
+        // The sockets close when the worker is dropped, right after this.
+        self.shared.fds.all_down();
+        TcpSendOutcome {
+            started_ns,
+            ended_ns: clock::monotonic_ns(),
+            ring_failed,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! What the registry reports: every sender's books as rows (closed sessions plus the live ones
+//! the workers publish, attributed once a sender has said hello or is old enough), the totals
+//! per size class, and the loss of flows no queue ever saw.
+
+use std::{collections::BTreeMap, net::SocketAddr};
+
+use super::{ATTRIBUTE_AFTER_NS, Registry, SenderRow};
+use crate::{clock, stats::SessionCounters};
+
+impl Registry {
+    /// Valid packets per size class (the last cell: other lengths) and their payload bytes, over
+    /// every sender's closed and live sessions (attributed or not).
+    pub fn size_totals(&self) -> ([u64; crate::sink::sizes::CLASSES + 1], u64) {
+        let mut inner = self.lock();
+        self.drain(&mut inner);
+        let mut total = SessionCounters::default();
+        for book in inner.senders.values() {
+            total.add(&book.closed);
+        }
+        for (w, worker) in self.workers.iter().enumerate() {
+            for (slot, shared) in worker.mailbox.sessions.iter().enumerate() {
+                if let Some(view) = shared.load()
+                    && view.generation > inner.closed_generation[w][slot]
+                {
+                    total.add(&view.counters);
+                }
+            }
+        }
+        (total.size_packets, total.bytes)
+    }
+
+    /// Packets lost in flows no sink queue ever saw (booked per sender, not per queue).
+    pub fn unseen_lost(&self) -> u64 {
+        self.lock().unseen_lost
+    }
+
+    /// Every sender's books now. With `all`, sessions too young to attribute are attributed
+    /// anyway (the final summary).
+    pub fn rows(&self, all: bool) -> Vec<SenderRow> {
+        let mut inner = self.lock();
+        self.drain(&mut inner);
+        let now = clock::monotonic_ns();
+        let mut live: BTreeMap<String, (SessionCounters, Vec<u32>)> = BTreeMap::new();
+        let mut spans: Vec<(u32, Option<SocketAddr>, (u64, u64))> = Vec::new();
+        for (w, worker) in self.workers.iter().enumerate() {
+            for (slot, shared) in worker.mailbox.sessions.iter().enumerate() {
+                let Some(view) = shared.load() else { continue };
+                if view.generation <= inner.closed_generation[w][slot] {
+                    continue;
+                }
+                let named = inner.epochs.contains_key(&view.key.epoch);
+                if !named && !all && now.saturating_sub(view.active_ns.0) < ATTRIBUTE_AFTER_NS {
+                    continue;
+                }
+                let name = self.sender_of(&inner, view.key.epoch, view.source);
+                let entry = live.entry(name).or_default();
+                entry.0.add(&view.counters);
+                if !entry.1.contains(&view.key.epoch) {
+                    entry.1.push(view.key.epoch);
+                }
+                spans.push((view.key.epoch, view.source, view.active_ns));
+            }
+        }
+        for (epoch, source, span) in spans {
+            self.note_span(&mut inner, epoch, source, span);
+        }
+        for (name, (_, epochs)) in &live {
+            let book = inner.senders.entry(name.clone()).or_default();
+            for e in epochs {
+                if !book.epochs.contains(e) {
+                    book.epochs.push(*e);
+                }
+            }
+        }
+        inner
+            .senders
+            .iter()
+            .map(|(name, book)| {
+                let mut counters = book.closed;
+                let mut active_sessions = 0;
+                if let Some((c, epochs)) = live.get(name) {
+                    counters.add(c);
+                    active_sessions = epochs.len() as u64;
+                }
+                let active_ns = book
+                    .epochs
+                    .iter()
+                    .filter_map(|e| inner.epochs.get(e).and_then(|e| e.span))
+                    .map(|(a, b)| b - a)
+                    .sum();
+                SenderRow {
+                    name: name.clone(),
+                    counters,
+                    sessions: book
+                        .epochs
+                        .iter()
+                        .filter(|e| !inner.steps.contains(e))
+                        .count() as u64,
+                    active_sessions,
+                    active_ns,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,190 @@
+//! TCP runs seen from outside: the scraped `ringblast_tcp_*` series equal the summaries, and
+//! both receive modes (plain multishot RECV and recv bundles) count streams exactly and name
+//! their mode.
+
+mod common;
+
+use std::process::Command;
+
+use common::{
+    last_summary,
+    proc::Proc,
+    scrape_local,
+    tcp::{WAIT, send, stop_sink},
+    u,
+};
+
+fn series(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name_and_labels} in:\n{text}")) as u64
+}
+
+#[test]
+fn scraped_tcp_series_equal_the_summaries() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let mut pair = Proc::ringblast(
+        None,
+        &[
+            "pair",
+            "--proto",
+            "tcp",
+            "--conns",
+            "2",
+            "--size",
+            "4000",
+            "--duration",
+            "1s",
+            "--json",
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-linger",
+            "30s",
+        ],
+    );
+    pair.wait_line("sink summary:", WAIT);
+    let text = scrape_local(port);
+    pair.interrupt();
+    let (status, out, err) = pair.finish();
+    assert!(status.success(), "{err}");
+    let (tx, rx) = (last_summary(&out, "send"), last_summary(&out, "sink"));
+    let q = r#"{node="0",queue="0",protocol="tcp"}"#;
+    for (name, value) in [
+        ("ringblast_tcp_tx_bytes_total", u(&tx, "tx_bytes")),
+        ("ringblast_tcp_tx_records_total", u(&tx, "tx_records")),
+        (
+            "ringblast_tcp_delivered_records_total",
+            u(&tx, "delivered_records"),
+        ),
+        ("ringblast_tcp_connects_total", u(&tx, "connects")),
+        ("ringblast_tcp_rx_bytes_total", u(&rx, "rx_bytes")),
+        ("ringblast_tcp_rx_records_total", u(&rx, "rx_records")),
+        ("ringblast_tcp_accepts_total", u(&rx, "accepts")),
+    ] {
+        assert_eq!(
+            series(&text, &format!("{name}{q}")),
+            value,
+            "{name}\n{text}"
+        );
+    }
+    assert!(u(&tx, "tx_bytes") > 0);
+    assert!(
+        text.contains(r#"ringblast_run_info{role="send",protocol="tcp"} 1"#),
+        "{text}"
+    );
+    // The sink's books per sender, its control server's counters, and TCP_INFO.
+    let pair = r#"{sender="pair",protocol="tcp"}"#;
+    for (name, value) in [
+        (
+            "ringblast_tcp_rx_sender_records_total",
+            u(&rx, "rx_records"),
+        ),
+        ("ringblast_tcp_rx_sender_bytes_total", u(&rx, "rx_bytes")),
+    ] {
+        assert_eq!(
+            series(&text, &format!("{name}{pair}")),
+            value,
+            "{name}\n{text}"
+        );
+    }
+    assert_eq!(
+        series(
+            &text,
+            r#"ringblast_rx_control_connections_total{result="authenticated"}"#
+        ),
+        1,
+        "{text}"
+    );
+    for name in ["ringblast_tcp_srtt_seconds", "ringblast_tcp_cwnd_segments"] {
+        assert!(text.contains(&format!("{name}{q}")), "{name}\n{text}");
+    }
+    assert_eq!(
+        series(&text, &format!("ringblast_tcp_retransmits_total{q}")),
+        u(&tx, "retransmits"),
+        "{text}"
+    );
+}
+
+/// Starts a TCP sink with `RINGBLAST_TCP_RECV=mode`; returns it once it listens, with the
+/// receive line of its start-up notes.
+fn start_sink_receiving(mode: &str, listen: &str) -> (Proc, String) {
+    let mut cmd = Command::new(common::bin());
+    cmd.env("RINGBLAST_TCP_RECV", mode).args([
+        "sink",
+        "--proto",
+        "tcp",
+        "--listen",
+        listen,
+        "--json",
+        "--interval",
+        "100ms",
+    ]);
+    let mut sink = Proc::spawn(cmd);
+    let note = sink.wait_line("tcp sink: SO_REUSEPORT listener per queue", WAIT);
+    sink.wait_line("tcp sink listening on", WAIT);
+    (sink, note)
+}
+
+#[test]
+fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
+    let _lock = common::traffic_lock();
+    for (mode, named) in [
+        ("plain", "plain multishot RECV (no bundle support)"),
+        ("bundle", "multishot RECV bundles"),
+    ] {
+        let topo = Command::new(common::bin())
+            .env("RINGBLAST_TCP_RECV", mode)
+            .args(["topo", "--queues", "1"])
+            .output()
+            .unwrap();
+        let topo_out = String::from_utf8_lossy(&topo.stdout);
+        assert!(topo.status.success(), "{topo:?}");
+        assert!(topo_out.contains(named), "{mode}: {topo_out}");
+        // 128 KiB records over 2 connections: bundles span several 32 KiB buffers, wrap
+        // the buffer ring, and split records across buffers.
+        let port = common::free_port();
+        let to = format!("127.0.0.1:{port}");
+        let (sink, note) = start_sink_receiving(mode, &to);
+        assert!(note.contains(named), "{mode}: {note}");
+        let tx = send(
+            None,
+            &[
+                "--to",
+                &to,
+                "--conns",
+                "2",
+                "--size",
+                "131072",
+                "--duration",
+                "1s",
+            ],
+        );
+        let rx = stop_sink(sink, 2);
+        assert!(u(&tx, "tx_records") > 100, "{mode}: {tx}");
+        assert_eq!(u(&tx, "tx_bytes"), u(&rx, "rx_bytes"), "{mode}: {tx}\n{rx}");
+        assert_eq!(
+            u(&tx, "tx_records"),
+            u(&rx, "rx_records"),
+            "{mode}: {tx}\n{rx}"
+        );
+        assert_eq!(u(&rx, "rx_invalid"), 0, "{mode}: {rx}");
+        assert_eq!(
+            u(&tx, "delivered_bytes"),
+            u(&rx, "rx_bytes"),
+            "{mode}: {tx}"
+        );
+    }
+    let bad = Command::new(common::bin())
+        .env("RINGBLAST_TCP_RECV", "fast")
+        .args(["sink", "--proto", "tcp", "--listen", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("use plain, bundle or auto"),
+        "{bad:?}"
+    );
+}
