@@ -7,8 +7,12 @@ use super::{Books, chargeable, fold};
 use crate::sink::mailbox::{CloseCause, FromWorker, Mailbox};
 
 /// A goodbye whose tail has not all arrived waits until its flow has been quiet this long
-/// since the goodbye and its last packet ...
-const CLOSE_QUIET_NS: u64 = 50_000_000;
+/// since the goodbye and its last packet, as of the worker's latest look at its socket (a
+/// worker descheduled between a reap and this check must not call its unread tail quiet).
+/// Quiet is only a guess that the tail is gone: on a host starved of CPU, datagrams wait in
+/// the sender's qdisc or a backlog queue for ksoftirqd, and 50 ms was seen to be too short
+/// (21 datagrams of a tbf-limited run counted lost, then arriving) ...
+const CLOSE_QUIET_NS: u64 = 250_000_000;
 /// ... or this long after the goodbye, so packets still on the way are counted, not lost.
 const CLOSE_WAIT_NS: u64 = 1_000_000_000;
 
@@ -81,7 +85,7 @@ impl Books {
     }
 
     /// Closes the deferred goodbyes whose tail arrived, whose flow went quiet, or whose wait
-    /// is over.
+    /// is over, as of `now`: the start of the worker's latest look at its socket.
     pub fn retry_closes(&mut self, now: u64, mailbox: &Mailbox) {
         let mut i = 0;
         while i < self.deferred.len() {

@@ -343,7 +343,10 @@ impl SinkWorker {
     /// Applies what senders said since the last call (never blocks: a lock-free queue). Before
     /// a goodbye closes a tail, the kernel's drop counter is read, so a tail the kernel dropped
     /// is charged to kernel drops, not to loss (only when closes are pending: goodbyes are rare).
-    fn drain_inbox(&mut self) {
+    /// Applies the control messages; deferred goodbyes are judged quiet as of `looked_ns`, the
+    /// start of the latest submit whose completions were reaped, so a worker that was not
+    /// running can not call a tail quiet that still waits in its socket.
+    fn drain_inbox(&mut self, looked_ns: u64) {
         let now = clock::monotonic_ns();
         if !self.shared.mailbox.inbox.is_empty() || self.books.closing() {
             self.refresh_drops();
@@ -351,11 +354,11 @@ impl SinkWorker {
         while let Some(message) = self.shared.mailbox.inbox.pop() {
             self.books.apply(message, &self.shared.mailbox, now);
         }
-        self.books.retry_closes(now, &self.shared.mailbox);
+        self.books.retry_closes(looked_ns, &self.shared.mailbox);
     }
 
-    fn publish(&mut self) {
-        self.drain_inbox();
+    fn publish(&mut self, looked_ns: u64) {
+        self.drain_inbox(looked_ns);
         let overflow = self.engine.cq_overflow();
         self.counters.set_ring(&self.engine.counters(), overflow, 1);
         self.counters.kernel_drops = self.books.kernel_drops();
@@ -399,8 +402,9 @@ impl SinkWorker {
     fn finish(&mut self) {
         self.refresh_drops();
         // Goodbyes that arrived while draining close their sessions first, with their tails.
-        self.drain_inbox();
+        let looked = clock::monotonic_ns();
+        self.drain_inbox(looked);
         self.books.sweep(None, &self.shared.mailbox);
-        self.publish();
+        self.publish(looked);
     }
 }

@@ -114,7 +114,8 @@ impl Job for SinkWorker {
                     .push_multishot(&mut self.engine, fd, USER_DATA_RECV);
             }
             if now - last_publish >= PUBLISH_EVERY_NS {
-                self.publish();
+                // `now` is when this step started to look at the socket.
+                self.publish(now);
                 last_publish = now;
             }
             if now - last_sweep >= SWEEP_EVERY_NS {
