@@ -5,46 +5,11 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{last_summary, proc::Proc, u};
+use common::{
+    tcp::{send_status, start_sink_with, stop_sink_with_err},
+    u,
+};
 use serde_json::Value;
-
-const WAIT: Duration = Duration::from_secs(15);
-
-fn start_sink(ns: Option<&str>, listen: &str, extra: &[&str]) -> Proc {
-    let mut args = vec![
-        "sink",
-        "--proto",
-        "tcp",
-        "--listen",
-        listen,
-        "--json",
-        "--interval",
-        "100ms",
-    ];
-    args.extend_from_slice(extra);
-    let mut sink = Proc::ringblast(ns, &args);
-    sink.wait_line("tcp sink listening on", WAIT);
-    sink
-}
-
-/// Stops a sink once it has accepted `accepts` data connections and all of them ended.
-fn stop_sink(mut sink: Proc, accepts: u64) -> (Value, String) {
-    sink.wait_line(&format!("conns 0 open  accepted {accepts} "), WAIT);
-    sink.interrupt();
-    let (status, out, err) = sink.finish();
-    assert!(status.success(), "sink failed: {status}\n{err}");
-    (last_summary(&out, "sink"), err)
-}
-
-/// Runs a TCP sender to its end; returns its exit code, summary and stderr.
-fn send(ns: Option<&str>, args: &[&str]) -> (Option<i32>, Value, String) {
-    let mut all = vec!["send", "--proto", "tcp", "--json"];
-    all.extend_from_slice(args);
-    let (status, out, err) = Proc::ringblast(ns, &all).finish();
-    (status.code(), last_summary(&out, "send"), err)
-}
 
 fn verdict(tx: &Value) -> &Value {
     let v = &tx["verdict"];
@@ -80,11 +45,11 @@ fn two_tcp_senders_into_one_sink_get_separate_books_and_verdicts() {
     let _lock = common::traffic_lock();
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
-    let sink = start_sink(None, &to, &[]);
+    let sink = start_sink_with(None, &to, &[]);
     let a = std::thread::spawn({
         let to = to.clone();
         move || {
-            send(
+            send_status(
                 None,
                 &[
                     "--to", &to, "--name", "alpha", "--conns", "2", "--count", "30000", "--size",
@@ -96,7 +61,7 @@ fn two_tcp_senders_into_one_sink_get_separate_books_and_verdicts() {
     let b = std::thread::spawn({
         let to = to.clone();
         move || {
-            send(
+            send_status(
                 None,
                 &[
                     "--to", &to, "--name", "beta", "--conns", "3", "--count", "50000", "--size",
@@ -109,7 +74,7 @@ fn two_tcp_senders_into_one_sink_get_separate_books_and_verdicts() {
     let (code_b, tx_b, err_b) = b.join().unwrap();
     assert_eq!(code_a, Some(0), "{err_a}");
     assert_eq!(code_b, Some(0), "{err_b}");
-    let (rx, _) = stop_sink(sink, 5);
+    let (rx, _) = stop_sink_with_err(sink, 5);
     assert_eq!(u(&tx_a, "tx_records"), 30_000, "{tx_a}");
     assert_eq!(u(&tx_b, "tx_records"), 50_000, "{tx_b}");
     let senders = rx["senders"].as_array().unwrap();
@@ -134,12 +99,12 @@ fn a_wrong_secret_is_refused_with_one_line_and_exit_3() {
     let (right, wrong) = (common::secret_file(), common::secret_file());
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
-    let sink = start_sink(
+    let sink = start_sink_with(
         None,
         &to,
         &["--secret-file", right.path().to_str().unwrap()],
     );
-    let (code, tx, err) = send(
+    let (code, tx, err) = send_status(
         None,
         &[
             "--to",
@@ -162,7 +127,7 @@ fn a_wrong_secret_is_refused_with_one_line_and_exit_3() {
         tx["verdict"].is_null() && tx["sink_error"].is_string(),
         "{tx}"
     );
-    let (rx, sink_err) = stop_sink(sink, 1);
+    let (rx, sink_err) = stop_sink_with_err(sink, 1);
     assert!(sink_err.contains("refused: wrong secret"), "{sink_err}");
     assert_eq!(u(&rx, "rx_records"), 1000, "{rx}");
     assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
@@ -175,15 +140,15 @@ fn a_sender_with_the_control_channel_off_has_no_verdict_and_says_why() {
     let _lock = common::traffic_lock();
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
-    let sink = start_sink(None, &to, &[]);
-    let (code, tx, err) = send(None, &["--to", &to, "--count", "500", "--control", "off"]);
+    let sink = start_sink_with(None, &to, &[]);
+    let (code, tx, err) = send_status(None, &["--to", &to, "--count", "500", "--control", "off"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(tx["verdict"].is_null(), "{tx}");
     assert!(
         tx["sink_error"].as_str().unwrap().contains("--control off"),
         "{tx}"
     );
-    let (rx, _) = stop_sink(sink, 1);
+    let (rx, _) = stop_sink_with_err(sink, 1);
     assert_eq!(u(&rx, "control_conns"), 0, "{rx}");
     assert_eq!(u(&rx, "rx_records"), 500, "{rx}");
 }
@@ -200,8 +165,8 @@ fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
     let secret = secret.path().to_str().unwrap();
     let port = common::free_port().to_string();
     let listen = format!("10.93.0.2:{port}");
-    let sink = start_sink(Some(&lab.rx), &listen, &["--secret-file", secret]);
-    let (code, tx, err) = send(
+    let sink = start_sink_with(Some(&lab.rx), &listen, &["--secret-file", secret]);
+    let (code, tx, err) = send_status(
         Some(&lab.tx),
         &[
             "--to",
@@ -217,7 +182,7 @@ fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
         ],
     );
     assert_eq!(code, Some(0), "{err}");
-    let (rx, _) = stop_sink(sink, 4);
+    let (rx, _) = stop_sink_with_err(sink, 4);
     let v = verdict(&tx);
     assert!(u(&tx, "tx_records") > 0, "{tx}");
     assert_eq!(u(&tx, "tx_records"), u(&rx, "rx_records"), "{tx}\n{rx}");

@@ -10,7 +10,7 @@ use common::{
     last_summary,
     proc::Proc,
     scrape_local,
-    tcp::{WAIT, send, stop_sink},
+    tcp::{WAIT, send, sink_args, stop_sink},
     u,
 };
 
@@ -112,16 +112,7 @@ fn scraped_tcp_series_equal_the_summaries() {
 /// receive line of its start-up notes.
 fn start_sink_receiving(mode: &str, listen: &str) -> (Proc, String) {
     let mut cmd = Command::new(common::bin());
-    cmd.env("RINGBLAST_TCP_RECV", mode).args([
-        "sink",
-        "--proto",
-        "tcp",
-        "--listen",
-        listen,
-        "--json",
-        "--interval",
-        "100ms",
-    ]);
+    cmd.env("RINGBLAST_TCP_RECV", mode).args(sink_args(listen));
     let mut sink = Proc::spawn(cmd);
     let note = sink.wait_line("tcp sink: SO_REUSEPORT listener per queue", WAIT);
     sink.wait_line("tcp sink listening on", WAIT);
