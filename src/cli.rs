@@ -267,9 +267,11 @@ pub struct SinkTuning {
     /// sending core pays for no wake-up).
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
     pub rx_wait: RxWait,
-    /// Provided receive buffers per queue (a power of two; each holds 64 KiB).
-    #[arg(long, default_value_t = 512, env = "RINGBLAST_RX_BUFFERS")]
-    pub rx_buffers: u16,
+    /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512
+    /// of 64 KiB; TCP 64 of 32 KiB, a 2 MiB ring that stays in cache while the sink copies
+    /// every byte it reads into it].
+    #[arg(long, env = "RINGBLAST_RX_BUFFERS")]
+    pub rx_buffers: Option<u16>,
     /// Flow ids 0..N are tracked per queue; others count as invalid.
     #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
     pub max_flows: usize,

@@ -69,6 +69,10 @@ fn streams_with_1_4_and_64_connections_arrive_exactly() {
         assert_eq!(u(&rx, "accepts"), n, "{rx}");
         assert_eq!(u(&tx, "delivered_records"), u(&rx, "rx_records"), "{tx}");
         assert_eq!(u(&tx, "delivered_bytes"), u(&rx, "rx_bytes"), "{tx}");
+        // Acknowledgements go out at the sink's 10 ms tick and once at each stream's end,
+        // never per receive: at most one per connection per tick, plus the last ones.
+        let ticks = (rx["duration_s"].as_f64().unwrap() * 100.0).ceil() as u64;
+        assert!(u(&rx, "acks") <= n * (ticks + 3), "{rx}");
         for key in ["reconnects", "resets", "connect_failures", "send_errors"] {
             assert_eq!(u(&tx, key), 0, "{key} in {tx}");
         }

@@ -295,18 +295,27 @@ pub fn start_senders(
 }
 
 /// Checks the sink options and returns the per-queue config.
+/// Provided buffers per UDP sink queue, 64 KiB each, when `--rx-buffers` is not given.
+pub const UDP_RX_BUFFERS: u16 = 512;
+
+/// `--rx-buffers`, checked, or `default` when not given.
+pub fn rx_buffers(given: Option<u16>, default: u16) -> Result<u16, Error> {
+    match given {
+        None => Ok(default),
+        Some(n) if n.is_power_of_two() && (8..=32768).contains(&n) => Ok(n),
+        Some(n) => Err(Error::Usage(format!(
+            "--rx-buffers {n} must be a power of two from 8 to 32768"
+        ))),
+    }
+}
+
 pub fn sink_config(
     listen: SocketAddr,
     t: &SinkTuning,
     duration: Option<Duration>,
     hugepages: bool,
 ) -> Result<SinkConfig, Error> {
-    if !t.rx_buffers.is_power_of_two() || t.rx_buffers < 8 || t.rx_buffers > 32768 {
-        return Err(Error::Usage(format!(
-            "--rx-buffers {} must be a power of two from 8 to 32768",
-            t.rx_buffers
-        )));
-    }
+    let buffers = rx_buffers(t.rx_buffers, UDP_RX_BUFFERS)?;
     if t.max_flows == 0 || t.max_flows > 65_536 {
         return Err(Error::Usage(format!(
             "--max-flows {} is out of range; use 1 to 65536",
@@ -325,7 +334,7 @@ pub fn sink_config(
         listen,
         gro: !t.no_gro,
         wait: t.rx_wait,
-        buffers: t.rx_buffers,
+        buffers,
         max_flows: t.max_flows,
         duration,
         hugepages,
@@ -468,5 +477,21 @@ impl SinkSet {
                 traffic: sum(s.flows.iter().map(|f| f.load()), RxFlow::add),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rx_buffers;
+
+    #[test]
+    fn rx_buffers_default_when_not_given_and_checked_when_given() {
+        assert_eq!(rx_buffers(None, 64).unwrap(), 64);
+        assert_eq!(rx_buffers(Some(8), 64).unwrap(), 8);
+        assert_eq!(rx_buffers(Some(32768), 64).unwrap(), 32768);
+        for bad in [0, 4, 100, 65535] {
+            let err = rx_buffers(Some(bad), 64).unwrap_err().to_string();
+            assert!(err.contains("power of two from 8 to 32768"), "{err}");
+        }
     }
 }

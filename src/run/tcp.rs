@@ -24,7 +24,7 @@ use crate::{
         tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
     },
     sink::tcp::{
-        RecvMode, TcpSinkConfig, TcpSinkShared, TcpSinkWorker, books::TcpBooks,
+        RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpSinkShared, TcpSinkWorker, books::TcpBooks,
         peers::ControlHandoff,
     },
     worker::{self, Control},
@@ -238,14 +238,10 @@ fn ensure_fds(sockets: u64, queues: u64) -> Result<(), Error> {
 fn sink_config(
     listen: std::net::SocketAddr,
     max_conns: u32,
-    rx_buffers: u16,
+    rx_buffers: Option<u16>,
     hugepages: bool,
 ) -> Result<TcpSinkConfig, Error> {
-    if !rx_buffers.is_power_of_two() {
-        return Err(Error::Usage(format!(
-            "--rx-buffers {rx_buffers} must be a power of two"
-        )));
-    }
+    let rx_buffers = super::roles::rx_buffers(rx_buffers, TCP_RX_BUFFERS)?;
     if max_conns == 0 {
         return Err(Error::Usage("--max-conns must be at least 1".into()));
     }

@@ -16,6 +16,11 @@ use crate::{
 
 /// Bytes of each provided receive buffer.
 pub const TCP_BUFFER_BYTES: u32 = 32 * 1024;
+/// Provided buffers per TCP sink queue when `--rx-buffers` is not given: 2 MiB in all. The
+/// sink copies every byte it reads into this ring, and the kernel fills it in ring order, so
+/// the whole ring is the copy's working set; at 2 MiB it stays in cache, where 512 buffers
+/// (16 MiB) cost the sink twice the CPU per byte and throttled a loopback stream.
+pub const TCP_RX_BUFFERS: u16 = 64;
 
 crate::counter_array! {
     /// Counters of one TCP sink queue.

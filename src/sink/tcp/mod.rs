@@ -27,8 +27,8 @@ mod recv_mode;
 mod respond;
 
 pub use self::config::{
-    LatencyCells, RX_KEYS, RxCounter, RxCounters, SharedLatency, TCP_BUFFER_BYTES, TcpRxShared,
-    TcpSinkConfig, TcpSinkShared, listener,
+    LatencyCells, RX_KEYS, RxCounter, RxCounters, SharedLatency, TCP_BUFFER_BYTES, TCP_RX_BUFFERS,
+    TcpRxShared, TcpSinkConfig, TcpSinkShared, listener,
 };
 pub use self::recv_mode::{RECV_MODE_ENV, RecvMode};
 
@@ -73,6 +73,9 @@ struct Conn {
     /// Stream records counted on this connection, and the count last acknowledged (or being).
     counted: u64,
     acked: u64,
+    /// An acknowledgement is due: set at the acknowledgement tick (every
+    /// [`PUBLISH_EVERY_NS`]) when records were counted since the last one.
+    ack_due: bool,
     /// The stream ended (or the sink stops): close once the last acknowledgement is out.
     close_after_reply: bool,
     /// No byte read yet: the first ones tell a record stream from a control connection.
@@ -167,7 +170,7 @@ impl TcpSinkWorker {
                     c.parser = StreamParser::new();
                     c.owed = respond::Owed::default();
                     (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
-                    (c.counted, c.acked, c.close_after_reply) = (0, 0, false);
+                    (c.counted, c.acked, c.ack_due, c.close_after_reply) = (0, 0, false, false);
                     (c.first, c.tally) = (true, peers::ConnTally::default());
                     self.shared.slots[i as usize].open();
                     c.fd = Some(fd);
@@ -447,6 +450,7 @@ impl Job for TcpSinkWorker {
             }
             self.reap();
             if now - last_publish >= PUBLISH_EVERY_NS {
+                self.acknowledge_streams();
                 self.publish();
                 last_publish = now;
             }

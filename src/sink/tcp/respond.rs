@@ -1,7 +1,11 @@
 //! What the sink writes back: on request/response connections every complete request is queued
 //! (at most [`MAX_OWED`]) and answered, in order, with a response record of the length it asked
 //! for, echoing its flow, epoch, sequence number and timestamp; on streams an acknowledgement
-//! record carries the count of records counted so far (coalesced: one in flight at a time).
+//! record carries the count of records counted so far. Acknowledgements go out at the worker's
+//! tick (every 10 ms, when records were counted since the last) and when the stream ends or
+//! the sink stops, never per receive: each one is a data segment the sender's kernel must
+//! take in, and on loopback its arrival makes the sender's queued data leave from the sink's
+//! core, out of order with the sender's own transmits (spurious retransmits).
 //! Replies go out with plain `SEND`s from the connection's slot of the arena, one write in
 //! flight per connection, as many responses per write as fit in the slot; short writes are
 //! continued. A connection marked `close_after_reply` is closed once nothing is left to send.
@@ -67,8 +71,8 @@ impl Owed {
 
 impl TcpSinkWorker {
     /// Starts a write on connection `i` if none is in flight: the responses owed, else an
-    /// acknowledgement if records were counted since the last; with nothing to send, a
-    /// connection marked `close_after_reply` is closed.
+    /// acknowledgement if one is due (or the stream ended) and records were counted since the
+    /// last; with nothing to send, a connection marked `close_after_reply` is closed.
     pub(super) fn reply(&mut self, i: usize) {
         let offset = self.response_base + i * SLOT_BYTES;
         let c = &mut self.conns[i];
@@ -79,7 +83,8 @@ impl TcpSinkWorker {
             return;
         };
         if c.owed.len == 0 {
-            if c.counted > c.acked {
+            if c.counted > c.acked && (c.ack_due || c.close_after_reply) {
+                c.ack_due = false;
                 let ack = RecordHeader {
                     len: RECORD_HEADER_LEN as u32,
                     flags: FLAG_ACK,
@@ -122,6 +127,20 @@ impl TcpSinkWorker {
         (c.reply_len, c.reply_written, c.reply_count) = (len as u32, 0, count);
         if !self.engine.push_send(fd, offset, len as u32, token) {
             self.close(i);
+        }
+    }
+
+    /// The acknowledgement tick: every open stream with records counted since its last
+    /// acknowledgement is due one, sent now or when its write in flight completes.
+    pub(super) fn acknowledge_streams(&mut self) {
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.fd.is_some() && c.counted > c.acked {
+                c.ack_due = true;
+                if c.reply_len == 0 {
+                    self.reply(i);
+                }
+            }
         }
     }
 
