@@ -9,7 +9,8 @@
 //! (`--trial`) until its relative width is at most `--precision`; the lower bound is then
 //! confirmed with a full-length trial (`--final-trial`), and a lower bound that fails it becomes
 //! the upper bound and the search goes on. A trial that contradicts an earlier one at the same
-//! duration (loss above the ratio below a rate that passed) is measured again, never averaged.
+//! duration (loss above the ratio below a rate that passed) is measured again, never averaged;
+//! a ratio whose upper bound a later ratio's trial passed is searched again, once, from there.
 
 use std::{process::Command, time::Duration};
 
@@ -208,6 +209,47 @@ impl Searcher<'_> {
     }
 }
 
+/// One loss ratio's bounds, as found.
+struct Found {
+    ratio: f64,
+    lower: f64,
+    upper: f64,
+    converged: bool,
+    trials: usize,
+}
+
+impl Found {
+    fn say(&self) {
+        say!(
+            "search: loss ratio {}: {:.0}pps to {:.0}pps{}",
+            self.ratio,
+            self.lower,
+            self.upper,
+            if self.converged {
+                ""
+            } else {
+                " (not converged)"
+            }
+        );
+    }
+
+    fn json(&self) -> Value {
+        json!({"loss_ratio": self.ratio, "lower_pps": self.lower.round() as u64,
+            "upper_pps": self.upper.round() as u64, "trials": self.trials,
+            "converged": self.converged})
+    }
+}
+
+/// The highest rate below `max` that some trial passed at `f`'s loss ratio above `f`'s upper
+/// bound: the bound that trial contradicts.
+fn passed_above(trials: &[Trial], f: &Found, max: f64) -> Option<f64> {
+    trials
+        .iter()
+        .filter(|t| t.rate > f.upper && t.rate < max && t.ratio() <= f.ratio)
+        .map(|t| t.rate)
+        .reduce(f64::max)
+}
+
 /// Runs the search; `Ok(true)` when every ratio converged, `Ok(false)` when `--max-time` ran
 /// out (the caller exits 1).
 pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
@@ -230,7 +272,7 @@ pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
             plan.min_rate
         )));
     }
-    let mut results = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
     let mut converged = true;
     let mut lower = plan.min_rate;
     for &ratio in &plan.loss_ratios {
@@ -243,16 +285,39 @@ pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
         };
         converged &= done;
         lower = lo.max(plan.min_rate);
-        say!(
-            "search: loss ratio {ratio}: {:.0}pps to {:.0}pps{}",
-            lo,
-            up,
-            if done { "" } else { " (not converged)" }
-        );
-        results.push(json!({"loss_ratio": ratio, "lower_pps": lo.round() as u64,
-            "upper_pps": up.round() as u64, "trials": s.trials.len() - before,
-            "converged": done}));
+        let f = Found {
+            ratio,
+            lower: lo,
+            upper: up,
+            converged: done,
+            trials: s.trials.len() - before,
+        };
+        f.say();
+        found.push(f);
     }
+    // A later ratio's trials may have passed an earlier ratio above its upper bound (a trial
+    // that lost on a host that stalled): that bound is contradicted, and the ratio is searched
+    // again, once, from the highest rate that passed it.
+    for f in &mut found {
+        if !converged {
+            break;
+        }
+        let Some(from) = passed_above(&s.trials, f, max) else {
+            continue;
+        };
+        say!(
+            "search: loss ratio {}: a later trial passed at {from:.0}pps, above the upper bound {:.0}pps; searching again from there",
+            f.ratio,
+            f.upper
+        );
+        let before = s.trials.len();
+        let (lo, up, done) = s.search(f.ratio, from, max)?;
+        converged &= done;
+        (f.lower, f.upper, f.converged) = (lo, up, done);
+        f.trials += s.trials.len() - before;
+        f.say();
+    }
+    let results: Vec<Value> = found.iter().map(Found::json).collect();
     let duration_s = s.started.elapsed().as_secs_f64();
     if plan.json {
         crate::output::json_line(&json!({"type": "search", "results": results,
@@ -318,5 +383,58 @@ pub(super) fn command(args: crate::cli::SearchArgs) -> Result<(), Error> {
             "the search did not converge",
             std::io::Error::other("--max-time ran out; give it more time or a coarser --precision"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(rate: f64, offered: u64, lost: u64) -> Trial {
+        Trial {
+            rate,
+            duration: Duration::from_millis(500),
+            offered,
+            lost,
+            failed: lost,
+            achieved: rate,
+        }
+    }
+
+    #[test]
+    fn a_later_trial_that_passed_above_an_upper_bound_contradicts_it() {
+        let ndr = Found {
+            ratio: 0.0,
+            lower: 18069.0,
+            upper: 18158.0,
+            converged: true,
+            trials: 9,
+        };
+        // The failed CI run's trials: 18158 lost 59 while the host stalled; the PDR search
+        // later passed 20974, 22607 and 22698 with nothing lost, and lost at 22789.
+        let trials = [
+            trial(23878.0, 74637, 62754),
+            trial(18158.0, 9080, 59),
+            trial(18069.0, 9035, 0),
+            trial(20974.0, 10487, 0),
+            trial(22607.0, 11304, 0),
+            trial(22698.0, 11349, 0),
+            trial(22789.0, 11395, 115),
+        ];
+        assert_eq!(passed_above(&trials, &ndr, 23878.0), Some(22698.0));
+        // A loss ratio of 0.005 is passed by 22789's 1 % loss at no rate above 22789.
+        let pdr = Found {
+            ratio: 0.005,
+            lower: 22698.0,
+            upper: 22789.0,
+            ..ndr
+        };
+        assert_eq!(passed_above(&trials, &pdr, 23878.0), None);
+        // Nothing at or above `max` counts (the unpaced first trial is the top of the range).
+        let high = Found {
+            upper: 22000.0,
+            ..ndr
+        };
+        assert_eq!(passed_above(&trials, &high, 22600.0), None);
     }
 }
