@@ -294,7 +294,6 @@ pub fn start_senders(
     })
 }
 
-/// Checks the sink options and returns the per-queue config.
 /// Provided buffers per UDP sink queue, 64 KiB each, when `--rx-buffers` is not given.
 pub const UDP_RX_BUFFERS: u16 = 512;
 
@@ -309,6 +308,7 @@ pub fn rx_buffers(given: Option<u16>, default: u16) -> Result<u16, Error> {
     }
 }
 
+/// Checks the sink options and returns the per-queue config.
 pub fn sink_config(
     listen: SocketAddr,
     t: &SinkTuning,

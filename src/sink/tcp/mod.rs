@@ -73,9 +73,6 @@ struct Conn {
     /// Stream records counted on this connection, and the count last acknowledged (or being).
     counted: u64,
     acked: u64,
-    /// An acknowledgement is due: set at the acknowledgement tick (every
-    /// [`PUBLISH_EVERY_NS`]) when records were counted since the last one.
-    ack_due: bool,
     /// The stream ended (or the sink stops): close once the last acknowledgement is out.
     close_after_reply: bool,
     /// No byte read yet: the first ones tell a record stream from a control connection.
@@ -170,7 +167,7 @@ impl TcpSinkWorker {
                     c.parser = StreamParser::new();
                     c.owed = respond::Owed::default();
                     (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
-                    (c.counted, c.acked, c.ack_due, c.close_after_reply) = (0, 0, false, false);
+                    (c.counted, c.acked, c.close_after_reply) = (0, 0, false);
                     (c.first, c.tally) = (true, peers::ConnTally::default());
                     self.shared.slots[i as usize].open();
                     c.fd = Some(fd);
@@ -298,7 +295,7 @@ impl TcpSinkWorker {
                 self.close(i);
                 return;
             }
-            self.reply(i);
+            self.reply(i, false);
         } else if let Some(bid) = bid {
             self.engine.recycle_received(bid, c.result);
         }
@@ -308,7 +305,7 @@ impl TcpSinkWorker {
             0 => {
                 if self.conns[i].parser.at_boundary() {
                     self.conns[i].close_after_reply = true;
-                    self.reply(i);
+                    self.reply(i, false);
                 } else {
                     self.broken(i, Broken::Truncated);
                 }
@@ -396,7 +393,7 @@ impl TcpSinkWorker {
         for i in 0..self.conns.len() {
             if self.conns[i].fd.is_some() {
                 self.conns[i].close_after_reply = true;
-                self.reply(i);
+                self.reply(i, false);
             }
         }
     }

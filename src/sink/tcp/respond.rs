@@ -70,10 +70,10 @@ impl Owed {
 }
 
 impl TcpSinkWorker {
-    /// Starts a write on connection `i` if none is in flight: the responses owed, else an
-    /// acknowledgement if one is due (or the stream ended) and records were counted since the
-    /// last; with nothing to send, a connection marked `close_after_reply` is closed.
-    pub(super) fn reply(&mut self, i: usize) {
+    /// Starts a write on connection `i` if none is in flight: the responses owed, else, when
+    /// `ack` (the tick) or the stream ended, an acknowledgement if records were counted since
+    /// the last; with nothing to send, a connection marked `close_after_reply` is closed.
+    pub(super) fn reply(&mut self, i: usize, ack: bool) {
         let offset = self.response_base + i * SLOT_BYTES;
         let c = &mut self.conns[i];
         if c.reply_len != 0 {
@@ -83,8 +83,7 @@ impl TcpSinkWorker {
             return;
         };
         if c.owed.len == 0 {
-            if c.counted > c.acked && (c.ack_due || c.close_after_reply) {
-                c.ack_due = false;
+            if c.counted > c.acked && (ack || c.close_after_reply) {
                 let ack = RecordHeader {
                     len: RECORD_HEADER_LEN as u32,
                     flags: FLAG_ACK,
@@ -131,15 +130,12 @@ impl TcpSinkWorker {
     }
 
     /// The acknowledgement tick: every open stream with records counted since its last
-    /// acknowledgement is due one, sent now or when its write in flight completes.
+    /// acknowledgement gets one now, or at the next tick when a write is in flight.
     pub(super) fn acknowledge_streams(&mut self) {
         for i in 0..self.conns.len() {
-            let c = &mut self.conns[i];
+            let c = &self.conns[i];
             if c.fd.is_some() && c.counted > c.acked {
-                c.ack_due = true;
-                if c.reply_len == 0 {
-                    self.reply(i);
-                }
+                self.reply(i, true);
             }
         }
     }
@@ -171,6 +167,6 @@ impl TcpSinkWorker {
         }
         c.reply_len = 0;
         c.reply_count = 0;
-        self.reply(i);
+        self.reply(i, false);
     }
 }
