@@ -194,6 +194,16 @@ render() { # $1 = override template -> its rendered copy
   echo "$W/$(basename "$1")"
 }
 
+# On a failed check: each container of project $1, its state and restarts, and the last lines
+# of its log (what a sender or sink said about its peers), so a CI log alone tells the cause.
+dump_logs() {
+  local c
+  for c in $(podman ps -a --filter "label=io.podman.compose.project=$1" --format '{{.Names}}'); do
+    echo "--- $c: $(podman inspect -f 'status={{.State.Status}} exit={{.State.ExitCode}} restarts={{.RestartCount}}' "$c" 2>/dev/null)"
+    podman logs "$c" 2>&1 | grep -v '^{' | tail -n 25
+  done
+}
+
 # Runs compose file $1 (in deploy/compose) with override $2 as project $3 in its own namespace;
 # $4 = Prometheus URL inside it, $5 = targets, then the sender services (service=name ...).
 compose_topology() {
@@ -217,7 +227,7 @@ compose_topology() {
   [ "${#extra[@]}" -gt 0 ] || tcp_row=(--no-tcp)
   in_ns "$ns" python3 tests/deploy/promcheck.py live --prom "$prom" --targets "$targets" "${tcp_row[@]}" \
     --senders "$(IFS=,; echo "${names[*]}")" >"$W/$project-live.txt" \
-    || { cat "$W/$project-live.txt"; die "$project: live checks failed"; }
+    || { cat "$W/$project-live.txt"; dump_logs "$project"; die "$project: live checks failed"; }
   grep -v '^ok ' "$W/$project-live.txt" || true
   # Stopping a sender (SIGTERM) ends its session: it prints the sink's books as its summary.
   local containers=()
