@@ -25,7 +25,8 @@
 # (voluntary + involuntary, from GNU time) and of the whole machine (/proc/stat ctxt).
 # Knobs: ROUNDS (3), DURATION (5), WRITE (65000: bytes per stream write, every tool),
 # SEND_CPU (0), SINK_CPU (1), NICE (-20), TOOLS (all of
-# "ringblast iperf3 sockperf nuttcp"), RINGBLAST (default: cargo build --release).
+# "ringblast ringblast_sleep iperf3 sockperf nuttcp"; ringblast_sleep is ringblast with the sink
+# at --rx-wait sleep, which wakes per completion as the peers' receivers do), RINGBLAST (default: cargo build --release).
 # Raw rows: target/bench/compare_tcp.tsv; tool output of the last run: target/bench/raw_tcp/.
 # Exit: 0 every run produced a figure, 1 a run failed, 2 bad settings or missing prerequisite.
 set -euo pipefail
@@ -42,7 +43,7 @@ SOCKPERF_WRITE=$((WRITE < 65000 ? WRITE : 65000))
 SEND_CPU="${SEND_CPU:-0}"
 SINK_CPU="${SINK_CPU:-1}"
 NICE="${NICE:--20}"
-TOOLS="${TOOLS:-ringblast iperf3 sockperf nuttcp}"
+TOOLS="${TOOLS:-ringblast ringblast_sleep iperf3 sockperf nuttcp}"
 RINGBLAST="${RINGBLAST:-}"
 LO="rbt-lo-$$" TX="rbt-tx-$$" RX="rbt-rx-$$"
 NET=231 PORT=$((21000 + $$ % 9000)) FAILURES=0
@@ -51,6 +52,8 @@ declare -A LIVE=()
 die() { echo "compare_tcp.sh: $*" >&2; exit 2; }
 note() { echo "compare_tcp.sh: $*" >&2; }
 wants() { [[ " $TOOLS " == *" $1 "* ]]; }
+# The sink's --rx-wait for a ringblast row: ringblast_sleep is the sink that wakes per completion.
+rx_wait() { [[ "$1" == ringblast_sleep ]] && echo sleep || echo batch; }
 
 [[ "$ROUNDS" =~ ^[0-9]+$ && "$DURATION" =~ ^[0-9]+$ ]] || die "ROUNDS and DURATION must be integers"
 ((ROUNDS >= 1 && ROUNDS <= 50 && DURATION >= 2 && DURATION <= 120)) || die "ROUNDS 1..50, DURATION 2..120"
@@ -82,7 +85,7 @@ install_tools() {
 }
 
 setup() {
-    if wants ringblast; then
+    if wants ringblast || wants ringblast_sleep; then
         if [[ -z "$RINGBLAST" ]]; then
             (cd "$ROOT" && cargo build --release --quiet)
             RINGBLAST="$ROOT/target/release/ringblast"
@@ -144,18 +147,19 @@ run_one() {
     local b0 c0 b1 c1 status=ok value="" unit=gbps bytes=0 tx=0 crc=0
     b0="$(busy_ticks)" c0="$(machine_ctxt)"
     case "$w:$tool" in
-    stream_*:ringblast)
+    stream_*:ringblast | stream_*:ringblast_sleep)
         local q=1
         [[ "$w" == stream_veth ]] && q=2
         start "$sns" "$SINK_CPU" "$dir/s" "$RINGBLAST" sink --listen "$host:$port" --proto tcp --queues "$q" \
-            --duration "$((DURATION + 4))s" --json
+            --rx-wait "$(rx_wait "$tool")" --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
         [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
             --queues "$q" --conns 1 --size "$WRITE" --duration "${DURATION}s" --json || crc=$?; }
         kill -INT "$SERVER" 2>/dev/null || true ;;
-    rr_lo:ringblast)
+    rr_lo:ringblast | rr_lo:ringblast_sleep)
         unit=tps
-        start "$sns" "$SINK_CPU" "$dir/s" "$RINGBLAST" sink --listen "$host:$port" --proto tcp --duration "$((DURATION + 4))s" --json
+        start "$sns" "$SINK_CPU" "$dir/s" "$RINGBLAST" sink --listen "$host:$port" --proto tcp \
+            --rx-wait "$(rx_wait "$tool")" --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
         [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
             --pattern rr --request-size 36 --response-size 32 --conns 1 --duration "${DURATION}s" --json || crc=$?; }
@@ -190,9 +194,9 @@ run_one() {
     ((crc == 0)) || status="fail:client-exit-$crc"
     if [[ "$status" == ok ]]; then
         case "$w:$tool" in
-        stream_*:ringblast) read -r value bytes < <(grep -h '"role":"sink"' "$dir/s" | tail -n 1 |
+        stream_*:ringblast*) read -r value bytes < <(grep -h '"role":"sink"' "$dir/s" | tail -n 1 |
             jq -r 'select(.type == "summary") | "\(.bps / 1e9) \(.rx_bytes)"') || true ;;
-        rr_lo:ringblast) read -r value tx < <(tail -n 1 "$dir/c" | jq -r '"\(.tps) \(.transactions)"') || true ;;
+        rr_lo:ringblast*) read -r value tx < <(tail -n 1 "$dir/c" | jq -r '"\(.tps) \(.transactions)"') || true ;;
         stream_*:iperf3) read -r value bytes < <(jq -r '.end.sum_received | "\(.bits_per_second / 1e9) \(.bytes)"' "$dir/c") || true ;;
         stream_lo:sockperf) read -r value bytes < <(awk '/BandWidth is/ { for (i = 1; i <= NF; i++) if ($i ~ /^\(/) { v = substr($i, 2) / 1000 } }
             /Total of/ { m = $4 } END { if (v != "") printf "%.3f %.0f\n", v, m * w }' w="$SOCKPERF_WRITE" "$dir/c.err" "$dir/c") || true ;;
@@ -225,22 +229,26 @@ summarize() {
     { k = $2 SUBSEP $3; v[$1, k] = $4; c[$1, k] = $8; x[$1, k] = $9; seen[k] = 1; ws[$2] = 1; ts[$3] = 1; unit[$2] = $5
       if ($1 > rounds) rounds = $1 }
     END {
-        printf "%-12s %-10s %19s %22s %12s\n", "workload", "tool", "median", "cpu (s/GB | us/tx)", "ctx_per_tx"
+        printf "%-12s %-15s %19s %22s %12s\n", "workload", "tool", "median", "cpu (s/GB | us/tx)", "ctx_per_tx"
         for (w in ws) for (t in ts) if ((w, t) in seen) {
             n = 0; m = 0; p = 0
             for (r = 1; r <= rounds; r++) if ((r, w SUBSEP t) in v) { a[++n] = v[r, w SUBSEP t]; if (c[r, w SUBSEP t] != "-") b[++m] = c[r, w SUBSEP t]; if (x[r, w SUBSEP t] != "-") d[++p] = x[r, w SUBSEP t] }
-            printf "%-12s %-10s %14.3f %-4s %22s %12s\n", w, t, median(a, n), unit[w], (m ? sprintf("%.3f", median(b, m)) : "-"), (p ? sprintf("%.2f", median(d, p)) : "-")
+            printf "%-12s %-15s %14.3f %-4s %22s %12s\n", w, t, median(a, n), unit[w], (m ? sprintf("%.3f", median(b, m)) : "-"), (p ? sprintf("%.2f", median(d, p)) : "-")
         }
-        printf "\nringblast / best other tool of the same round (median over rounds, min-max):\n"
-        for (w in ws) {
-            n = 0
-            for (r = 1; r <= rounds; r++) {
-                if (!((r, w SUBSEP "ringblast") in v)) continue
-                best = 0; for (t in ts) if (t != "ringblast" && (r, w SUBSEP t) in v && v[r, w SUBSEP t] > best) best = v[r, w SUBSEP t]
-                if (best > 0) q[++n] = v[r, w SUBSEP "ringblast"] / best
+        split("ringblast ringblast_sleep", rbs, " ")
+        for (k = 1; k <= 2; k++) {
+            rb = rbs[k]
+            printf "\n%s / best other tool of the same round (median over rounds, min-max; ringblast rows are never a peer):\n", rb
+            for (w in ws) {
+                n = 0
+                for (r = 1; r <= rounds; r++) {
+                    if (!((r, w SUBSEP rb) in v)) continue
+                    best = 0; for (t in ts) if (t !~ /^ringblast/ && (r, w SUBSEP t) in v && v[r, w SUBSEP t] > best) best = v[r, w SUBSEP t]
+                    if (best > 0) q[++n] = v[r, w SUBSEP rb] / best
+                }
+                if (n) { lo = q[1]; hi = q[1]; for (i = 2; i <= n; i++) { if (q[i] < lo) lo = q[i]; if (q[i] > hi) hi = q[i] }
+                    printf "  %-12s %.2f (%.2f-%.2f) over %d rounds\n", w, median(q, n), lo, hi, n }
             }
-            if (n) { lo = q[1]; hi = q[1]; for (i = 2; i <= n; i++) { if (q[i] < lo) lo = q[i]; if (q[i] > hi) hi = q[i] }
-                printf "  %-12s %.2f (%.2f-%.2f) over %d rounds\n", w, median(q, n), lo, hi, n }
         }
     }' "$TSV"
 }

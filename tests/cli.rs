@@ -69,6 +69,19 @@ fn bad_flags_exit_2_with_a_clear_message() {
         2,
         "power of two",
     );
+    expect_exit(
+        &[
+            "sink",
+            "--listen",
+            "127.0.0.1:9",
+            "--proto",
+            "tcp",
+            "--rx-wait",
+            "inline",
+        ],
+        2,
+        "--rx-wait inline is for UDP sinks",
+    );
     expect_exit(&["pair", "--address", "10.1.2.3"], 2, "loopback");
     expect_exit(&["frobnicate"], 2, "unrecognized subcommand");
 }

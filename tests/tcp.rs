@@ -13,24 +13,26 @@ use std::{
 use common::{
     Netns, last_summary,
     proc::Proc,
-    tcp::{WAIT, send, start_sink, stop_sink},
+    tcp::{WAIT, send, start_sink, start_sink_with, stop_sink},
     u,
 };
 /// Also once per send op: a zero-copy send keeps its buffer until its notification (records
-/// stamped over bytes a `send-zc` still held used to reach the sink out of sequence).
+/// stamped over bytes a `send-zc` still held used to reach the sink out of sequence); and once
+/// per way the sink waits (`--rx-wait`: batch polls while completions keep coming, spin never
+/// sleeps, sleep wakes per completion), each counting exactly.
 #[test]
 fn streams_with_1_4_and_64_connections_arrive_exactly() {
     let _lock = common::traffic_lock();
-    for (conns, size, op) in [
-        ("1", "65536", "write-fixed"),
-        ("4", "1000", "write-fixed"),
-        ("64", "100", "write-fixed"),
-        ("1", "131072", "send-zc"),
-        ("2", "65000", "send"),
+    for (conns, size, op, wait) in [
+        ("1", "65536", "write-fixed", "batch"),
+        ("4", "1000", "write-fixed", "spin"),
+        ("64", "100", "write-fixed", "sleep"),
+        ("1", "131072", "send-zc", "batch"),
+        ("2", "65000", "send", "sleep"),
     ] {
         let port = common::free_port();
         let to = format!("127.0.0.1:{port}");
-        let sink = start_sink(None, &to);
+        let sink = start_sink_with(None, &to, &["--rx-wait", wait]);
         let tx = send(
             None,
             &[
@@ -285,10 +287,13 @@ fn a_thousand_connections_over_two_queues_arrive_exactly() {
 #[test]
 fn request_response_transactions_equal_the_sinks_responses_exactly() {
     let _lock = common::traffic_lock();
-    for (conns, depth, request, response) in [("1", "1", "64", "64"), ("3", "8", "100", "4000")] {
+    for (conns, depth, request, response, wait) in [
+        ("1", "1", "64", "64", "batch"),
+        ("3", "8", "100", "4000", "sleep"),
+    ] {
         let port = common::free_port();
         let to = format!("127.0.0.1:{port}");
-        let sink = start_sink(None, &to);
+        let sink = start_sink_with(None, &to, &["--rx-wait", wait]);
         let tx = send(
             None,
             &[

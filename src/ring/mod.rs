@@ -133,7 +133,7 @@ pub struct RingCounters {
 }
 
 /// What `submit` waits for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
     /// Submit only.
     Nothing,

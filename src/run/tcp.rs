@@ -12,7 +12,7 @@ use super::{
     tcp_report::Reporter,
 };
 use crate::{
-    cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, TrafficArgs},
+    cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
     cli_tcp::{Pattern, TcpSendArgs},
     error::Error,
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
@@ -24,8 +24,8 @@ use crate::{
         tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
     },
     sink::tcp::{
-        RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpSinkShared, TcpSinkWorker, books::TcpBooks,
-        peers::ControlHandoff,
+        RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpSinkShared, TcpSinkWorker, TcpWait,
+        books::TcpBooks, peers::ControlHandoff,
     },
     worker::{self, Control},
 };
@@ -238,10 +238,16 @@ fn ensure_fds(sockets: u64, queues: u64) -> Result<(), Error> {
 fn sink_config(
     listen: std::net::SocketAddr,
     max_conns: u32,
-    rx_buffers: Option<u16>,
+    tuning: &SinkTuning,
     hugepages: bool,
 ) -> Result<TcpSinkConfig, Error> {
-    let rx_buffers = super::roles::rx_buffers(rx_buffers, TCP_RX_BUFFERS)?;
+    let rx_buffers = super::roles::rx_buffers(tuning.rx_buffers, TCP_RX_BUFFERS)?;
+    let wait = TcpWait::from_rx_wait(tuning.rx_wait).ok_or_else(|| {
+        Error::Usage(
+            "--rx-wait inline is for UDP sinks; give a TCP sink batch (the default), spin or sleep"
+                .into(),
+        )
+    })?;
     if max_conns == 0 {
         return Err(Error::Usage("--max-conns must be at least 1".into()));
     }
@@ -252,6 +258,7 @@ fn sink_config(
         hugepages,
         control: None,
         recv: RecvMode::choose()?,
+        wait,
     })
 }
 
@@ -340,7 +347,7 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
     let mut config = sink_config(
         args.listen,
         args.tcp.max_conns,
-        args.tuning.rx_buffers,
+        &args.tuning,
         common.hugepages,
     )?;
     ensure_fds(
@@ -409,7 +416,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
     let (epoch, size) = (configs[0].epoch, configs[0].size);
     let handoff = Arc::new(ControlHandoff::new(HANDOFF_SLOTS));
-    let mut sink_cfg = sink_config(probe, 1024, args.tuning.rx_buffers, common.hugepages)?;
+    let mut sink_cfg = sink_config(probe, 1024, &args.tuning, common.hugepages)?;
     sink_cfg.control = Some(Arc::clone(&handoff));
     ensure_fds(
         conns * 2 + 1024 * common.queues as u64,

@@ -35,6 +35,17 @@ impl TcpSendWorker {
     }
 }
 
+impl TcpSendWorker {
+    /// When the next connection that is down is due to reconnect.
+    fn next_reconnect_ns(&self) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter(|c| c.state == State::Down)
+            .map(|c| c.retry_at)
+            .min()
+    }
+}
+
 impl crate::worker::Job for TcpSendWorker {
     type Output = TcpSendOutcome;
 
@@ -52,6 +63,9 @@ impl crate::worker::Job for TcpSendWorker {
         let mut ring_failed = false;
         loop {
             let now = clock::monotonic_ns();
+            // Records are due that no connection could take (all down, connecting or with a
+            // write in flight): the next event is a completion or a reconnect, not the pacer.
+            let mut blocked = stop_at.is_some();
             if stop_at.is_none()
                 && (control.stop_requested()
                     || remaining == 0
@@ -74,10 +88,16 @@ impl crate::worker::Job for TcpSendWorker {
                         let queued = self.push_writes(budget, clock::realtime_ns());
                         pacer.commit(queued);
                         remaining -= queued;
+                        blocked = queued < budget;
                     }
                 }
             }
-            let until = pacer.next_due_ns().unwrap_or(now + MAX_SLEEP_NS);
+            let until = if blocked {
+                self.next_reconnect_ns().unwrap_or(u64::MAX)
+            } else {
+                pacer.next_due_ns().unwrap_or(u64::MAX)
+            }
+            .min(now + MAX_SLEEP_NS);
             let timeout_ns = until.saturating_sub(now).clamp(1_000, MAX_SLEEP_NS);
             if self.engine.submit(Wait::One { timeout_ns }).is_err() {
                 ring_failed = true;

@@ -110,6 +110,8 @@ pub struct TcpSinkConfig {
     pub control: Option<Arc<peers::ControlHandoff>>,
     /// Multishot receive with or without bundles.
     pub recv: RecvMode,
+    /// How the worker waits for completions.
+    pub wait: super::TcpWait,
 }
 
 impl TcpSinkConfig {

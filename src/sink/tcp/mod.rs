@@ -25,12 +25,14 @@ mod config;
 pub mod peers;
 mod recv_mode;
 mod respond;
+mod wait;
 
 pub use self::config::{
     LatencyCells, RX_KEYS, RxCounter, RxCounters, SharedLatency, TCP_BUFFER_BYTES, TCP_RX_BUFFERS,
     TcpRxShared, TcpSinkConfig, TcpSinkShared, listener,
 };
 pub use self::recv_mode::{RECV_MODE_ENV, RecvMode};
+pub use self::wait::TcpWait;
 
 use std::{
     os::fd::{AsRawFd, OwnedFd},
@@ -53,7 +55,6 @@ use crate::{
 };
 
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
-const MAX_SLEEP_NS: u64 = 5_000_000;
 /// How long a stopping sink waits for its last acknowledgements to go out.
 const STOP_GRACE_NS: u64 = 500_000_000;
 /// Index of the listener in accept tokens.
@@ -98,6 +99,8 @@ pub struct TcpSinkWorker {
     counters: RxCounters,
     latency: LatencyCells,
     completions: Vec<Completion>,
+    /// How the loop waits for completions (`--rx-wait`).
+    wait: TcpWait,
 }
 
 impl TcpSinkWorker {
@@ -144,6 +147,7 @@ impl TcpSinkWorker {
             unbooked: Vec::with_capacity(config.max_conns as usize),
             control: config.control.clone(),
             response_base: config.response_base(),
+            wait: config.wait,
             bundles,
             stopping: false,
             shared,
@@ -423,6 +427,8 @@ impl Job for TcpSinkWorker {
     fn run(mut self, control: &Control) {
         let mut last_publish = clock::monotonic_ns();
         let mut stop_at = None;
+        // When a reap last found completions (the default wait polls while they keep coming).
+        let mut last_busy = 0;
         loop {
             let now = clock::monotonic_ns();
             let open = self.counters.get(RxCounter::ConnsOpen);
@@ -438,14 +444,14 @@ impl Job for TcpSinkWorker {
             }
             if self
                 .engine
-                .submit(Wait::One {
-                    timeout_ns: MAX_SLEEP_NS,
-                })
+                .submit(self.wait.wait(now.saturating_sub(last_busy)))
                 .is_err()
             {
                 break;
             }
-            self.reap();
+            if self.reap() > 0 {
+                last_busy = now;
+            }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.acknowledge_streams();
                 self.publish();

@@ -1,0 +1,106 @@
+//! What a TCP run costs in CPU when little or nothing flows, read from `/proc/PID/stat` between
+//! two of the process's own interval lines (events, not sleeps): a sender whose sink is down
+//! sleeps until its next reconnect is due (it used to poll its ring every microsecond, a full
+//! core for as long as the sink was away), and a sink fed a paced stream (`--rx-wait batch`,
+//! which polls only while completions keep coming) sleeps between records. Both bounds are a
+//! quarter of a core, where the faults they guard against cost a whole one.
+
+mod common;
+
+use common::{
+    proc::Proc,
+    tcp::{WAIT, send, start_sink, stop_sink},
+};
+
+/// CPU seconds (user + system) the process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which ends at the last ')'): utime is the 12th, stime the
+    // 13th (fields 14 and 15 of proc(5)).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf reads a constant of the system and touches no memory of ours.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+/// CPU seconds `p` used between its interval lines ending at 1 s and at 3 s (whatever its
+/// `--interval`).
+fn cpu_over_two_seconds(p: &mut Proc) -> f64 {
+    p.wait_line("-   1.0] ", WAIT);
+    let before = cpu_seconds(p.pid());
+    p.wait_line("-   3.0] ", WAIT);
+    cpu_seconds(p.pid()) - before
+}
+
+#[test]
+fn a_sender_whose_sink_is_down_sleeps_between_reconnects() {
+    let _lock = common::traffic_lock();
+    // Nothing listens on this port: every connect is refused, and backs off to 1 s.
+    let to = format!("127.0.0.1:{}", common::free_port());
+    let mut tx = Proc::ringblast(
+        None,
+        &[
+            "send",
+            "--proto",
+            "tcp",
+            "--to",
+            &to,
+            "--rate",
+            "50Mbit",
+            "--size",
+            "16384",
+            "--conns",
+            "2",
+            "--duration",
+            "4s",
+            "--json",
+        ],
+    );
+    let cpu = cpu_over_two_seconds(&mut tx);
+    let (_, _, err) = tx.finish();
+    assert!(
+        err.contains("connect failures"),
+        "the sender never tried to connect:\n{err}"
+    );
+    assert!(
+        cpu < 0.5,
+        "a sender with every connection down used {cpu:.2} CPU-s in 2 s:\n{err}"
+    );
+}
+
+#[test]
+fn a_sink_fed_a_paced_stream_sleeps_between_records() {
+    let _lock = common::traffic_lock();
+    let to = format!("127.0.0.1:{}", common::free_port());
+    let mut sink = start_sink(None, &to);
+    let sender = std::thread::spawn({
+        let to = to.clone();
+        move || {
+            send(
+                None,
+                &[
+                    "--to",
+                    &to,
+                    "--rate",
+                    "50Mbit",
+                    "--size",
+                    "16384",
+                    "--conns",
+                    "2",
+                    "--duration",
+                    "4s",
+                ],
+            )
+        }
+    });
+    let cpu = cpu_over_two_seconds(&mut sink);
+    let tx = sender.join().unwrap();
+    let rx = stop_sink(sink, 2);
+    assert_eq!(tx["tx_records"], rx["rx_records"], "send {tx}\nsink {rx}");
+    assert!(
+        cpu < 0.5,
+        "a sink fed 381 records/s used {cpu:.2} CPU-s in 2 s: it polls between records"
+    );
+}
