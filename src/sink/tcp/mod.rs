@@ -442,15 +442,16 @@ impl Job for TcpSinkWorker {
             if stop_at.is_some_and(|at| open == 0 || now - at > STOP_GRACE_NS) {
                 break;
             }
-            if self
-                .engine
-                .submit(self.wait.wait(now.saturating_sub(last_busy)))
-                .is_err()
-            {
+            let wait = self.wait.wait(now.saturating_sub(last_busy));
+            if self.engine.submit(wait).is_err() {
                 break;
             }
             if self.reap() > 0 {
                 last_busy = now;
+            } else if wait == Wait::Poll {
+                // An empty poll gives the core away to whatever else is runnable on it (a
+                // sender or another queue pinned there); alone on its core it returns at once.
+                std::thread::yield_now();
             }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.acknowledge_streams();

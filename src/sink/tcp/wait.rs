@@ -4,7 +4,9 @@
 //! loopback). The default instead polls while completions keep coming and sleeps once none has
 //! come for [`BUSY_POLL_NS`]: at full speed the sending core never runs a wake-up for the
 //! sink (loopback +9 %, veth +45 %, request/response 2.8x), and at paced rates the sink core
-//! still sleeps between records.
+//! still sleeps between records. A poll that finds nothing yields the core (`sched_yield`), so
+//! a sender pinned to the same core loses nothing to it: there, rr went from 170 000 to 116 000
+//! transactions/s with a poll that did not yield, and stays at 174 000 with one that does.
 
 use crate::{ring::Wait, sink::RxWait};
 
