@@ -12,6 +12,18 @@ use common::{
     tcp::{WAIT, send, start_sink, stop_sink},
 };
 
+/// The sender's traffic in both cases: 381 records/s over 2 connections, for 4 s.
+const PACED: [&str; 8] = [
+    "--rate",
+    "50Mbit",
+    "--size",
+    "16384",
+    "--conns",
+    "2",
+    "--duration",
+    "4s",
+];
+
 /// CPU seconds (user + system) the process has used so far.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -39,25 +51,9 @@ fn a_sender_whose_sink_is_down_sleeps_between_reconnects() {
     let _lock = common::traffic_lock();
     // Nothing listens on this port: every connect is refused, and backs off to 1 s.
     let to = format!("127.0.0.1:{}", common::free_port());
-    let mut tx = Proc::ringblast(
-        None,
-        &[
-            "send",
-            "--proto",
-            "tcp",
-            "--to",
-            &to,
-            "--rate",
-            "50Mbit",
-            "--size",
-            "16384",
-            "--conns",
-            "2",
-            "--duration",
-            "4s",
-            "--json",
-        ],
-    );
+    let mut args = vec!["send", "--proto", "tcp", "--to", &to, "--json"];
+    args.extend_from_slice(&PACED);
+    let mut tx = Proc::ringblast(None, &args);
     let cpu = cpu_over_two_seconds(&mut tx);
     let (_, _, err) = tx.finish();
     assert!(
@@ -78,21 +74,9 @@ fn a_sink_fed_a_paced_stream_sleeps_between_records() {
     let sender = std::thread::spawn({
         let to = to.clone();
         move || {
-            send(
-                None,
-                &[
-                    "--to",
-                    &to,
-                    "--rate",
-                    "50Mbit",
-                    "--size",
-                    "16384",
-                    "--conns",
-                    "2",
-                    "--duration",
-                    "4s",
-                ],
-            )
+            let mut args = vec!["--to", to.as_str()];
+            args.extend_from_slice(&PACED);
+            send(None, &args)
         }
     });
     let cpu = cpu_over_two_seconds(&mut sink);
