@@ -28,6 +28,10 @@ for dir in /usr/local/sbin /usr/sbin /sbin; do
   case ":$PATH:" in *":$dir:"*) ;; *) PATH="$PATH:$dir" ;; esac
 done
 export PATH
+# The tests hold more than a thousand sockets at once (1000 idle scrapes of one exporter, 1000 TCP
+# connections over 2 queues); a login's soft limit of 1024 open files, which sudo hands on from the
+# user, made them fail with EMFILE. The hard limit is the machine's word, so take all of it.
+ulimit -Sn "$(ulimit -Hn)"
 
 # Under sudo: hand the files root creates in the invoking user's directories back to that user,
 # so that their own cargo can still write there afterwards. Only directories the user owns (for
