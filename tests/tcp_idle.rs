@@ -1,4 +1,4 @@
-//! What a TCP run costs in CPU when little or nothing flows, read from `/proc/PID/stat` between
+//! What a TCP run costs in CPU when little or nothing flows, read from `/proc/PID/task/*/schedstat` between
 //! two of the process's own interval lines (events, not sleeps): a sender whose sink is down
 //! sleeps until its next reconnect is due (it used to poll its ring every microsecond, a full
 //! core for as long as the sink was away), and a sink fed a paced stream (`--rx-wait batch`,
@@ -24,17 +24,16 @@ const PACED: [&str; 8] = [
     "4s",
 ];
 
-/// CPU seconds (user + system) the process has used so far.
+/// CPU seconds the process's live threads have run so far: the first field of each thread's
+/// `schedstat` (nanoseconds on a CPU). The workers and the reporter live for the whole run.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which ends at the last ')'): utime is the 12th, stime the
-    // 13th (fields 14 and 15 of proc(5)).
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf reads a constant of the system and touches no memory of ours.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks as f64 / hz
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .map(|s| s.split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    ns as f64 / 1e9
 }
 
 /// CPU seconds `p` used between its interval lines ending at 1 s and at 3 s (whatever its

@@ -6,6 +6,15 @@ use super::{MAX_SLEEP_NS, PUBLISH_EVERY_NS, STOP_GRACE_NS, State, TcpSendOutcome
 use crate::{clock, pacing::Pacer, ring::Wait};
 
 impl TcpSendWorker {
+    /// When the next connection that is down is due to reconnect.
+    fn next_reconnect_ns(&self) -> Option<u64> {
+        self.conns
+            .iter()
+            .filter(|c| c.state == State::Down)
+            .map(|c| c.retry_at)
+            .min()
+    }
+
     /// Sends FIN on every connection, so the sink sees each stream end cleanly, and waits (at
     /// most [`STOP_GRACE_NS`]) until the sink has acknowledged every record of every stream
     /// still up and closed it.
@@ -35,17 +44,6 @@ impl TcpSendWorker {
     }
 }
 
-impl TcpSendWorker {
-    /// When the next connection that is down is due to reconnect.
-    fn next_reconnect_ns(&self) -> Option<u64> {
-        self.conns
-            .iter()
-            .filter(|c| c.state == State::Down)
-            .map(|c| c.retry_at)
-            .min()
-    }
-}
-
 impl crate::worker::Job for TcpSendWorker {
     type Output = TcpSendOutcome;
 
@@ -63,8 +61,9 @@ impl crate::worker::Job for TcpSendWorker {
         let mut ring_failed = false;
         loop {
             let now = clock::monotonic_ns();
-            // Records are due that no connection could take (all down, connecting or with a
-            // write in flight): the next event is a completion or a reconnect, not the pacer.
+            // Stopping, or records are due that no connection could take (all down, connecting
+            // or with a write in flight): the next event is a completion or a reconnect, not
+            // the pacer.
             let mut blocked = stop_at.is_some();
             if stop_at.is_none()
                 && (control.stop_requested()

@@ -11,9 +11,9 @@
 use crate::{ring::Wait, sink::RxWait};
 
 /// How long the default mode keeps polling after the last completion.
-pub const BUSY_POLL_NS: u64 = 50_000;
+const BUSY_POLL_NS: u64 = 50_000;
 /// Longest sleep in one enter (the worker's tick still runs).
-pub const MAX_SLEEP_NS: u64 = 5_000_000;
+const MAX_SLEEP_NS: u64 = 5_000_000;
 
 /// A TCP sink worker's way of waiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
