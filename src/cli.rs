@@ -191,14 +191,9 @@ pub struct TrafficArgs {
     /// UDP GSO: packets per send (each with its own header); 1 = off.
     #[arg(long, default_value_t = 1, env = "RINGBLAST_GSO")]
     pub gso: u16,
-    /// The io_uring send operation.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "write-fixed",
-        env = "RINGBLAST_SEND_OP"
-    )]
-    pub send_op: SendOp,
+    /// The io_uring send operation (default: send for UDP, write-fixed for TCP).
+    #[arg(long, value_enum, env = "RINGBLAST_SEND_OP")]
+    pub send_op: Option<SendOp>,
     /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
     #[arg(long, default_value_t = 0, hide = true)]
     pub first_seq: u64,

@@ -1,5 +1,5 @@
 //! Every send operation and every sink receive mode end to end: `--send-op send-zc` and
-//! `send` (the default `write-fixed` runs everywhere else), `--no-gro` under a GSO sender, and
+//! `write-fixed` (the UDP default `send` runs everywhere else), `--no-gro` under a GSO sender, and
 //! `--rx-wait spin`, `sleep` and `inline` (the default `batch` runs everywhere else). Each run is paced
 //! (no kernel drops) and counted: the sink must receive exactly what the sender says it sent,
 //! and the sender exactly the packets asked for.
@@ -30,8 +30,8 @@ fn send_zc_delivers_every_packet() {
 }
 
 #[test]
-fn plain_send_delivers_every_packet() {
-    exact_run(&["--send-op", "send", "--size", "1200"]);
+fn write_fixed_delivers_every_packet() {
+    exact_run(&["--send-op", "write-fixed", "--size", "1200"]);
 }
 
 #[test]

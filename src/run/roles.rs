@@ -200,7 +200,7 @@ pub fn sender_configs(
                 rate_pps: total_pps.map(|r| r / queues as f64),
                 count,
                 duration,
-                op: t.send_op,
+                op: t.send_op.unwrap_or(crate::sender::SendOp::Send),
                 epoch,
                 hugepages,
                 first_seq: t.first_seq,

@@ -112,7 +112,7 @@ fn send_configs(
                 .count
                 .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64)),
             duration,
-            op: traffic.send_op,
+            op: traffic.send_op.unwrap_or(crate::sender::SendOp::WriteFixed),
             epoch,
             hugepages,
             rr,
