@@ -40,8 +40,13 @@ fn gso_trains_without_gro_are_counted_one_by_one() {
 }
 
 #[test]
-fn spinning_sink_counts_every_packet() {
-    exact_run(&["--rx-wait", "spin"]);
+fn spinning_sink_counts_every_packet_paced_slow_and_with_gro() {
+    // Paced at 100 kpps: back-to-back batches of non-blocking receives, never a sleep.
+    exact_run(&["--rx-wait", "spin", "--queues", "2", "--flows", "4"]);
+    // Paced at 2 kpps: traffic counts as stopped between packets; the sink waits on a poll.
+    exact_run_at(4_000, "2kpps", &["--rx-wait", "spin"]);
+    // GSO trains coalesced by GRO and split again.
+    exact_run(&["--rx-wait", "spin", "--gso", "8", "--size", "1000"]);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::os::fd::RawFd;
 use super::{
     SinkWorker,
     recv_memory::INLINE_BATCH,
-    run_loop::{BATCH_WAIT_NS, SLEEP_NS},
+    run_loop::{BATCH_WAIT_NS, RxWait, SLEEP_NS},
 };
 use crate::{clock, ring::Wait, stats::errno_class};
 
@@ -50,7 +50,8 @@ impl SinkWorker {
             Wait::One {
                 timeout_ns: SLEEP_NS,
             }
-        } else if !state.empty {
+        } else if !state.empty || (busy && self.config.wait == RxWait::Spin) {
+            state.empty = false;
             let batch = match state.batch {
                 0 => INLINE_BATCH,
                 n => n,

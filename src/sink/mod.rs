@@ -145,12 +145,12 @@ fn layout(config: &SinkConfig) -> BufRingLayout {
 
 /// The receive `msghdr`s and their buffers, after the buffer ring.
 fn recv_memory(config: &SinkConfig) -> RecvMemory {
-    RecvMemory::plan(layout(config).arena_bytes(), config.wait == RxWait::Inline)
+    RecvMemory::plan(layout(config).arena_bytes(), config.wait.receives_inline())
 }
 
 fn ring_size(config: &SinkConfig) -> RingSize {
     RingSize {
-        sq_entries: if config.wait == RxWait::Inline {
+        sq_entries: if config.wait.receives_inline() {
             2 * INLINE_BATCH as u32
         } else {
             8
@@ -203,7 +203,7 @@ impl SinkWorker {
         if let Some(queues) = config.steer_queues {
             net::steer::attach(&socket, queues)?;
         }
-        if config.wait != RxWait::Inline
+        if !config.wait.receives_inline()
             && !recv.push_multishot(&mut engine, socket.as_raw_fd(), USER_DATA_RECV)
         {
             return Err(Error::Unsupported(

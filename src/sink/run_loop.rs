@@ -28,7 +28,9 @@ pub enum RxWait {
     /// Sleep until 32 completions are ready or 50 µs pass (default): the sending core rarely
     /// pays for a wake-up and the sink core stays mostly idle.
     Batch,
-    /// Poll the completion queue without sleeping: lowest latency, one full core per queue.
+    /// Receive inline without ever sleeping while traffic flows: batches of non-blocking
+    /// receives back to back, no poll armed (so the sending core runs no wake-up either), one
+    /// full core per queue; one poll when traffic stops.
     Spin,
     /// Sleep until the next completion.
     Sleep,
@@ -37,6 +39,13 @@ pub enum RxWait {
     /// 50 µs sleep when the socket is empty, one poll when traffic stops.
     Inline,
 }
+impl RxWait {
+    /// The worker receives with batches of non-blocking receives (`inline`), not a multishot.
+    pub(super) fn receives_inline(self) -> bool {
+        matches!(self, RxWait::Inline | RxWait::Spin)
+    }
+}
+
 pub(super) const SLEEP_NS: u64 = 10_000_000;
 /// While draining, stop after this long without a packet.
 const DRAIN_IDLE_NS: u64 = 300_000_000;
@@ -73,19 +82,16 @@ impl Job for SinkWorker {
                 && self.last_packet_ns != 0
                 && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
             let wait = if busy {
-                match self.config.wait {
-                    RxWait::Spin => Wait::Poll,
-                    _ => Wait::Many {
-                        count: BATCH_COMPLETIONS,
-                        timeout_ns: BATCH_WAIT_NS,
-                    },
+                Wait::Many {
+                    count: BATCH_COMPLETIONS,
+                    timeout_ns: BATCH_WAIT_NS,
                 }
             } else {
                 Wait::One {
                     timeout_ns: SLEEP_NS,
                 }
             };
-            let (got, armed) = if self.config.wait == RxWait::Inline {
+            let (got, armed) = if self.config.wait.receives_inline() {
                 match self.inline_step(fd, busy) {
                     Ok(got) => (got, true),
                     Err(_) => {
@@ -125,7 +131,7 @@ impl Job for SinkWorker {
             }
         }
         // Count what already completed before closing the books.
-        let got = if self.config.wait == RxWait::Inline {
+        let got = if self.config.wait.receives_inline() {
             self.inline_step(fd, false).unwrap_or(false)
         } else {
             let _ = self.engine.submit(Wait::Poll);
