@@ -258,9 +258,10 @@ pub struct SinkTuning {
     pub no_gro: bool,
     /// How sink queues wait while traffic flows: batch (32 completions or 50 µs; a TCP sink
     /// instead polls while completions keep coming and sleeps after 50 µs without one), spin
-    /// (poll without sleeping, one core per queue), sleep (wake per completion) or inline (UDP
-    /// only: non-blocking receives inside io_uring_enter, no poll armed while traffic flows, so
-    /// the sending core pays for no wake-up).
+    /// (never sleeps, one core per queue; UDP receives inline as below, back to back), sleep
+    /// (wake per completion) or inline (UDP only: non-blocking receives inside io_uring_enter,
+    /// no poll armed while traffic flows, so the sending core pays for no wake-up; 50 µs sleeps
+    /// when the socket is empty).
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
     pub rx_wait: RxWait,
     /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512

@@ -28,9 +28,9 @@ pub enum RxWait {
     /// Sleep until 32 completions are ready or 50 µs pass (default): the sending core rarely
     /// pays for a wake-up and the sink core stays mostly idle.
     Batch,
-    /// Receive inline without ever sleeping while traffic flows: batches of non-blocking
-    /// receives back to back, no poll armed (so the sending core runs no wake-up either), one
-    /// full core per queue; one poll when traffic stops.
+    /// Never sleep while traffic flows, one full core per queue. A UDP sink receives inline
+    /// (as `Inline`) with the batches back to back, so no poll is armed and the sending core
+    /// runs no wake-up; one poll when traffic stops. A TCP sink polls its completion queue.
     Spin,
     /// Sleep until the next completion.
     Sleep,
