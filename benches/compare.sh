@@ -2,7 +2,8 @@
 # benches/compare.sh: side-by-side UDP throughput of ringblast, a neutral C
 # sendmmsg/recvmmsg reference (benches/reference/udp_ref.c, with a blocking and
 # a spinning sink) and iperf3, run as pairs in the same rounds inside a private
-# network namespace, with received packets per busy CPU-second for each; then
+# network namespace, with received packets per busy CPU-second for each (of both pinned CPUs,
+# and of the sink's CPU alone); then
 # paced accuracy checks (PACED_KPPS, and 1 Mpps with --gso 16 in 100 ms
 # windows) and the sink's queue balance with --queues 2 --flows 8. One command,
 # run as root:
@@ -209,6 +210,10 @@ pinned_busy_ticks() { # busy jiffies (user nice system irq softirq steal) of the
         '$1 == a || $1 == b { busy += $2 + $3 + $4 + $7 + $8 + $9 } END { printf "%d\n", busy }' /proc/stat
 }
 
+sink_busy_ticks() { # busy jiffies of the sink's pinned CPU alone
+    awk -v a="cpu$SINK_CPU" '$1 == a { busy += $2 + $3 + $4 + $7 + $8 + $9 } END { printf "%d\n", busy }' /proc/stat
+}
+
 our_cpu_seconds() { # sets OUR_CPU: CPU seconds of this shell and every child it has waited for
     # Must run in this shell, not in $(...): a subshell starts with zero children's times.
     times >"$TIMES_FILE"
@@ -349,8 +354,9 @@ run_one() {
     printf '%s\n' "${sink_cmd[*]}" "${send_cmd[*]}" >"$dir/commands"
 
     wait_quiet
-    local busy0 our0 wall0 busy1 our1 wall1
+    local busy0 our0 wall0 busy1 our1 wall1 sink0 sink1
     busy0="$(pinned_busy_ticks)"
+    sink0="$(sink_busy_ticks)"
     our_cpu_seconds
     our0="$OUR_CPU"
     wall0="$EPOCHREALTIME"
@@ -369,6 +375,7 @@ run_one() {
     sink_rc="$WAIT_RC"
 
     busy1="$(pinned_busy_ticks)"
+    sink1="$(sink_busy_ticks)"
     our_cpu_seconds
     our1="$OUR_CPU"
     wall1="$EPOCHREALTIME"
@@ -404,11 +411,16 @@ run_one() {
     # work on them, which on loopback includes the receive path).
     read -r busy_s per_cpu_s < <(awk -v b="$((busy1 - busy0))" -v hz="$HZ" -v p="$packets" \
         'BEGIN { s = b / hz; printf "%.3f %.0f\n", s, (s > 0 ? p / s : 0) }')
+    # The same per busy CPU-second of the sink's CPU alone: what the sink itself costs (on
+    # loopback the receive path runs on the sending CPU, so this is the sink's own work).
+    local per_sink_cpu_s
+    per_sink_cpu_s="$(awk -v b="$((sink1 - sink0))" -v hz="$HZ" -v p="$packets" \
+        'BEGIN { s = b / hz; printf "%.0f\n", (s > 0 ? p / s : 0) }')"
 
-    printf '%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\n' "$size" "$round" "$attempt" "$tool" "$segs" \
-        "$pps" "$packets" "$secs" "$tx_pps" "$foreign" "$busy" "$status" "$busy_s" "$per_cpu_s" >>"$TSV"
-    printf '  %5sB round %d.%d %-16s rx %12.0f pps  tx %12.0f pps  %10s pkts/CPU-s  foreign %.2f CPU  busy %.2f CPU  %s\n' \
-        "$size" "$round" "$attempt" "$tool" "$pps" "$tx_pps" "$per_cpu_s" "$foreign" "$busy" "$status"
+    printf '%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\n' "$size" "$round" "$attempt" "$tool" "$segs" \
+        "$pps" "$packets" "$secs" "$tx_pps" "$foreign" "$busy" "$status" "$busy_s" "$per_cpu_s" "$per_sink_cpu_s" >>"$TSV"
+    printf '  %5sB round %d.%d %-16s rx %12.0f pps  tx %12.0f pps  %10s pkts/CPU-s  %10s pkts/sink-CPU-s  foreign %.2f CPU  busy %.2f CPU  %s\n' \
+        "$size" "$round" "$attempt" "$tool" "$pps" "$tx_pps" "$per_cpu_s" "$per_sink_cpu_s" "$foreign" "$busy" "$status"
     LAST_DIR="$dir"
     if [[ "$status" != ok ]]; then
         FAILURES=$((FAILURES + 1))
@@ -527,7 +539,7 @@ main() {
     TIMES_FILE="$(mktemp)"
     rm -rf "$RAW_DIR"
     mkdir -p "$RAW_DIR"
-    printf 'size\tround\tattempt\ttool\tgso_segs\trx_pps\trx_packets\trx_secs\ttx_pps\tforeign_cpu\tbusy_cpu\tstatus\tbusy_cpu_s\tpkts_per_cpu_s\n' >"$TSV"
+    printf 'size\tround\tattempt\ttool\tgso_segs\trx_pps\trx_packets\trx_secs\ttx_pps\tforeign_cpu\tbusy_cpu\tstatus\tbusy_cpu_s\tpkts_per_cpu_s\tpkts_per_sink_cpu_s\n' >"$TSV"
     create_namespace
     print_header
     run_rounds

@@ -2,7 +2,8 @@
 # (target/bench/compare.tsv). Run as: awk -F '\t' -v q=QUIET_CPU -f compare_summary.awk TSV
 #
 # Columns: 1 size, 2 round, 3 attempt, 4 tool, 5 gso_segs, 6 rx_pps, 7 rx_packets, 8 rx_secs,
-# 9 tx_pps, 10 foreign_cpu, 11 busy_cpu, 12 status, 13 busy_cpu_s, 14 pkts_per_cpu_s.
+# 9 tx_pps, 10 foreign_cpu, 11 busy_cpu, 12 status, 13 busy_cpu_s, 14 pkts_per_cpu_s,
+# 15 pkts_per_sink_cpu_s.
 # A pair is the runs of one size, round and attempt; ratios are taken within a pair and the
 # median of the per-pair ratios over clean pairs is reported (all pairs, marked *, if none is).
 
@@ -12,7 +13,8 @@ function median(arr, n,    i, j, v) {
     return (arr[n / 2] + arr[n / 2 + 1]) / 2
 }
 
-# The median of one tool's figure (col: 6 pps, 14 packets per busy CPU-second).
+# The median of one tool's figure (col: 6 pps, 14 packets per busy CPU-second of both pinned
+# CPUs, 15 of the sink's CPU alone).
 function tool_cell(size, tool, col,    k, n, nc, all, cl, i) {
     n = 0; nc = 0
     for (i = 1; i <= npair[size]; i++) {
@@ -42,7 +44,7 @@ function ratio_cell(size, a, b, col,    ka, kb, n, nc, all, cl, i, lo, hi, src, 
 
 function ratio_row(size, a, b, what) {
     if (!has[size, a] || !has[size, b]) return
-    printf "%-6s %-60s %-28s %-28s\n", size, a " / " b " (" what ")", ratio_cell(size, a, b, 6), ratio_cell(size, a, b, 14)
+    printf "%-6s %-60s %-28s %-28s %-28s\n", size, a " / " b " (" what ")", ratio_cell(size, a, b, 6), ratio_cell(size, a, b, 14), ratio_cell(size, a, b, 15)
 }
 
 NR == 1 { next }
@@ -53,7 +55,7 @@ $4 == "baseline_gso" && $5 > 0 { segs[$1] = $5 }
     if (!(size in nsizeidx)) { nsizeidx[size] = ++nsizes; sizes[nsizes] = size }
     if (!(p in seenpair)) { seenpair[p] = 1; pair[size, ++npair[size]] = p }
     if ($5 > 0) segs[size] = $5
-    ok[k] = ($12 == "ok"); val[k, 6] = $6; val[k, 14] = $14; clean[k] = ($12 == "ok" && $10 < q)
+    ok[k] = ($12 == "ok"); val[k, 6] = $6; val[k, 14] = $14; val[k, 15] = $15; clean[k] = ($12 == "ok" && $10 < q)
     has[size, $4] = 1
     if (!($4 in toolidx)) { toolidx[$4] = ++ntools; tools[ntools] = $4 }
     rk = size SUBSEP $2 SUBSEP $3
@@ -62,14 +64,15 @@ $4 == "baseline_gso" && $5 > 0 { segs[$1] = $5 }
     if ($11 > rbusymax[rk]) rbusymax[rk] = $11
 }
 END {
-    printf "Median per tool (received pps; received packets per busy CPU-second of the two pinned CPUs)\n"
-    printf "%-6s %-16s %14s %16s\n", "size", "tool", "rx_pps", "pkts_per_cpu_s"
+    printf "Median per tool (received pps; received packets per busy CPU-second of the two pinned CPUs,\n"
+    printf "and of the sink's CPU alone)\n"
+    printf "%-6s %-16s %14s %16s %20s\n", "size", "tool", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
     for (s = 1; s <= nsizes; s++)
         for (t = 1; t <= ntools; t++)
             if (has[sizes[s], tools[t]])
-                printf "%-6s %-16s %14s %16s\n", sizes[s], tools[t], tool_cell(sizes[s], tools[t], 6), tool_cell(sizes[s], tools[t], 14)
+                printf "%-6s %-16s %14s %16s %20s\n", sizes[s], tools[t], tool_cell(sizes[s], tools[t], 6), tool_cell(sizes[s], tools[t], 14), tool_cell(sizes[s], tools[t], 15)
     printf "\nRatios within a pair: median (min-max) clean/all\n"
-    printf "%-6s %-60s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s"
+    printf "%-6s %-60s %-28s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
     for (s = 1; s <= nsizes; s++) {
         z = sizes[s]
         ratio_row(z, "ringblast", "udp_ref", "default sink vs blocking ref")
