@@ -282,3 +282,36 @@ fn randomized_streams_match_the_model_exactly() {
     check_against_model(3, 300_000, WINDOW - 1);
     check_against_model(4, 1_000, 900);
 }
+
+/// The in-order step (`advance_by_one`) settles the one number that falls off the window, the
+/// same way a wider step does: a hole is lost exactly when it leaves the window, never before,
+/// and a continuation after `finish` never counts the settled part again.
+#[test]
+fn in_order_steps_lose_a_hole_exactly_when_it_leaves_the_window() {
+    let hole = 100;
+    let mut tracker = track((0..WINDOW + hole).filter(|&s| s != hole));
+    assert_eq!(
+        tracker.counters().lost,
+        0,
+        "the hole is still inside the window"
+    );
+    tracker.observe(WINDOW + hole);
+    assert_eq!(
+        tracker.counters().lost,
+        1,
+        "the hole left the window with this step"
+    );
+    for seq in WINDOW + hole + 1..3 * WINDOW {
+        assert_eq!(tracker.observe(seq), Outcome::InOrder);
+    }
+    assert_eq!(tracker.counters().lost, 1);
+    tracker.finish();
+    let settled = tracker.counters();
+    for seq in 3 * WINDOW..5 * WINDOW {
+        assert_eq!(tracker.observe(seq), Outcome::InOrder);
+    }
+    tracker.finish();
+    let c = tracker.counters();
+    assert_eq!(c.lost, settled.lost, "a continuation re-counts nothing");
+    assert_eq!(c.received, 5 * WINDOW - 1);
+}

@@ -115,6 +115,9 @@ pub struct Books {
     /// Datagrams the sessions' books show as kernel drops (gaps charged to them).
     counted_drops: u64,
     gro: bool,
+    /// The slot the last packet was counted in (`EMPTY` after a removal): the segments of one
+    /// GRO buffer, and most datagrams in a row, belong to one session, so they skip the lookup.
+    last_slot: u32,
 }
 
 fn hash(key: SessionKey) -> usize {
@@ -159,6 +162,7 @@ impl Books {
             charged_drops: 0,
             counted_drops: 0,
             gro,
+            last_slot: EMPTY,
         }
     }
 
@@ -261,6 +265,7 @@ impl Books {
         }
         self.sessions[slot as usize].generation = 0;
         self.free.push(slot);
+        self.last_slot = EMPTY;
     }
 
     /// Counts one valid packet.
@@ -268,10 +273,16 @@ impl Books {
         if p.key.flow as usize >= self.per_flow.len() {
             return Err(Refused::FlowId);
         }
-        let slot = match self.find(p.key) {
-            Some(at) => self.index[at],
-            None => self.insert(p.key, p.source).ok_or(Refused::TableFull)?,
+        let last = self.last_slot;
+        let slot = if last != EMPTY && self.sessions[last as usize].key == p.key {
+            last
+        } else {
+            match self.find(p.key) {
+                Some(at) => self.index[at],
+                None => self.insert(p.key, p.source).ok_or(Refused::TableFull)?,
+            }
         };
+        self.last_slot = slot;
         let s = &mut self.sessions[slot as usize];
         let mut p = p;
         if p.compact {
