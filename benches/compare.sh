@@ -205,13 +205,11 @@ wait_listening() { # wait_listening PID udp|tcp PORT: up to 5 s for the sink to 
 
 # --- CPU load accounting -----------------------------------------------------
 
-pinned_busy_ticks() { # busy jiffies (user nice system irq softirq steal) of the two pinned CPUs
-    awk -v a="cpu$SEND_CPU" -v b="cpu$SINK_CPU" \
-        '$1 == a || $1 == b { busy += $2 + $3 + $4 + $7 + $8 + $9 } END { printf "%d\n", busy }' /proc/stat
-}
-
-sink_busy_ticks() { # busy jiffies of the sink's pinned CPU alone
-    awk -v a="cpu$SINK_CPU" '$1 == a { busy += $2 + $3 + $4 + $7 + $8 + $9 } END { printf "%d\n", busy }' /proc/stat
+pinned_busy_ticks() { # "BOTH SINK": busy jiffies (user nice system irq softirq steal) of the two
+    # pinned CPUs together and of the sink's CPU alone, from one read of /proc/stat
+    awk -v a="cpu$SEND_CPU" -v b="cpu$SINK_CPU" '$1 == a || $1 == b {
+            t = $2 + $3 + $4 + $7 + $8 + $9; busy += t; if ($1 == b) sink = t
+        } END { printf "%d %d\n", busy, sink }' /proc/stat
 }
 
 our_cpu_seconds() { # sets OUR_CPU: CPU seconds of this shell and every child it has waited for
@@ -225,9 +223,9 @@ wait_quiet() { # waits (bounded) for a QUIET_WAIT-limited 1 s window with little
     ((QUIET_WAIT > 0)) || return 0
     local i b0 b1
     for ((i = 0; i < QUIET_WAIT; i++)); do
-        b0="$(pinned_busy_ticks)"
+        read -r b0 _ < <(pinned_busy_ticks)
         sleep 1
-        b1="$(pinned_busy_ticks)"
+        read -r b1 _ < <(pinned_busy_ticks)
         if awk -v d="$((b1 - b0))" -v hz="$HZ" -v q="$QUIET_CPU" 'BEGIN { exit !(d / hz < q) }'; then
             return 0
         fi
@@ -355,8 +353,7 @@ run_one() {
 
     wait_quiet
     local busy0 our0 wall0 busy1 our1 wall1 sink0 sink1
-    busy0="$(pinned_busy_ticks)"
-    sink0="$(sink_busy_ticks)"
+    read -r busy0 sink0 < <(pinned_busy_ticks)
     our_cpu_seconds
     our0="$OUR_CPU"
     wall0="$EPOCHREALTIME"
@@ -374,8 +371,7 @@ run_one() {
     wait_pid "$sink_pid"
     sink_rc="$WAIT_RC"
 
-    busy1="$(pinned_busy_ticks)"
-    sink1="$(sink_busy_ticks)"
+    read -r busy1 sink1 < <(pinned_busy_ticks)
     our_cpu_seconds
     our1="$OUR_CPU"
     wall1="$EPOCHREALTIME"
