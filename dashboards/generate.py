@@ -470,6 +470,13 @@ def build_panels():
         "ops", [(summed_rate("ringblast_rx_buffer_ring_empty_total", "instance, node, queue"),
                  "{{instance}} n{{node}} q{{queue}}")]))
     layout.add(timeseries(
+        "Receive buffers in circulation (sink)",
+        "Provided buffers the UDP sink hands the kernel: about 4 MiB of received data, so the whole ring "
+        "for single datagrams and fewer when GRO fills each buffer. The rest are held back to keep the "
+        "kernel's copies in cache.",
+        "none", [(gauge("ringblast_rx_buffers_circulating", "instance, node, queue"),
+                  "{{instance}} n{{node}} q{{queue}}")]))
+    layout.add(timeseries(
         "In-flight operations", "Submitted but not yet completed operations per ring (peak per interval).",
         "none", [(gauge("ringblast_ring_inflight_ops", ring_by), ring_legend)]))
 

@@ -265,8 +265,10 @@ pub struct SinkTuning {
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
     pub rx_wait: RxWait,
     /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512
-    /// of 64 KiB; TCP 64 of 32 KiB, a 2 MiB ring that stays in cache while the sink copies
-    /// every byte it reads into it].
+    /// of 64 KiB, of which a UDP sink keeps about 4 MiB of received data circulating (all 512
+    /// for single datagrams, 64 for full GRO buffers) so the kernel's copies stay in cache; TCP
+    /// 64 of 32 KiB, a 2 MiB ring that stays in cache while the sink copies every byte it reads
+    /// into it].
     #[arg(long, env = "RINGBLAST_RX_BUFFERS")]
     pub rx_buffers: Option<u16>,
     /// Flow ids 0..N are tracked per queue; others count as invalid.

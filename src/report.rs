@@ -327,7 +327,8 @@ pub fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -> Value
         "rx_duplicates": t.duplicates, "rx_invalid": total.invalid(), "rx_kernel_drops": total.worker.kernel_drops,
         "duration_s": round3(duration_s), "pps": rate(t.packets, duration_s), "bps": rate(t.bytes * 8, duration_s),
         "rx_late": t.late, "rx_errors": total.errors(), "rx_invalid_by_reason": invalid,
-        "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty});
+        "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty,
+        "rx_buffers_circulating": total.worker.buffers_circulating});
     merge(&mut v, extra);
     v
 }

@@ -256,6 +256,8 @@ counter_set! {
         buffer_ring_empty:,
         /// Sink: multishot receives re-armed.
         rearms:,
+        /// Sink: provided buffers in circulation, the rest held back (a gauge).
+        buffers_circulating:,
         /// Sink: failed receive completions by `errno` class.
         rx_errors: 7,
         /// Sink: Unix time (ns) of the last valid packet (a gauge).

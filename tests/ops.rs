@@ -2,7 +2,8 @@
 //! `write-fixed` (the UDP default `send` runs everywhere else), `--no-gro` under a GSO sender, and
 //! `--rx-wait spin`, `sleep` and `inline` (the default `batch` runs everywhere else). Each run is paced
 //! (no kernel drops) and counted: the sink must receive exactly what the sender says it sent,
-//! and the sender exactly the packets asked for.
+//! and the sender exactly the packets asked for. Full GRO buffers also shrink the buffers the
+//! sink keeps in circulation, and small datagrams keep the whole ring.
 
 mod common;
 
@@ -10,11 +11,12 @@ use common::*;
 
 const COUNT: u64 = 20_000;
 
-fn exact_run(extra: &[&str]) {
-    exact_run_at(COUNT, "100kpps", extra);
+fn exact_run(extra: &[&str]) -> serde_json::Value {
+    exact_run_at(COUNT, "100kpps", extra)
 }
 
-fn exact_run_at(count: u64, rate: &str, extra: &[&str]) {
+/// Runs a paced pair and checks its counts are exact; returns the sink's summary.
+fn exact_run_at(count: u64, rate: &str, extra: &[&str]) -> serde_json::Value {
     let _guard = traffic_lock();
     let count_arg = count.to_string();
     let mut args = vec!["--count", &count_arg, "--rate", rate];
@@ -22,6 +24,7 @@ fn exact_run_at(count: u64, rate: &str, extra: &[&str]) {
     let (send, sink, _) = pair(&args);
     assert_eq!(u(&send, "tx_packets"), count, "{extra:?}: {send}");
     assert_exact(&send, &sink);
+    sink
 }
 
 #[test]
@@ -71,4 +74,22 @@ fn inline_sink_counts_every_packet_paced_and_unpaced_with_and_without_gro() {
         "200",
         "--no-gro",
     ]);
+}
+
+#[test]
+fn full_gro_buffers_shrink_the_buffers_in_circulation_small_datagrams_keep_the_ring() {
+    // 46 segments of 1400 B fill each 64 KiB buffer: about 4 MiB is 64 buffers of 512.
+    let sink = exact_run_at(46_000, "100kpps", &["--gso", "46", "--size", "1400"]);
+    let circulating = u(&sink, "rx_buffers_circulating");
+    assert!((64..=80).contains(&circulating), "{sink}");
+    // One 64 B datagram per buffer: the whole ring circulates.
+    let sink = exact_run(&["--size", "64"]);
+    assert_eq!(u(&sink, "rx_buffers_circulating"), 512, "{sink}");
+    // Inline receives return buffers the same way.
+    let sink = exact_run_at(
+        46_000,
+        "100kpps",
+        &["--rx-wait", "inline", "--gso", "46", "--size", "1400"],
+    );
+    assert!(u(&sink, "rx_buffers_circulating") <= 80, "{sink}");
 }

@@ -162,6 +162,7 @@ pub struct RxWorker {
     invalid: [Counter; INVALID_LABELS.len()],
     kernel_drops: Counter,
     buffer_ring_empty: Counter,
+    buffers_circulating: Gauge,
     errors: [Counter; ERRNO_CLASSES],
     last_packet: Gauge,
     latency: Histogram,
@@ -205,6 +206,7 @@ impl RxWorker {
             }),
             kernel_drops: counter!(RX_KERNEL_DROPS, base(q)),
             buffer_ring_empty: counter!(RX_BUFFER_RING_EMPTY, base(q)),
+            buffers_circulating: gauge!(RX_BUFFERS_CIRCULATING, base(q)),
             errors: std::array::from_fn(|i| {
                 counter!(
                     RX_ERRORS,
@@ -242,6 +244,7 @@ impl RxWorker {
         }
         self.kernel_drops.absolute(w.kernel_drops);
         self.buffer_ring_empty.absolute(w.buffer_ring_empty);
+        self.buffers_circulating.set(w.buffers_circulating as f64);
         self.last_packet.set(w.last_packet_unix_ns as f64 / 1e9);
         // Each cell's new observations are recorded at their mean, which lies inside the cell's
         // bucket: bucket counts stay exact and the sum is exact up to float rounding.

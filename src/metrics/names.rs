@@ -59,6 +59,7 @@ metrics! {
     RX_LAST_PACKET = "ringblast_rx_last_packet_timestamp_seconds", Gauge, "node,queue", "Unix time of the last valid packet (0 = none yet).";
     RX_LATENCY = "ringblast_rx_latency_seconds", Histogram, "node,queue", "One-way latency from the sender's timestamp (needs synchronised clocks across hosts).";
     RX_BUFFER_RING_EMPTY = "ringblast_rx_buffer_ring_empty_total", Counter, "node,queue", "Multishot receives ended because the provided-buffer ring ran dry.";
+    RX_BUFFERS_CIRCULATING = "ringblast_rx_buffers_circulating", Gauge, "node,queue", "Provided receive buffers the UDP sink keeps in circulation (about 4 MiB of received data; the rest are held back so the kernel's copies stay in cache).";
     RX_SENDER_PACKETS = "ringblast_rx_sender_packets_total", Counter, "sender", "Valid packets received from this sender (all its sessions).";
     RX_SENDER_BYTES = "ringblast_rx_sender_bytes_total", Counter, "sender", "UDP payload bytes of valid packets received from this sender.";
     RX_SENDER_LOST = "ringblast_rx_sender_lost_packets_total", Counter, "sender", "This sender's sequence numbers never received: not its failed sends, not kernel drops.";

@@ -5,10 +5,15 @@
 //! consecutive ones per recv bundle); the worker hands buffers back with `recycle` and makes them
 //! visible with one release store of the tail per batch (`publish`).
 //!
-//! Slot `i` of the ring always holds buffer `i`: a recycled buffer is marked returned, and the
-//! tail advances only over slots whose buffer came back, in slot order. So the kernel always
-//! takes buffers in id order (wrapping at the ring size), which is what lets a bundle completion
-//! name only its first buffer id, whatever order completions are handled in.
+//! Two orders ([`BufOrder`]):
+//! - **By id** (recv bundles): slot `i` of the ring always holds buffer `i`. A recycled buffer
+//!   is marked returned, and the tail advances only over slots whose buffer came back, in slot
+//!   order. So the kernel always takes buffers in id order (wrapping at the ring size), which is
+//!   what lets a bundle completion name only its first buffer id, whatever order completions
+//!   are handled in.
+//! - **As returned** (one datagram per buffer): a recycled buffer goes into the next slot at
+//!   once. The kernel then reuses the buffers handed back most recently, so a worker that keeps
+//!   some buffers back keeps the kernel's copies inside the ones it still hands out.
 
 use std::sync::atomic::{AtomicU16, Ordering};
 
@@ -20,13 +25,24 @@ use crate::mem::{Arena, PAGE_SIZE};
 const TAIL_OFFSET: usize = 14;
 const ENTRY_SIZE: usize = std::mem::size_of::<BufRingEntry>();
 
-/// Shape of a buffer ring: how many buffers and how large each is.
+/// The order in which recycled buffers go back to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufOrder {
+    /// In buffer id order, as recv bundles need.
+    ById,
+    /// As each one is recycled, in any order.
+    AsReturned,
+}
+
+/// Shape of a buffer ring: how many buffers, how large each is, in which order they go back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BufRingLayout {
     /// Number of buffers (a power of two, at most 32768).
     pub entries: u16,
     /// Size of each buffer in bytes.
     pub buf_size: u32,
+    /// How recycled buffers go back.
+    pub order: BufOrder,
 }
 
 impl BufRingLayout {
@@ -97,29 +113,36 @@ impl BufRing {
         self.buffers_offset + usize::from(bid) * self.layout.buf_size as usize
     }
 
-    /// Hands buffer `bid` back; it and every returned buffer after it in slot order are queued
-    /// for the kernel, visible after `publish`.
+    /// Hands buffer `bid` back, visible after `publish`: at once (`AsReturned`), or with every
+    /// returned buffer after it once the tail reaches its slot (`ById`). Each buffer the kernel
+    /// handed out goes back at most once.
     pub(super) fn recycle(&mut self, bid: u16) {
+        if self.layout.order == BufOrder::AsReturned {
+            self.refill(self.tail & self.mask, bid & self.mask);
+            return;
+        }
         self.returned[usize::from(bid & self.mask)] = true;
         loop {
             let slot = self.tail & self.mask;
             if !std::mem::take(&mut self.returned[usize::from(slot)]) {
                 break;
             }
-            self.refill(slot);
+            self.refill(slot, slot);
         }
     }
 
-    /// Puts buffer `slot` back into its own slot and advances the unpublished tail.
-    fn refill(&mut self, slot: u16) {
-        let addr = self.base as u64 + self.buffer_offset(slot) as u64;
+    /// Puts buffer `bid` into ring slot `slot` (the unpublished tail's) and advances the tail.
+    fn refill(&mut self, slot: u16, bid: u16) {
+        let addr = self.base as u64 + self.buffer_offset(bid) as u64;
         // SAFETY: `slot <= mask < entries`, and the entry array lies inside the arena, which
         // outlives this ring (the engine drops the ring first). The kernel only reads entries
-        // between its head and our published tail, and this slot is beyond the published tail.
+        // between its head and our published tail, and this slot is beyond the published tail:
+        // at most `entries` buffers are out of the worker's hands, so the tail never laps the
+        // kernel's head.
         let entry = unsafe { &mut *self.entries.add(usize::from(slot)) };
         entry.set_addr(addr);
         entry.set_len(self.layout.buf_size);
-        entry.set_bid(slot);
+        entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
     }
 
@@ -148,6 +171,7 @@ mod tests {
         let l = BufRingLayout {
             entries: 1024,
             buf_size: 2048,
+            order: BufOrder::ById,
         };
         assert_eq!(l.ring_bytes(), 16384);
         assert_eq!(l.arena_bytes(), 16384 + 1024 * 2048);
@@ -158,6 +182,7 @@ mod tests {
         let layout = BufRingLayout {
             entries: 8,
             buf_size: 1024,
+            order: BufOrder::ById,
         };
         let mut arena = Arena::allocate_on_node(layout.arena_bytes(), 0, false).unwrap();
         let mut ring = BufRing::new(&mut arena, layout).unwrap();
@@ -179,16 +204,44 @@ mod tests {
     }
 
     #[test]
+    fn buffers_returned_in_any_order_go_into_the_next_slots_at_once() {
+        let layout = BufRingLayout {
+            entries: 8,
+            buf_size: 1024,
+            order: BufOrder::AsReturned,
+        };
+        let mut arena = Arena::allocate_on_node(layout.arena_bytes(), 0, false).unwrap();
+        let mut ring = BufRing::new(&mut arena, layout).unwrap();
+        assert_eq!(ring.tail, 8);
+        for bid in [5, 2, 7] {
+            ring.recycle(bid);
+        }
+        assert_eq!(ring.tail, 11, "no waiting for buffer 0");
+        for (slot, bid) in [(0u16, 5u16), (1, 2), (2, 7), (3, 3)] {
+            // SAFETY: the entries lie in `arena`, alive for this test.
+            let entry = unsafe { &*ring.entries.add(usize::from(slot)) };
+            assert_eq!(entry.bid(), bid);
+            assert_eq!(
+                entry.addr(),
+                ring.base as u64 + ring.buffer_offset(bid) as u64
+            );
+            assert_eq!(entry.len(), 1024);
+        }
+    }
+
+    #[test]
     fn rejects_bad_layouts() {
         let mut arena = Arena::allocate_on_node(1 << 20, 0, false).unwrap();
         let odd = BufRingLayout {
             entries: 100,
             buf_size: 1024,
+            order: BufOrder::ById,
         };
         assert!(BufRing::new(&mut arena, odd).is_none());
         let too_big = BufRingLayout {
             entries: 1024,
             buf_size: 4096,
+            order: BufOrder::ById,
         };
         assert!(BufRing::new(&mut arena, too_big).is_none());
     }

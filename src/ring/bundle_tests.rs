@@ -17,6 +17,7 @@ fn a_bundle_spans_consecutive_buffers_in_stream_order_and_wraps_at_the_ring_size
     let layout = BufRingLayout {
         entries: 4,
         buf_size: BUF,
+        order: BufOrder::ById,
     };
     let arena = Arena::allocate_on_node(layout.arena_bytes(), 0, false).unwrap();
     let size = RingSize {

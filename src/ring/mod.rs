@@ -30,7 +30,7 @@ use std::io;
 use io_uring::{IoUring, cqueue, squeue, types};
 
 use self::bufring::BufRing;
-pub use self::bufring::BufRingLayout;
+pub use self::bufring::{BufOrder, BufRingLayout};
 pub use self::msghdr::{ArenaRange, MsghdrLengths, parse_recvmsg_out};
 use crate::{error::Error, mem::Arena};
 

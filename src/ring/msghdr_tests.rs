@@ -14,6 +14,7 @@ use super::*;
 const LAYOUT: BufRingLayout = BufRingLayout {
     entries: 4,
     buf_size: 2048,
+    order: BufOrder::ById,
 };
 /// Where the test's receive memory starts: right after the buffer ring.
 const TAIL: usize = 4096 + 4 * 2048;

@@ -4,6 +4,9 @@
 //! for a receive lies in that arena: the buffer ring, then the receive `msghdr`s with their
 //! address and control buffers (`recv_memory`, which owns that layout).
 //!
+//! Buffers go back to the ring as they are counted, and about 4 MiB of received data stays in
+//! circulation (`circulation`), so full GRO buffers keep the kernel's copies in cache.
+//!
 //! Every packet's header is checked; GRO buffers are split at the `UDP_GRO` segment size and
 //! each segment is counted on its own. While traffic flows the worker either waits for a batch
 //! of completions (default) or spins on the completion queue, so the sending core (which runs
@@ -12,6 +15,7 @@
 //! The loop never allocates, locks, logs or calls metrics.
 
 pub mod books;
+mod circulation;
 pub mod cmsg;
 mod inline;
 pub mod mailbox;
@@ -30,6 +34,7 @@ use socket2::Socket;
 
 use self::{
     books::{Books, Packet, Refused},
+    circulation::Circulation,
     mailbox::{Mailbox, SessionKey},
     recv_memory::{
         INLINE_BATCH, RECV_CONTROL_LEN, RECV_NAME_LEN, RECVMSG_OUT_LEN, RecvMemory, parse_multishot,
@@ -41,7 +46,7 @@ use crate::{
     mem::{Arena, PAGE_SIZE, Populate, limits},
     net,
     proto::header,
-    ring::{BufRingLayout, Completion, Engine, RingSize, Wait, probe},
+    ring::{BufOrder, BufRingLayout, Completion, Engine, RingSize, Wait, probe},
     stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class, latency_cell},
 };
 
@@ -85,6 +90,32 @@ pub struct SinkConfig {
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
 const BUFFER_BYTES: u32 = 65536 + (RECVMSG_OUT_LEN + RECV_NAME_LEN + RECV_CONTROL_LEN) as u32;
+
+/// Equal latency samples in a row, recorded into the histogram at once.
+#[derive(Default)]
+struct LatencyRun {
+    delay: u64,
+    count: u64,
+}
+
+impl LatencyRun {
+    /// Adds one sample; a different delay first records the run so far.
+    fn add(&mut self, delay: u64, histogram: &mut Histogram<u64>) {
+        if delay != self.delay {
+            self.flush(histogram);
+            self.delay = delay;
+        }
+        self.count += 1;
+    }
+
+    /// Records the run so far.
+    fn flush(&mut self, histogram: &mut Histogram<u64>) {
+        if self.count > 0 {
+            histogram.saturating_record_n(self.delay, self.count);
+            self.count = 0;
+        }
+    }
+}
 
 /// Counters a sink shares with the reporter.
 #[derive(Debug)]
@@ -134,12 +165,14 @@ pub struct SinkWorker {
     last_packet_ns: u64,
     inline: inline::InlineState,
     recv: RecvMemory,
+    circulation: Circulation,
 }
 
 fn layout(config: &SinkConfig) -> BufRingLayout {
     BufRingLayout {
         entries: config.buffers,
         buf_size: BUFFER_BYTES,
+        order: BufOrder::AsReturned,
     }
 }
 
@@ -227,6 +260,7 @@ impl SinkWorker {
             last_packet_ns: 0,
             inline: inline::InlineState::default(),
             recv,
+            circulation: Circulation::new(config.buffers),
             shared,
             config,
         })
@@ -285,6 +319,12 @@ impl SinkWorker {
             .map_or(payload.len(), usize::from)
             .max(1);
         let mut valid = false;
+        // Every segment but maybe the last has the segment's length, so its size class is looked
+        // up once; the segments of one send share a timestamp, so their equal delays go into the
+        // histogram as one run.
+        let full_len = segment.min(payload.len());
+        let full_class = self.config.sizes.class_of(full_len);
+        let mut run = LatencyRun::default();
         for datagram in payload.chunks(segment) {
             let (h, form) = match header::parse_any(datagram) {
                 Ok(h) => h,
@@ -308,7 +348,11 @@ impl SinkWorker {
                 now_ns,
                 latency_cell: cell,
                 compact,
-                size_class: self.config.sizes.class_of(datagram.len()),
+                size_class: if datagram.len() == full_len {
+                    full_class
+                } else {
+                    self.config.sizes.class_of(datagram.len())
+                },
                 drops_behind,
             };
             match self.books.record(packet) {
@@ -317,13 +361,14 @@ impl SinkWorker {
                     if !compact {
                         self.counters.latency_cells[cell] += 1;
                         self.counters.latency_sum_ns[cell] += delay;
-                        self.latency.saturating_record(delay.max(1));
+                        run.add(delay.max(1), &mut self.latency);
                     }
                 }
                 Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
                 Err(Refused::TableFull) => self.counters.invalid[INVALID_TABLE_FULL] += 1,
             }
         }
+        run.flush(&mut self.latency);
         valid
     }
 
@@ -362,6 +407,7 @@ impl SinkWorker {
         let overflow = self.engine.cq_overflow();
         self.counters.set_ring(&self.engine.counters(), overflow, 1);
         self.counters.kernel_drops = self.books.kernel_drops();
+        self.counters.buffers_circulating = self.circulation.circulating() as u64;
         for (i, shared) in self.shared.flows.iter().enumerate() {
             shared.publish(&self.books.flow(i));
         }
@@ -382,10 +428,11 @@ impl SinkWorker {
         for i in 0..n {
             let c = self.completions[i];
             if let Some(bid) = c.buffer_id() {
-                if c.result > 0 {
-                    got |= self.process(bid, c.result as usize, None, now_real, now_ns);
+                let len = c.result.max(0) as usize;
+                if len > 0 {
+                    got |= self.process(bid, len, None, now_real, now_ns);
                 }
-                self.engine.recycle_buffer(bid);
+                self.circulation.give_back(&mut self.engine, bid, len);
             } else if c.result == -libc::ENOBUFS {
                 self.counters.buffer_ring_empty += 1;
             } else if c.result < 0 {
@@ -395,6 +442,7 @@ impl SinkWorker {
                 armed = false;
             }
         }
+        self.circulation.retarget(&mut self.engine);
         self.engine.publish_buffers();
         (got, armed)
     }

@@ -168,7 +168,7 @@ mod tests {
     use super::*;
     use crate::{
         mem::Arena,
-        ring::{BufRingLayout, RingSize, probe},
+        ring::{BufOrder, BufRingLayout, RingSize, probe},
     };
 
     fn sink_engine(layout: BufRingLayout, recv: &RecvMemory) -> Engine {
@@ -208,6 +208,7 @@ mod tests {
         let layout = BufRingLayout {
             entries: 4,
             buf_size: 2048,
+            order: BufOrder::AsReturned,
         };
         let mut recv = RecvMemory::plan(layout.arena_bytes(), true);
         let mut engine = sink_engine(layout, &recv);

@@ -11,7 +11,7 @@ use crate::{
     clock,
     proto::record::{FLAG_ACK, FLAG_RESPONSE, Record},
     ring::{
-        BufRingLayout, Completion,
+        BufOrder, BufRingLayout, Completion,
         token::{OpKind, Token},
     },
     sender::rtt::rtt_cell,
@@ -21,6 +21,7 @@ use crate::{
 pub(super) const RECV_LAYOUT: BufRingLayout = BufRingLayout {
     entries: 1024,
     buf_size: 4096,
+    order: BufOrder::ById,
 };
 
 impl TcpSendWorker {

@@ -10,7 +10,7 @@ use super::{peers, recv_mode::RecvMode, respond};
 use crate::{
     counters::Counters,
     error::Error,
-    ring::{BufRingLayout, RingSize},
+    ring::{BufOrder, BufRingLayout, RingSize},
     stats::LATENCY_CELLS,
 };
 
@@ -119,6 +119,7 @@ impl TcpSinkConfig {
         BufRingLayout {
             entries: self.rx_buffers,
             buf_size: TCP_BUFFER_BYTES,
+            order: BufOrder::ById,
         }
     }
 
