@@ -177,15 +177,22 @@ mod tests {
         assert_eq!(l.arena_bytes(), 16384 + 1024 * 2048);
     }
 
-    #[test]
-    fn the_tail_advances_only_over_returned_buffers_in_slot_order() {
+    /// A ring of 8 buffers of 1 KiB going back in `order`, and the arena it lies in (the
+    /// mapping stays put when the `Arena` value moves).
+    fn eight_buffers(order: BufOrder) -> (Arena, BufRing) {
         let layout = BufRingLayout {
             entries: 8,
             buf_size: 1024,
-            order: BufOrder::ById,
+            order,
         };
         let mut arena = Arena::allocate_on_node(layout.arena_bytes(), 0, false).unwrap();
-        let mut ring = BufRing::new(&mut arena, layout).unwrap();
+        let ring = BufRing::new(&mut arena, layout).unwrap();
+        (arena, ring)
+    }
+
+    #[test]
+    fn the_tail_advances_only_over_returned_buffers_in_slot_order() {
+        let (_arena, mut ring) = eight_buffers(BufOrder::ById);
         assert_eq!(ring.tail, 8);
         ring.recycle(2);
         ring.recycle(1);
@@ -205,13 +212,7 @@ mod tests {
 
     #[test]
     fn buffers_returned_in_any_order_go_into_the_next_slots_at_once() {
-        let layout = BufRingLayout {
-            entries: 8,
-            buf_size: 1024,
-            order: BufOrder::AsReturned,
-        };
-        let mut arena = Arena::allocate_on_node(layout.arena_bytes(), 0, false).unwrap();
-        let mut ring = BufRing::new(&mut arena, layout).unwrap();
+        let (_arena, mut ring) = eight_buffers(BufOrder::AsReturned);
         assert_eq!(ring.tail, 8);
         for bid in [5, 2, 7] {
             ring.recycle(bid);

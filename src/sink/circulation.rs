@@ -22,7 +22,8 @@ pub(super) const MIN_CIRCULATING: usize = 64;
 /// The buffers a worker holds back from its ring, and how many it wants circulating.
 #[derive(Debug)]
 pub(super) struct Circulation {
-    /// Buffer ids held back (capacity: every buffer, so pushing never allocates).
+    /// Buffer ids held back (capacity: every buffer, and a buffer is parked only while more
+    /// than the target, at least one, circulate, so pushing never allocates).
     parked: Vec<u16>,
     total: usize,
     target: usize,
@@ -51,7 +52,7 @@ impl Circulation {
     /// `Engine::publish_buffers`), or parks it while more than the target circulate.
     pub(super) fn give_back(&mut self, engine: &mut Engine, bid: u16, len: usize) {
         self.mean_x16 = self.mean_x16 - self.mean_x16 / 16 + len as u64;
-        if self.circulating() > self.target && self.parked.len() < self.parked.capacity() {
+        if self.circulating() > self.target {
             self.parked.push(bid);
         } else {
             engine.recycle_buffer(bid);

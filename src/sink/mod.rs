@@ -320,10 +320,11 @@ impl SinkWorker {
             .max(1);
         let mut valid = false;
         // Every segment but maybe the last has the segment's length, so its size class is looked
-        // up once; the segments of one send share a timestamp, so their equal delays go into the
+        // up once, at the first valid one (a length claims a class only from a valid datagram);
+        // the segments of one send share a timestamp, so their equal delays go into the
         // histogram as one run.
         let full_len = segment.min(payload.len());
-        let full_class = self.config.sizes.class_of(full_len);
+        let mut full_class = None;
         let mut run = LatencyRun::default();
         for datagram in payload.chunks(segment) {
             let (h, form) = match header::parse_any(datagram) {
@@ -349,7 +350,7 @@ impl SinkWorker {
                 latency_cell: cell,
                 compact,
                 size_class: if datagram.len() == full_len {
-                    full_class
+                    *full_class.get_or_insert_with(|| self.config.sizes.class_of(full_len))
                 } else {
                     self.config.sizes.class_of(datagram.len())
                 },
