@@ -15,7 +15,8 @@
 # QUIET_CPU (0.15: foreign CPUs above which a run is not clean), QUIET_WAIT
 # (10: seconds to wait for a quiet machine before each run, 0 = off),
 # GAP_MAX_MS (1000: random pause between runs), SEND_CPU (0), SINK_CPU (1),
-# NICE (-20), REF_GSO (1: also run udp_ref GSO->GRO), PACED_KPPS (100),
+# NICE (-20), REF_GSO (1: also run udp_ref GSO->GRO), SAME_SENDER (1: also run
+# udp_ref's sinks fed by ringblast's sender, for sink-against-sink ratios), PACED_KPPS (100),
 # RINGBLAST (path to a ringblast binary; default: cargo build --release),
 # BASELINE (path to an older ringblast binary: adds `baseline` and
 # `baseline_gso` runs with the same arguments to every round, for before/after
@@ -44,6 +45,7 @@ SEND_CPU="${SEND_CPU:-0}"
 SINK_CPU="${SINK_CPU:-1}"
 NICE="${NICE:--20}"
 REF_GSO="${REF_GSO:-1}"
+SAME_SENDER="${SAME_SENDER:-1}"
 PACED_KPPS="${PACED_KPPS:-100}"
 PACED_SECONDS=5
 PACED_FAST_SECONDS=10
@@ -85,6 +87,7 @@ validate_settings() {
     require_uint SEND_CPU "$SEND_CPU"
     require_uint SINK_CPU "$SINK_CPU"
     require_uint REF_GSO "$REF_GSO"
+    require_uint SAME_SENDER "$SAME_SENDER"
     require_uint PACED_KPPS "$PACED_KPPS"
     require_number QUIET_CPU "$QUIET_CPU"
     [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "NICE must be an integer, got '$NICE'"
@@ -273,6 +276,15 @@ parse_udp_ref() { # parse_udp_ref SINK_OUT SEND_OUT
         'BEGIN { printf "%.0f %d %.6f %.0f\n", (s > 0 ? p / s : 0), p, s, (ts > 0 ? tp / ts : 0) }'
 }
 
+parse_mixed() { # parse_mixed SINK_OUT SEND_OUT: a udp_ref sink fed by a ringblast sender
+    local rx tx
+    rx="$(last_line "$1")"
+    [[ "$rx" =~ ^recv_pkts=([0-9]+)\ recv_bytes=[0-9]+\ secs=([0-9.]+)$ ]] || return 1
+    local pkts="${BASH_REMATCH[1]}" secs="${BASH_REMATCH[2]}"
+    tx="$(last_line "$2" | jq -er 'select(.type == "summary" and .role == "send") | .pps' 2>/dev/null)" || return 1
+    awk -v p="$pkts" -v s="$secs" -v tx="$tx" 'BEGIN { printf "%.0f %d %.6f %.0f\n", (s > 0 ? p / s : 0), p, s, tx }'
+}
+
 parse_iperf3() { # parse_iperf3 CLIENT_JSON: receiver side from end.sum_received (end.sum before 3.12)
     jq -er '.end as $e | ($e.sum_received // $e.sum) as $r | ($e.sum_sent // $e.sum) as $s
         | ($r.packets - $r.lost_packets) as $got
@@ -341,6 +353,17 @@ run_one() {
             send_cmd=("$UDP_REF" send -d 127.0.0.1 -p "$port" -s "$size" -b 1 -g "$segs" -t "$DURATION")
         fi
         ;;
+    udp_ref_rbsend | udp_ref_spin_rbsend)
+        # The reference sinks fed by ringblast's own sender (no control channel: udp_ref has
+        # none), so that a ratio to a ringblast sink compares the sinks alone.
+        parser=mixed
+        sink_cmd=("$UDP_REF" sink -l 127.0.0.1 -p "$port" -b 64 -t "$((DURATION + 5))" -i 1000)
+        send_cmd=("$RINGBLAST" send --to "127.0.0.1:$port" --rate max --size "$size" --duration "${DURATION}s"
+            --json --control off)
+        if [[ "$tool" == udp_ref_spin_rbsend ]]; then
+            sink_cmd+=(-S)
+        fi
+        ;;
     iperf3)
         parser=iperf3
         proto=tcp
@@ -386,6 +409,7 @@ run_one() {
             case "$parser" in
             ringblast) result="$(parse_ringblast "$dir/sink.out" "$dir/send.out")" || status="fail:no-summary" ;;
             udp_ref) result="$(parse_udp_ref "$dir/sink.out" "$dir/send.out")" || status="fail:no-summary" ;;
+            mixed) result="$(parse_mixed "$dir/sink.out" "$dir/send.out")" || status="fail:no-summary" ;;
             iperf3) result="$(parse_iperf3 "$dir/send.out")" || status="fail:no-summary" ;;
             esac
         fi
@@ -435,6 +459,9 @@ run_rounds() {
     local -a tools=(ringblast ringblast_spin ringblast_inline udp_ref udp_ref_spin iperf3 ringblast_gso) order
     if ((REF_GSO)); then
         tools+=(udp_ref_gso)
+    fi
+    if ((SAME_SENDER)); then
+        tools+=(udp_ref_rbsend udp_ref_spin_rbsend)
     fi
     if [[ -n "$BASELINE" ]]; then
         tools+=(baseline baseline_gso)

@@ -44,7 +44,7 @@ function ratio_cell(size, a, b, col,    ka, kb, n, nc, all, cl, i, lo, hi, src, 
 
 function ratio_row(size, a, b, what) {
     if (!has[size, a] || !has[size, b]) return
-    printf "%-6s %-60s %-28s %-28s %-28s\n", size, a " / " b " (" what ")", ratio_cell(size, a, b, 6), ratio_cell(size, a, b, 14), ratio_cell(size, a, b, 15)
+    printf "%-6s %-78s %-28s %-28s %-28s\n", size, a " / " b " (" what ")", ratio_cell(size, a, b, 6), ratio_cell(size, a, b, 14), ratio_cell(size, a, b, 15)
 }
 
 NR == 1 { next }
@@ -72,7 +72,7 @@ END {
             if (has[sizes[s], tools[t]])
                 printf "%-6s %-16s %14s %16s %20s\n", sizes[s], tools[t], tool_cell(sizes[s], tools[t], 6), tool_cell(sizes[s], tools[t], 14), tool_cell(sizes[s], tools[t], 15)
     printf "\nRatios within a pair: median (min-max) clean/all\n"
-    printf "%-6s %-60s %-28s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
+    printf "%-6s %-78s %-28s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
     for (s = 1; s <= nsizes; s++) {
         z = sizes[s]
         ratio_row(z, "ringblast", "udp_ref", "default sink vs blocking ref")
@@ -80,6 +80,9 @@ END {
         ratio_row(z, "ringblast_spin", "udp_ref_spin", "spin vs spin")
         ratio_row(z, "ringblast_inline", "udp_ref_spin", "inline vs spinning ref")
         ratio_row(z, "ringblast_inline", "udp_ref", "inline vs blocking ref")
+        ratio_row(z, "ringblast", "udp_ref_rbsend", "sinks alone: default vs blocking ref")
+        ratio_row(z, "ringblast_spin", "udp_ref_spin_rbsend", "sinks alone: spin vs spinning ref")
+        ratio_row(z, "ringblast_inline", "udp_ref_spin_rbsend", "sinks alone: inline vs spinning ref")
         ratio_row(z, "ringblast", "iperf3", "default sink")
         ratio_row(z, "ringblast", "baseline", "this build vs BASELINE")
         ratio_row(z, "ringblast_gso", "baseline_gso", "this build vs BASELINE, gso" segs[z])
