@@ -265,22 +265,23 @@ parse_ringblast() { # parse_ringblast SINK_OUT SEND_OUT
     awk -v tx="$tx_pps" '{ print $1, $2, $3, tx }' <<<"$rx"
 }
 
+udp_ref_rx() { # udp_ref_rx SINK_OUT: "packets seconds" from udp_ref's sink summary line
+    [[ "$(last_line "$1")" =~ ^recv_pkts=([0-9]+)\ recv_bytes=[0-9]+\ secs=([0-9.]+)$ ]] || return 1
+    echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+}
+
 parse_udp_ref() { # parse_udp_ref SINK_OUT SEND_OUT
-    local rx tx
-    rx="$(last_line "$1")"
+    local pkts secs tx
+    read -r pkts secs < <(udp_ref_rx "$1") || return 1
     tx="$(last_line "$2")"
-    [[ "$rx" =~ ^recv_pkts=([0-9]+)\ recv_bytes=[0-9]+\ secs=([0-9.]+)$ ]] || return 1
-    local pkts="${BASH_REMATCH[1]}" secs="${BASH_REMATCH[2]}"
     [[ "$tx" =~ ^sent_pkts=([0-9]+)\ sent_bytes=[0-9]+\ secs=([0-9.]+)$ ]] || return 1
     awk -v p="$pkts" -v s="$secs" -v tp="${BASH_REMATCH[1]}" -v ts="${BASH_REMATCH[2]}" \
         'BEGIN { printf "%.0f %d %.6f %.0f\n", (s > 0 ? p / s : 0), p, s, (ts > 0 ? tp / ts : 0) }'
 }
 
 parse_mixed() { # parse_mixed SINK_OUT SEND_OUT: a udp_ref sink fed by a ringblast sender
-    local rx tx
-    rx="$(last_line "$1")"
-    [[ "$rx" =~ ^recv_pkts=([0-9]+)\ recv_bytes=[0-9]+\ secs=([0-9.]+)$ ]] || return 1
-    local pkts="${BASH_REMATCH[1]}" secs="${BASH_REMATCH[2]}"
+    local pkts secs tx
+    read -r pkts secs < <(udp_ref_rx "$1") || return 1
     tx="$(last_line "$2" | jq -er 'select(.type == "summary" and .role == "send") | .pps' 2>/dev/null)" || return 1
     awk -v p="$pkts" -v s="$secs" -v tx="$tx" 'BEGIN { printf "%.0f %d %.6f %.0f\n", (s > 0 ? p / s : 0), p, s, tx }'
 }

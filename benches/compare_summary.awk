@@ -66,11 +66,11 @@ $4 == "baseline_gso" && $5 > 0 { segs[$1] = $5 }
 END {
     printf "Median per tool (received pps; received packets per busy CPU-second of the two pinned CPUs,\n"
     printf "and of the sink's CPU alone)\n"
-    printf "%-6s %-16s %14s %16s %20s\n", "size", "tool", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
+    printf "%-6s %-20s %14s %16s %20s\n", "size", "tool", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
     for (s = 1; s <= nsizes; s++)
         for (t = 1; t <= ntools; t++)
             if (has[sizes[s], tools[t]])
-                printf "%-6s %-16s %14s %16s %20s\n", sizes[s], tools[t], tool_cell(sizes[s], tools[t], 6), tool_cell(sizes[s], tools[t], 14), tool_cell(sizes[s], tools[t], 15)
+                printf "%-6s %-20s %14s %16s %20s\n", sizes[s], tools[t], tool_cell(sizes[s], tools[t], 6), tool_cell(sizes[s], tools[t], 14), tool_cell(sizes[s], tools[t], 15)
     printf "\nRatios within a pair: median (min-max) clean/all\n"
     printf "%-6s %-78s %-28s %-28s %-28s\n", "size", "ratio", "rx_pps", "pkts_per_cpu_s", "pkts_per_sink_cpu_s"
     for (s = 1; s <= nsizes; s++) {
