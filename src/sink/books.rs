@@ -336,6 +336,8 @@ impl Books {
         {
             // Only `received` moved (a packet in order that settled no gap): all `fold` would
             // do, without the netting, which cannot change when `lost` and `failed` did not.
+            // `failed` is compared with its value at the top of this call, which is its value
+            // at the last fold: every other place that changes it (`apply`'s Start) folds at once.
             s.folded.received += 1;
             s.counters.packets += 1;
             flow.packets += 1;

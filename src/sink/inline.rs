@@ -110,12 +110,10 @@ impl SinkWorker {
             self.inline.in_flight = self.inline.in_flight.saturating_sub(1);
             receives += 1;
             if let Some(bid) = c.buffer_id() {
-                let len = c.result.max(0) as usize;
-                if len > 0 {
+                if c.result > 0 {
                     datagrams += 1;
-                    got |= self.process(bid, len, Some(slot), now_real, now_ns);
                 }
-                self.circulation.give_back(&mut self.engine, bid, len);
+                got |= self.take_buffer(bid, c.result, Some(slot), now_real, now_ns);
             } else if c.result == -libc::ENOBUFS {
                 self.counters.buffer_ring_empty += 1;
             } else if c.result < 0 && c.result != -libc::EAGAIN {
@@ -126,8 +124,7 @@ impl SinkWorker {
             self.inline.empty = datagrams == 0;
             self.inline.batch = (2 * datagrams).clamp(MIN_BATCH, INLINE_BATCH);
         }
-        self.circulation.retarget(&mut self.engine);
-        self.engine.publish_buffers();
+        self.publish_buffers();
         got
     }
 }

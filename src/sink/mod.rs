@@ -429,11 +429,7 @@ impl SinkWorker {
         for i in 0..n {
             let c = self.completions[i];
             if let Some(bid) = c.buffer_id() {
-                let len = c.result.max(0) as usize;
-                if len > 0 {
-                    got |= self.process(bid, len, None, now_real, now_ns);
-                }
-                self.circulation.give_back(&mut self.engine, bid, len);
+                got |= self.take_buffer(bid, c.result, None, now_real, now_ns);
             } else if c.result == -libc::ENOBUFS {
                 self.counters.buffer_ring_empty += 1;
             } else if c.result < 0 {
@@ -443,9 +439,30 @@ impl SinkWorker {
                 armed = false;
             }
         }
+        self.publish_buffers();
+        (got, armed)
+    }
+
+    /// Counts the datagrams a completion left in buffer `bid` (`result` bytes, none unless
+    /// positive) and gives the buffer back. Returns whether a valid packet was counted.
+    fn take_buffer(
+        &mut self,
+        bid: u16,
+        result: i32,
+        slot: Option<usize>,
+        now_real: u64,
+        now_ns: u64,
+    ) -> bool {
+        let len = result.max(0) as usize;
+        let got = len > 0 && self.process(bid, len, slot, now_real, now_ns);
+        self.circulation.give_back(&mut self.engine, bid, len);
+        got
+    }
+
+    /// Hands the kernel the buffers given back since the last reap, as many as circulate.
+    fn publish_buffers(&mut self) {
         self.circulation.retarget(&mut self.engine);
         self.engine.publish_buffers();
-        (got, armed)
     }
 
     fn finish(&mut self) {
