@@ -96,6 +96,7 @@ secret=$run/secret
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret"
 chmod 600 "$secret"
 pids=()
+declare -A deadline
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -104,6 +105,9 @@ cleanup() {
 }
 netns=rblab$$
 trap cleanup EXIT
+# bash runs the EXIT trap on a signal only when that signal is trapped.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Starts guest NAME in the background (QEMU's PID appended to pids); extra QEMU arguments follow
 # `--`, kernel command-line words before it.
@@ -113,7 +117,7 @@ boot() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do words+=("$1"); shift; done
   shift
   mkdir -p "$run/$name"
-  timeout -s KILL "$guest_timeout" qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max \
+  qemu-system-x86_64 -machine q35 -accel tcg,thread=multi -cpu max \
     -m 1G -display none -nodefaults -no-reboot -serial "file:$run/$name.console" \
     -fsdev local,id=root,path=/,readonly=on,security_model=none,multidevs=remap \
     -device virtio-9p-pci,fsdev=root,mount_tag=hostroot,bus=pcie.0 \
@@ -123,6 +127,7 @@ boot() {
     -append "console=ttyS0 panic=-1 quiet lab.repo=$repo lab.secret=$secret ${words[*]}" \
     "$@" </dev/null >"$run/$name.qemu" 2>&1 &
   pids+=($!)
+  deadline[$!]=$(($(date +%s) + guest_timeout))
   log "booting $name (QEMU pid $!)"
 }
 
@@ -130,9 +135,16 @@ boot() {
 # the lab with its console's last lines.
 await() {
   local name=$1 pid=$2 rc=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(date +%s)" -ge "${deadline[$pid]}" ]; then
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.5
+  done
   wait "$pid" || rc=$?
   if [ "$rc" -ne 0 ] || ! grep -q 'lab-init: guest script exited' "$run/$name.console"; then
-    echo "lab: guest $name did not finish (QEMU exit $rc; 137 = killed after ${guest_timeout}s); its console ends:" >&2
+    echo "lab: guest $name did not finish (QEMU exit $rc; 137: killed after ${guest_timeout} s); its console ends:" >&2
     tail -n 25 "$run/$name.console" >&2 || true
     cat "$run/$name.qemu" >&2 || true
     exit 1

@@ -137,11 +137,10 @@ sink)
   uname -r >"$out/kernel"
   hostname >"$out/hostname"
   snapshot hosts_sink before
-  start udp_sink sink --listen "$LAB_ADDR:7000" --secret-file "$secret" --json
+  start udp_sink sink --listen "$LAB_ADDR:7000" --no-gro --secret-file "$secret" --json
   udp_pid=$pid
   start tcp_sink sink --proto tcp --listen "$LAB_ADDR:7100" --secret-file "$secret" --json
   tcp_pid=$pid
-  wait_line "$out/udp_sink.err" '^control: listening' && wait_line "$out/tcp_sink.err" '^control: listening'
   # The sender guest connects here once it is done with every case (bounded: 240 s).
   python3 - "$LAB_ADDR" <<'PY' >"$out/done.txt" 2>&1
 import socket, sys
