@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run). On a fresh Debian machine with Rust installed it
 # installs what the tests need, then runs: format and lint checks, every unit and integration
-# test (real packets on loopback and between two network namespaces it creates), the benches'
+# test (real packets on loopback and between two network namespaces it creates), the lab (QEMU
+# guests on Debian 12's kernel: two NUMA nodes, two hosts; docs/lab.md), the benches'
 # build, and the deployment validation. Run as root: the tests create network namespaces and
 # drop CAP_IPC_LOCK to check the memlock error, and the package test installs a .deb.
 #
@@ -94,6 +95,8 @@ RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cm
 # sink cannot keep up with an unpaced sender, and those tests measure a release build's behaviour.
 echo "== cargo test (debug build): unit tests, CLI, environment failures, send ops and rx modes"
 cargo test --lib --test cli --test envfail --test ops -- --test-threads=2
+echo "== lab: Debian 12's 6.1 kernel under QEMU TCG (a two-node guest, two guests as two hosts) and this kernel (docs/lab.md)"
+bash scripts/lab.sh
 echo "== soak: separate sender and sink, 3 minutes at 20 kpps (RSS, fds, threads, counts)"
 bash scripts/soak.sh 3m 20kpps
 echo "== cargo bench --no-run"
