@@ -101,7 +101,8 @@ pub struct CommonArgs {
     /// Serve Prometheus metrics on ADDR:PORT (documented default port 9977).
     #[arg(long, env = "RINGBLAST_METRICS")]
     pub metrics: Option<SocketAddr>,
-    /// Back packet memory with 2 MiB pages when available.
+    /// Back packet memory with 2 MiB pages when available (the start-up `memory` lines say
+    /// whether they were used or it fell back to normal pages).
     #[arg(long, env = "RINGBLAST_HUGEPAGES")]
     pub hugepages: bool,
     /// Read options from this TOML file (keys are long option names); flags and RINGBLAST_*

@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::{
+    mem::MemoryPlacement,
     sink::registry::{RunVerdict, SenderRow},
     stats::{
         ERRNO_CLASSES, ERRNO_LABELS, INVALID_LABELS, Latency, RxFlow, SessionCounters, TxFlow,
@@ -202,6 +203,28 @@ pub fn interval_label(start_s: f64, end_s: f64, queue: &str) -> String {
 /// The label of a queue line: `q0 n0`.
 pub fn queue_label(q: &QueueView) -> String {
     format!("q{} n{}", q.queue, q.node)
+}
+
+/// The start-up lines saying where each queue's packet memory is (one per queue, and a
+/// warning after a queue with pages off its node), printed with the placement plan.
+pub fn memory_text(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) -> String {
+    queues
+        .iter()
+        .zip(memory)
+        .map(|(q, m)| m.lines(role, q.queue))
+        .collect()
+}
+
+/// The summary's `placement` array: each queue's node, CPU and packet memory.
+pub fn placement_json(queues: &[QueueView], memory: &[MemoryPlacement]) -> Value {
+    queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            json!({"queue": q.queue, "node": q.node, "cpu": q.cpu,
+                "memory": memory.get(i).map(MemoryPlacement::json)})
+        })
+        .collect()
 }
 
 /// Sums samples.

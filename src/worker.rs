@@ -2,7 +2,8 @@
 //! its memory and the arena's first touch are local to the CPU's node), then released together.
 //!
 //! Everything that can fail happens in the set-up closure. Each worker reports its set-up result
-//! before a start barrier; if any failed, the others are told to stop and nothing runs.
+//! before a start barrier, with where its arena's pages are (measured on its own thread, before
+//! it runs); if any failed, the others are told to stop and nothing runs.
 
 use std::{
     sync::{
@@ -15,7 +16,10 @@ use std::{
 
 use nix::{sched::CpuSet, unistd::Pid};
 
-use crate::error::Error;
+use crate::{
+    error::Error,
+    mem::{Arena, MemoryPlacement},
+};
 
 /// Flags every worker of a run watches.
 #[derive(Debug, Default)]
@@ -54,6 +58,8 @@ pub trait Job {
     type Output: Send + 'static;
     /// Runs until done or until `control` asks to stop.
     fn run(self, control: &Control) -> Self::Output;
+    /// The packet memory the job set up.
+    fn arena(&self) -> &Arena;
 }
 
 /// Pins the calling thread to `cpu`.
@@ -72,6 +78,7 @@ pub fn pin_to_cpu(cpu: u32) -> Result<(), Error> {
 pub struct Group<O> {
     handles: Vec<JoinHandle<Option<O>>>,
     barrier: Arc<Barrier>,
+    memory: Vec<MemoryPlacement>,
 }
 
 /// Spawns one thread per `(cpu, setup)`; each pins itself, runs its set-up closure and waits.
@@ -87,7 +94,7 @@ where
     F: FnOnce() -> Result<J, Error> + Send + 'static,
 {
     let barrier = Arc::new(Barrier::new(workers.len() + 1));
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<MemoryPlacement, Error>)>();
     let mut handles = Vec::with_capacity(workers.len());
     for (index, (cpu, setup)) in workers.into_iter().enumerate() {
         let barrier = Arc::clone(&barrier);
@@ -98,10 +105,10 @@ where
             .spawn(move || {
                 let job = pin_to_cpu(cpu).and_then(|()| setup());
                 let (status, job) = match job {
-                    Ok(job) => (Ok(()), Some(job)),
+                    Ok(job) => (Ok(job.arena().placement()), Some(job)),
                     Err(e) => (Err(e), None),
                 };
-                let _ = ready.send(status);
+                let _ = ready.send((index, status));
                 barrier.wait();
                 match job {
                     Some(job) if !control.stop_requested() => Some(job.run(&control)),
@@ -113,12 +120,19 @@ where
     }
     drop(ready_tx);
     let mut first_error = None;
-    for status in ready_rx.iter().take(handles.len()) {
-        if let (Err(e), None) = (status, first_error.as_ref()) {
-            first_error = Some(e);
+    let mut memory: Vec<Option<MemoryPlacement>> = vec![None; handles.len()];
+    for (index, status) in ready_rx.iter().take(handles.len()) {
+        match status {
+            Ok(placement) => memory[index] = Some(placement),
+            Err(e) if first_error.is_none() => first_error = Some(e),
+            Err(_) => {}
         }
     }
-    let group = Group { handles, barrier };
+    let group = Group {
+        handles,
+        barrier,
+        memory: memory.into_iter().flatten().collect(),
+    };
     match first_error {
         None => Ok(group),
         Some(e) => {
@@ -133,6 +147,11 @@ where
 }
 
 impl<O> Group<O> {
+    /// Where each worker's packet memory is, in queue order, as measured at set-up.
+    pub fn memory(&self) -> &[MemoryPlacement] {
+        &self.memory
+    }
+
     /// Releases the workers.
     pub fn release(&self) {
         self.barrier.wait();
@@ -158,22 +177,37 @@ mod tests {
 
     type Setup = Box<dyn FnOnce() -> Result<Count, Error> + Send>;
 
-    struct Count(u32);
+    struct Count(u32, Arena);
     impl Job for Count {
         type Output = u32;
         fn run(self, _control: &Control) -> u32 {
             self.0 * 2
         }
+        fn arena(&self) -> &Arena {
+            &self.1
+        }
+    }
+
+    fn count(n: u32) -> Result<Count, Error> {
+        Ok(Count(
+            n,
+            Arena::allocate_on_node(4096 * n as usize, 0, false).unwrap(),
+        ))
     }
 
     #[test]
     fn runs_each_job_once_after_release() {
         let control = Arc::new(Control::default());
-        let workers: Vec<(u32, Setup)> = vec![
-            (0, Box::new(|| Ok(Count(1)))),
-            (0, Box::new(|| Ok(Count(2)))),
-        ];
+        let workers: Vec<(u32, Setup)> =
+            vec![(0, Box::new(|| count(1))), (0, Box::new(|| count(2)))];
         let group = start("t", &control, workers).unwrap();
+        // Each worker's arena, in queue order: one and two pages, all resident on node 0.
+        let pages: Vec<_> = group
+            .memory()
+            .iter()
+            .map(|m| m.pages.clone().unwrap().by_node)
+            .collect();
+        assert_eq!(pages, vec![[(0, 1)].into(), [(0, 2)].into()]);
         group.release();
         let out: Vec<_> = group.join().into_iter().map(Option::unwrap).collect();
         assert_eq!(out, vec![2, 4]);
@@ -183,7 +217,7 @@ mod tests {
     fn a_failed_setup_stops_the_group() {
         let control = Arc::new(Control::default());
         let workers: Vec<(u32, Setup)> = vec![
-            (0, Box::new(|| Ok(Count(1)))),
+            (0, Box::new(|| count(1))),
             (0, Box::new(|| Err(Error::Usage("boom".into())))),
         ];
         let err = start("t", &control, workers).err().unwrap();

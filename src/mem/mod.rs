@@ -2,7 +2,8 @@
 //! with `mbind(MPOL_BIND)` and faulted in before it is registered with io_uring.
 //!
 //! The order matters: bind first, then populate, then register, because registration pins the
-//! pages wherever they are. Hugepages are tried when asked for and fall back to normal pages.
+//! pages wherever they are. Hugepages are tried when asked for and fall back to normal pages;
+//! [`Arena::placement`] says afterwards where the pages really are (see `placement`).
 //!
 //! Population is the largest start-up cost: faulting in a sink queue's 34 MiB of receive
 //! buffers took 14 ms on an idle 2-core VM, serialised across queues on the process's
@@ -14,14 +15,19 @@
 
 pub mod limits;
 pub mod numa;
+pub mod placement;
 
-use std::{io, ptr::NonNull};
+use std::{collections::BTreeMap, io, ptr::NonNull};
+
+pub use self::placement::{HugePages, MemoryPlacement, PageCounts};
 
 /// Page size assumed for population and placement checks.
 pub const PAGE_SIZE: usize = 4096;
 const HUGE_PAGE_SIZE: usize = 2 << 20;
 /// `MADV_POPULATE_WRITE` (Linux 5.14); not in every libc.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// Pages asked about per `move_pages` call when counting where an arena's pages are.
+const QUERY_CHUNK: usize = 512;
 
 /// Why an arena could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -68,14 +74,14 @@ pub struct Arena {
     base: NonNull<u8>,
     len: usize,
     node: u32,
-    hugepages: bool,
+    hugepages: HugePages,
 }
 
 impl Arena {
     /// Maps `len` bytes (rounded up to whole pages), binds them to `node` and faults them in.
     ///
-    /// With `hugepages`, 2 MiB pages are tried first; if none are available the arena silently
-    /// uses normal pages, which `is_hugepages` reports.
+    /// With `hugepages`, 2 MiB pages are tried first; if none are available the arena uses
+    /// normal pages, which `hugepages` reports as [`HugePages::FellBack`].
     pub fn allocate_on_node(len: usize, node: u32, hugepages: bool) -> Result<Arena, ArenaError> {
         Self::allocate_on_node_with(len, node, hugepages, Populate::All)
     }
@@ -87,12 +93,18 @@ impl Arena {
         hugepages: bool,
         populate: Populate,
     ) -> Result<Arena, ArenaError> {
-        let (base, len, hugepages) = match hugepages.then(|| map(len, true)).and_then(Result::ok) {
-            Some((base, mapped)) => (base, mapped, true),
-            None => {
+        let huge = hugepages.then(|| map(len, true)).and_then(Result::ok);
+        let (base, len, hugepages) = match (huge, hugepages) {
+            (Some((base, mapped)), _) => (base, mapped, HugePages::Used),
+            (None, requested) => {
                 let (base, mapped) =
                     map(len, false).map_err(|source| ArenaError::Map { len, source })?;
-                (base, mapped, false)
+                let fell_back = if requested {
+                    HugePages::FellBack
+                } else {
+                    HugePages::NotRequested
+                };
+                (base, mapped, fell_back)
             }
         };
         let arena = Arena {
@@ -176,9 +188,18 @@ impl Arena {
         self.node
     }
 
-    /// Whether 2 MiB pages back the region.
-    pub fn is_hugepages(&self) -> bool {
+    /// Whether hugepages were asked for, and if so whether they back the region.
+    pub fn hugepages(&self) -> HugePages {
         self.hugepages
+    }
+
+    /// Bytes per page of the region: 2 MiB with hugepages, 4 KiB otherwise.
+    pub fn page_size(&self) -> usize {
+        if self.hugepages == HugePages::Used {
+            HUGE_PAGE_SIZE
+        } else {
+            PAGE_SIZE
+        }
     }
 
     /// Bytes `offset..offset+len` of the region, or `None` when out of range.
@@ -201,37 +222,59 @@ impl Arena {
         Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(offset), len) })
     }
 
-    /// Nodes of up to `samples` pages spread over the region, read with `get_mempolicy`.
-    pub fn sample_page_nodes(&self, samples: usize) -> io::Result<Vec<u32>> {
-        let pages = self.len / PAGE_SIZE;
-        let step = (pages / samples.max(1)).max(1);
-        (0..pages)
-            .step_by(step)
-            .map(|page| {
-                // SAFETY: the page is inside the populated mapping.
-                unsafe { numa::node_of_page(self.base.as_ptr().add(page * PAGE_SIZE)) }
-            })
-            .collect()
-    }
-
-    /// How many pages of the region sit on each node, counted with `move_pages` (query mode).
-    pub fn page_histogram(&self) -> io::Result<Vec<(i32, usize)>> {
-        let pages: Vec<*const u8> = (0..self.len / PAGE_SIZE)
-            // SAFETY: each address is inside the mapping.
-            .map(|p| unsafe { self.base.as_ptr().add(p * PAGE_SIZE) as *const u8 })
-            .collect();
-        let mut status = vec![0; pages.len()];
-        // SAFETY: every pointer is inside our mapping; the slices have equal lengths.
-        unsafe { numa::nodes_of_pages(&pages, &mut status)? };
-        let mut hist: Vec<(i32, usize)> = Vec::new();
-        for s in status {
-            match hist.iter_mut().find(|(n, _)| *n == s) {
-                Some((_, c)) => *c += 1,
-                None => hist.push((s, 1)),
+    /// Where every page of the region is, counted with `move_pages` in query mode (no nodes
+    /// given, so nothing moves). A page never faulted in (`-ENOENT`) or still mapped to the
+    /// shared zero page (`-EFAULT`: read, never written) holds none of the region's memory and
+    /// counts as not resident, as `/proc/PID/numa_maps` leaves both out; any other status is
+    /// an error.
+    pub fn page_nodes(&self) -> io::Result<PageCounts> {
+        let page = self.page_size();
+        let pages = self.len / page;
+        let mut by_node = BTreeMap::new();
+        let mut not_resident = 0;
+        let mut addrs = [std::ptr::null::<u8>(); QUERY_CHUNK];
+        let mut status: [libc::c_int; QUERY_CHUNK] = [0; QUERY_CHUNK];
+        for first in (0..pages).step_by(QUERY_CHUNK) {
+            let n = QUERY_CHUNK.min(pages - first);
+            for (i, addr) in addrs[..n].iter_mut().enumerate() {
+                *addr = self
+                    .base
+                    .as_ptr()
+                    .wrapping_add((first + i) * page)
+                    .cast_const();
+            }
+            // SAFETY: every address is the start of a page inside this arena's mapping, which
+            // lives as long as `self`; the slices have equal lengths.
+            unsafe { numa::nodes_of_pages(&addrs[..n], &mut status[..n]) }?;
+            for (i, &s) in status[..n].iter().enumerate() {
+                match u32::try_from(s) {
+                    Ok(node) => *by_node.entry(node).or_insert(0) += 1,
+                    Err(_) if s == -libc::ENOENT || s == -libc::EFAULT => not_resident += 1,
+                    Err(_) => {
+                        return Err(io::Error::other(format!(
+                            "page {} of the arena: {}",
+                            first + i,
+                            io::Error::from_raw_os_error(-s)
+                        )));
+                    }
+                }
             }
         }
-        hist.sort_unstable();
-        Ok(hist)
+        Ok(PageCounts {
+            by_node,
+            not_resident,
+        })
+    }
+
+    /// Where the region is: its bound node, its pages per node (or why they are unknown), its
+    /// page size and whether hugepages were asked for and used.
+    pub fn placement(&self) -> MemoryPlacement {
+        MemoryPlacement {
+            bound_node: self.node,
+            page_size: self.page_size(),
+            hugepages: self.hugepages,
+            pages: self.page_nodes().map_err(|e| format!("move_pages: {e}")),
+        }
     }
 }
 
@@ -273,15 +316,31 @@ fn map(len: usize, huge: bool) -> io::Result<(NonNull<u8>, usize)> {
 mod tests {
     use super::*;
 
+    /// `HugePages_Free` of /proc/meminfo.
+    fn free_hugepages() -> u64 {
+        std::fs::read_to_string("/proc/meminfo")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("HugePages_Free:"))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap()
+    }
+
     #[test]
-    fn arena_pages_are_on_node_zero() {
+    fn every_page_of_a_populated_arena_is_on_its_node() {
         let arena = Arena::allocate_on_node(8 << 20, 0, false).unwrap();
         assert_eq!(arena.len(), 8 << 20);
-        let nodes = arena.sample_page_nodes(16).unwrap();
-        assert!(nodes.len() >= 16);
-        assert!(nodes.iter().all(|&n| n == 0), "{nodes:?}");
-        let hist = arena.page_histogram().unwrap();
-        assert_eq!(hist, vec![(0, (8 << 20) / PAGE_SIZE)]);
+        let pages = arena.page_nodes().unwrap();
+        assert_eq!(
+            pages.by_node,
+            BTreeMap::from([(0, (8 << 20) / PAGE_SIZE as u64)])
+        );
+        assert_eq!(pages.not_resident, 0);
+        let placement = arena.placement();
+        assert_eq!(placement.bound_node, 0);
+        assert_eq!(placement.page_size, PAGE_SIZE);
+        assert_eq!(placement.hugepages, HugePages::NotRequested);
+        assert_eq!(placement.all_on_node(), Some(true));
     }
 
     #[test]
@@ -299,7 +358,30 @@ mod tests {
         assert!((2 + 64..=2 + 128).contains(&resident), "{resident}");
         let full = Arena::allocate_on_node(len, 0, false).unwrap();
         assert_eq!(full.resident_pages().unwrap(), full.len() / PAGE_SIZE);
-        assert!(arena.sample_page_nodes(8).unwrap().iter().all(|&n| n == 0));
+        // move_pages agrees with mincore: the resident pages on node 0, the rest not resident.
+        let pages = arena.page_nodes().unwrap();
+        assert_eq!(pages.by_node, BTreeMap::from([(0, resident as u64)]));
+        assert_eq!(
+            pages.not_resident,
+            (arena.len() / PAGE_SIZE - resident) as u64
+        );
+        assert_eq!(arena.placement().all_on_node(), Some(true));
+    }
+
+    #[test]
+    fn a_page_only_read_is_not_resident() {
+        let populate = Populate::Strided {
+            head: PAGE_SIZE,
+            stride: 4 * PAGE_SIZE,
+            touch: 0,
+        };
+        let arena = Arena::allocate_on_node_with(4 * PAGE_SIZE, 0, false, populate).unwrap();
+        let before = arena.page_nodes().unwrap();
+        assert_eq!(before.by_node, BTreeMap::from([(0, 1)]));
+        assert_eq!(before.not_resident, 3);
+        // A read fault maps the shared zero page, which holds none of the arena's memory.
+        std::hint::black_box(arena.bytes(2 * PAGE_SIZE, 1).unwrap()[0]);
+        assert_eq!(arena.page_nodes().unwrap(), before);
     }
 
     #[test]
@@ -309,10 +391,25 @@ mod tests {
     }
 
     #[test]
-    fn hugepages_fall_back() {
+    fn hugepages_fall_back_when_none_are_free() {
+        let free = free_hugepages();
         let arena = Arena::allocate_on_node(3 << 20, 0, true).unwrap();
         assert!(arena.len() >= 3 << 20);
-        assert_eq!(arena.sample_page_nodes(4).unwrap()[0], 0);
+        let placement = arena.placement();
+        match placement.hugepages {
+            HugePages::Used => assert!(free > 0 && placement.page_size == HUGE_PAGE_SIZE),
+            HugePages::FellBack => assert_eq!(placement.page_size, PAGE_SIZE),
+            HugePages::NotRequested => panic!("hugepages were requested"),
+        }
+        let pages = placement.pages.unwrap();
+        assert_eq!(pages.by_node.keys().collect::<Vec<_>>(), vec![&0]);
+        assert_eq!(
+            pages.by_node[&0] + pages.not_resident,
+            (arena.len() / placement.page_size) as u64
+        );
+        if free == 0 {
+            assert_eq!(placement.hugepages, HugePages::FellBack);
+        }
     }
 
     #[test]

@@ -1,15 +1,11 @@
 //! Thin wrappers over the NUMA memory-policy system calls that neither libc nor nix wrap:
-//! `mbind`, `get_mempolicy` and `move_pages`.
+//! `mbind` and `move_pages`.
 //!
 //! Node ids are validated by the caller against sysfs before they get here, because the kernel's
 //! EINVAL does not say which argument was wrong.
 
 use std::io;
 
-/// `MPOL_F_NODE`: return the node instead of the policy (not in libc 0.2).
-const MPOL_F_NODE: libc::c_ulong = 1;
-/// `MPOL_F_ADDR`: look up the policy of the page at `addr` (not in libc 0.2).
-const MPOL_F_ADDR: libc::c_ulong = 2;
 /// `MPOL_MF_STRICT`: fail if existing pages do not follow the policy.
 const MPOL_MF_STRICT: libc::c_uint = 1;
 /// `MPOL_MF_MOVE`: move existing pages of this process to follow the policy.
@@ -55,31 +51,8 @@ pub unsafe fn bind_to_node(addr: *mut u8, len: usize, node: u32) -> io::Result<(
     }
 }
 
-/// The node that holds the page at `addr` (`get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`).
-///
-/// # Safety
-/// `addr` must point into a mapping of this process that is faulted in.
-pub unsafe fn node_of_page(addr: *const u8) -> io::Result<u32> {
-    let mut node: libc::c_int = -1;
-    // SAFETY: `node` is a valid out-pointer; a null nodemask with maxnode 0 is allowed; the caller
-    // guarantees `addr` is mapped.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_get_mempolicy,
-            &mut node as *mut libc::c_int,
-            std::ptr::null_mut::<libc::c_ulong>(),
-            0 as libc::c_ulong,
-            addr,
-            MPOL_F_NODE | MPOL_F_ADDR,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    u32::try_from(node).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))
-}
-
-/// Where each page in `pages` lives, by `move_pages(0, .., NULL, status)` (query mode).
+/// Where each page in `pages` lives, by `move_pages(0, .., NULL, status)` (query mode): each
+/// status is the page's node, or a negative errno (`-ENOENT`: not faulted in).
 ///
 /// # Safety
 /// Every pointer in `pages` must point into a mapping of this process.

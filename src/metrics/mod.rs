@@ -26,6 +26,8 @@ use self::{
 use crate::{
     clock,
     error::Error,
+    mem::{HugePages, MemoryPlacement},
+    report::QueueView,
     stats::{ERRNO_CLASSES, INVALID_LABELS},
 };
 
@@ -92,6 +94,8 @@ pub struct Shape {
     pub nodes: usize,
     /// Senders a sink gives their own series (`--max-senders`, plus `other`); 0 for a sender.
     pub rx_senders: usize,
+    /// Online NUMA nodes: a queue's packet memory has a page series per node it has pages on.
+    pub memory_nodes: usize,
 }
 
 /// Series this run exports, process metrics excluded.
@@ -127,7 +131,10 @@ pub fn series_count(shape: &Shape) -> usize {
     } else {
         2
     };
+    // Per queue of either role: bound node, hugepages, and resident pages per node.
+    let memory = (shape.tx_flows_per_queue.len() + shape.rx_queues) * (2 + shape.memory_nodes);
     tx + schedule
+        + memory
         + rx_sizes
         + shape.rx_queues * rx_per_queue
         + shape.rx_senders * per_sender
@@ -159,6 +166,25 @@ pub fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) {
     }
     for (node, bytes) in registered_bytes_by_node {
         gauge!(names::REGISTERED_BYTES, "node" => node.to_string()).set(*bytes as f64);
+    }
+}
+
+/// Sets the packet memory gauges of `role`'s queues once, from what each measured at set-up:
+/// the bound node, whether hugepages back it, and its resident pages per node (none when they
+/// could not be counted: unknown is no number).
+pub fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) {
+    for (q, m) in queues.iter().zip(memory) {
+        let (role, queue) = (role.to_string(), q.queue.to_string());
+        gauge!(names::QUEUE_MEMORY_BOUND_NODE, "role" => role.clone(), "queue" => queue.clone())
+            .set(f64::from(m.bound_node));
+        let huge = f64::from(u8::from(m.hugepages == HugePages::Used));
+        gauge!(names::QUEUE_MEMORY_HUGEPAGES, "role" => role.clone(), "queue" => queue.clone())
+            .set(huge);
+        for (node, pages) in m.pages.iter().flat_map(|p| &p.by_node) {
+            gauge!(names::QUEUE_MEMORY_PAGES, "role" => role.clone(), "queue" => queue.clone(),
+                "node" => node.to_string())
+            .set(*pages as f64);
+        }
     }
 }
 
@@ -212,6 +238,7 @@ mod tests {
             rx_exported_flows: 16,
             nodes: 1,
             rx_senders: 65,
+            memory_nodes: 1,
         };
         let n = check_cardinality(&shape, 10_000).unwrap();
         assert!(n > 800 && n < 2000, "{n}");

@@ -1,6 +1,7 @@
 //! Every metric name ringblast exports, in one place, with its help text, unit and the labels it
 //! carries. Names follow Prometheus conventions: one `ringblast_` prefix, base units (bytes,
-//! seconds), `_total` on counters, direction (`tx_`/`rx_`) in the name, never in a label.
+//! seconds), `_total` on counters, direction (`tx_`/`rx_`) in the name, never in a label (a
+//! worker's ring and packet memory, alike in both roles, carry the role as a label instead).
 
 /// How a metric is exposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +81,9 @@ metrics! {
     RING_CQ_OVERFLOW = "ringblast_ring_cq_overflow_total", Counter, "role,node,queue", "Completions the kernel could not post because the completion queue was full.";
     RING_INFLIGHT = "ringblast_ring_inflight_ops", Gauge, "role,node,queue", "Operations submitted and not yet completed.";
     REGISTERED_BYTES = "ringblast_registered_buffer_bytes", Gauge, "node", "Packet memory registered with io_uring (fixed buffers and buffer rings), by NUMA node.";
+    QUEUE_MEMORY_PAGES = "ringblast_queue_memory_pages", Gauge, "role,queue,node", "Resident pages of the queue's packet memory on each NUMA node, counted with move_pages once the queue is set up (pages not faulted in yet are not counted; no series when they could not be counted).";
+    QUEUE_MEMORY_HUGEPAGES = "ringblast_queue_memory_hugepages", Gauge, "role,queue", "Whether 2 MiB hugepages back the queue's packet memory (1) or normal pages do (0, also when --hugepages fell back).";
+    QUEUE_MEMORY_BOUND_NODE = "ringblast_queue_memory_bound_node", Gauge, "role,queue", "The NUMA node the queue's packet memory is bound to (mbind MPOL_BIND).";
     WORKER_INFO = "ringblast_worker_info", Gauge, "role,node,queue,cpu", "Placement of each worker (always 1).";
     RUN_INFO = "ringblast_run_info", Gauge, "role,protocol", "What this process runs (always 1).";
     TCP_TX_BYTES = "ringblast_tcp_tx_bytes_total", Counter, "node,queue,protocol", "Application bytes the kernel accepted on TCP connections.";
@@ -130,9 +134,12 @@ mod tests {
                 "{}",
                 m.name
             );
+            // A role label only on a worker's own machinery, which both roles have alike: its
+            // ring, its packet memory, its placement.
             assert!(
                 !m.labels.contains("role")
                     || m.name.contains("_ring_")
+                    || m.name.starts_with("ringblast_queue_memory_")
                     || m.name.ends_with("_info"),
                 "{}",
                 m.name

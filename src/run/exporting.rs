@@ -74,6 +74,12 @@ pub fn register(
         }
     }
     metrics::set_info(&roles, &by_node.into_iter().collect::<Vec<_>>());
+    if let Some(s) = senders_set {
+        metrics::set_memory("send", &s.queues, s.group.memory());
+    }
+    if let Some(s) = sinks {
+        metrics::set_memory("sink", &s.queues, s.group.memory());
+    }
     let senders = sinks.map(|s| crate::metrics::senders::SenderSeries::new(s.registry.clone()));
     let steps = senders_set.map(|s| {
         let n = s.schedule.as_ref().map_or(1, |s| s.parts().len());

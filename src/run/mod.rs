@@ -34,7 +34,7 @@ use crate::{
     },
     error::Error,
     metrics::Shape,
-    report::QueueView,
+    report::{self, QueueView},
     sender::{SenderConfig, SenderWorker},
     sink::{SinkConfig, SinkWorker},
     topology,
@@ -199,6 +199,10 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
                 .map(|q| q.node)
                 .collect::<std::collections::BTreeSet<_>>()
                 .len(),
+            memory_nodes: topology::Topology::detect()
+                .map_err(|e| Error::Unsupported(e.to_string()))?
+                .nodes
+                .len(),
         };
         exporting::install(&exporting::Plan {
             addr,
@@ -236,6 +240,12 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         }
     };
     crate::output::human_text(&spec.notes);
+    if let Some(s) = &senders {
+        crate::output::human_text(&report::memory_text("send", &s.queues, s.group.memory()));
+    }
+    if let Some(s) = &sinks {
+        crate::output::human_text(&report::memory_text("sink", &s.queues, s.group.memory()));
+    }
     if let (Some(s), Some(k)) = (&senders, &sinks) {
         say!(
             "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",

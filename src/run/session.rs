@@ -283,6 +283,7 @@ impl Session {
         let (tx, rx) = self.samples();
         if let Some(s) = self.senders {
             let books = super::control_link::part_books(&s);
+            let placement = report::placement_json(&s.queues, s.group.memory());
             let outcomes = s.group.join();
             let total = report::total_tx(&tx);
             let started = outcomes
@@ -306,7 +307,7 @@ impl Session {
                 "startup_ms": clock::ms_since_launch(started),
                 "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
                 "target_pps": s.target_pps.map(|r| r.round() as u64),
-                "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
+                "placement": placement});
             let mut summary = report::tx_summary_json(&total, duration, extra);
             let judgement = judge
                 .map(|j| j.finish(&total, duration))
@@ -362,6 +363,7 @@ impl Session {
             }
         }
         if let Some(s) = self.sinks {
+            let placement = report::placement_json(&s.queues, s.group.memory());
             let outcomes = s.group.join();
             failed |= outcomes
                 .iter()
@@ -406,7 +408,7 @@ impl Session {
                 "first_packet_ms": first.map(clock::ms_since_launch),
                 "senders": report::senders_json(&senders),
                 "sizes": report::rx_sizes_json(&s.sizes, &senders),
-                "placement": s.queues.iter().map(|q| json!({"queue": q.queue, "node": q.node, "cpu": q.cpu})).collect::<Vec<_>>()});
+                "placement": placement});
             let mut summary = report::rx_summary_json(&total, active, extra);
             let (shares, shares_line) = report::queue_shares(&rx, &s.queues);
             if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {

@@ -16,7 +16,7 @@ use crate::{
     cli_tcp::{Pattern, TcpSendArgs},
     error::Error,
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
-    report::QueueView,
+    report::{self, QueueView},
     say,
     sender::{
         mix::SizeSpec,
@@ -181,6 +181,20 @@ pub struct TcpSinks {
     pub group: worker::Group<()>,
 }
 
+impl TcpSenders {
+    /// The start-up lines saying where each queue's packet memory is.
+    pub fn memory_text(&self) -> String {
+        report::memory_text("send", &self.queues, self.group.memory())
+    }
+}
+
+impl TcpSinks {
+    /// The start-up lines saying where each queue's packet memory is.
+    pub fn memory_text(&self) -> String {
+        report::memory_text("sink", &self.queues, self.group.memory())
+    }
+}
+
 fn start_senders(
     control: &Arc<Control>,
     queues: Vec<QueueView>,
@@ -295,6 +309,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
     let control = Arc::new(Control::default());
     let senders = start_senders(&control, queues, configs, target)?;
     crate::output::human_text(&notes);
+    crate::output::human_text(&senders.memory_text());
     say!(
         "tcp send to {}: {conns_per_queue} connection(s) per queue, {}-byte records, control channel {}",
         args.to,
@@ -369,6 +384,7 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
     let sinks = start_sinks(&control, queues, config)?;
     let books = Arc::new(TcpBooks::new(sinks.shared.clone(), args.tuning.max_senders));
     crate::output::human_text(&notes);
+    crate::output::human_text(&sinks.memory_text());
     say!("tcp sink listening on {}", args.listen);
     let server = match handoff {
         Some(h) => Some(tcp_control::serve(args.listen, secret, books.clone(), h)),
@@ -453,6 +469,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
         }
     };
     crate::output::human_text(&notes);
+    crate::output::human_text(&(senders.memory_text() + &sinks.memory_text()));
     let link = SenderLink {
         addr: probe,
         secret: None,

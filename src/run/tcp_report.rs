@@ -53,6 +53,8 @@ pub struct Reporter {
     last_info: Vec<QueueInfo>,
     /// The TCP sink's control server counters, exported with the metrics.
     control_stats: Option<Arc<crate::control::server::ServerStats>>,
+    /// The summaries' `placement` arrays (queue, node, CPU, packet memory), taken at set-up.
+    placement: (Option<Value>, Option<Value>),
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -172,6 +174,14 @@ impl Reporter {
             info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
             last_info: Vec::new(),
             control_stats: None,
+            placement: (
+                senders
+                    .as_ref()
+                    .map(|s| crate::report::placement_json(&s.queues, s.group.memory())),
+                sinks
+                    .as_ref()
+                    .map(|s| crate::report::placement_json(&s.queues, s.group.memory())),
+            ),
             json,
             interval,
             senders,
@@ -201,6 +211,12 @@ impl Reporter {
                 &rx,
                 super::ctx::sample(),
             ));
+            if let Some(s) = &self.senders {
+                crate::metrics::set_memory("send", &s.queues, s.group.memory());
+            }
+            if let Some(s) = &self.sinks {
+                crate::metrics::set_memory("sink", &s.queues, s.group.memory());
+            }
         }
         self
     }

@@ -322,6 +322,10 @@ fn ring_size(config: &SenderConfig) -> RingSize {
 impl Job for SenderWorker {
     type Output = SenderOutcome;
 
+    fn arena(&self) -> &crate::mem::Arena {
+        self.engine.arena()
+    }
+
     fn run(mut self, control: &Control) -> SenderOutcome {
         let started_ns = clock::monotonic_ns();
         let max_burst =

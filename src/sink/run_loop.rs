@@ -57,6 +57,10 @@ const SWEEP_EVERY_NS: u64 = 100_000_000;
 impl Job for SinkWorker {
     type Output = SinkOutcome;
 
+    fn arena(&self) -> &crate::mem::Arena {
+        self.engine.arena()
+    }
+
     fn run(mut self, control: &Control) -> SinkOutcome {
         let started = clock::monotonic_ns();
         let deadline = self.config.duration.map(|d| started + d.as_nanos() as u64);

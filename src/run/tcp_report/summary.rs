@@ -34,6 +34,9 @@ impl Reporter {
             line.insert("target_records_per_s".into(), json!(t));
         }
         super::info_json(&mut line, &self.last_info);
+        if let Some(placement) = &self.placement.0 {
+            line.insert("placement".into(), placement.clone());
+        }
         if self.rr {
             self.rr_summary(&mut line, snap, seconds, ctx);
         }
@@ -121,6 +124,9 @@ impl Reporter {
             "latency_p99_ns_le".into(),
             json!(latency_quantile_bound(&cells, 0.99)),
         );
+        if let Some(placement) = &self.placement.1 {
+            line.insert("placement".into(), placement.clone());
+        }
         if let Some(b) = &self.books {
             line.insert("senders".into(), tcp_control::senders_json(&b.rows()));
             line.insert(

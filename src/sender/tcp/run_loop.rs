@@ -47,6 +47,10 @@ impl TcpSendWorker {
 impl crate::worker::Job for TcpSendWorker {
     type Output = TcpSendOutcome;
 
+    fn arena(&self) -> &crate::mem::Arena {
+        self.engine.arena()
+    }
+
     fn run(mut self, control: &crate::worker::Control) -> TcpSendOutcome {
         let started_ns = clock::monotonic_ns();
         let burst = self.config.records_per_write() * u64::from(self.config.conns);

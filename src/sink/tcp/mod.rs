@@ -424,6 +424,10 @@ impl TcpSinkWorker {
 impl Job for TcpSinkWorker {
     type Output = ();
 
+    fn arena(&self) -> &crate::mem::Arena {
+        self.engine.arena()
+    }
+
     fn run(mut self, control: &Control) {
         let mut last_publish = clock::monotonic_ns();
         let mut stop_at = None;
