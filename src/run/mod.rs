@@ -468,7 +468,7 @@ fn read_secret(
 
 /// `--name`, checked, or the hostname and the queue plan.
 fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<String, Error> {
-    let name = name.unwrap_or_else(|| format!("{}/{queues}q{flows}f", control_link::hostname()));
+    let name = name.unwrap_or_else(|| control_link::default_sender_name(queues, flows));
     crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
     Ok(name)
 }
