@@ -83,8 +83,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --release --all-targets -- -D warnings
-echo "== cargo test --release"
-cargo test --release -- --test-threads=2
+echo "== cargo test --release (root-only tests marked #[ignore = \"needs root: ...\"] included)"
+cargo test --release -- --include-ignored --test-threads=2
 echo "== control-message decoder: 10 M random and structured inputs"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
 echo "== header, cmsg, unit and config-file parsers: 10 M random and structured inputs each"

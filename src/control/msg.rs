@@ -371,13 +371,17 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
             name.len()
         ));
     }
-    let ok = |c: u8| c.is_ascii_alphanumeric() || b"._:/@-".contains(&c);
-    match name.bytes().find(|&c| !ok(c)) {
+    match name.bytes().find(|&c| !name_byte_allowed(c)) {
         Some(c) => Err(format!(
             "{what} contains byte 0x{c:02x}; allowed are [A-Za-z0-9._:/@-]"
         )),
         None => Ok(()),
     }
+}
+
+/// Whether a sender name or session id may contain byte `c`: `[A-Za-z0-9._:/@-]`.
+pub fn name_byte_allowed(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"._:/@-".contains(&c)
 }
 
 fn check_reason(reason: &str) -> Result<(), String> {

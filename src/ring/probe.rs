@@ -2,13 +2,17 @@
 //! failures into errors that name the fix.
 //!
 //! This is the one place that knows kernel gates: `IORING_REGISTER_PROBE` for opcodes (5.6),
-//! multishot `RECVMSG` (6.0), provided-buffer rings (5.19), `SINGLE_ISSUER` (6.0) and
-//! `DEFER_TASKRUN` (6.1), and recv bundles (`IORING_FEAT_RECVSEND_BUNDLE`, 6.10).
+//! multishot `RECV`/`RECVMSG` (6.0), provided-buffer rings (5.19), `SINGLE_ISSUER` (6.0) and
+//! `DEFER_TASKRUN` (6.1), recv bundles (`IORING_FEAT_RECVSEND_BUNDLE`, 6.10) and the
+//! `kernel.io_uring_disabled` sysctl (6.6). A missing feature is either refused with one line
+//! naming the kernel that has it, or its fallback is a line of the start plan
+//! ([`ring_setup_note`], `sink::tcp::RecvMode::note`).
 
 use std::io;
 
 use io_uring::{IoUring, Probe, opcode};
 
+use super::{RingSize, SetupMode};
 use crate::error::Error;
 
 /// An opcode a role needs, with the name shown when it is missing.
@@ -43,12 +47,24 @@ pub const SEND_PLAIN_OPS: &[RequiredOp] = &[RequiredOp {
     since: "5.6",
 }];
 
+/// Multishot `RECV` and `RECVMSG` (Linux 6.0) have no opcode or feature flag of their own: an
+/// older kernel takes the opcodes and fails every multishot request with `EINVAL`, over and
+/// over. `IORING_OP_SEND_ZC` came in the same release, so its opcode stands for them.
+const MULTISHOT_RECEIVES: RequiredOp = RequiredOp {
+    code: opcode::SendZc::CODE,
+    name: "multishot receives (IORING_RECV_MULTISHOT)",
+    since: "6.0",
+};
+
 /// Opcodes the sink needs.
-pub const SINK_OPS: &[RequiredOp] = &[RequiredOp {
-    code: opcode::RecvMsgMulti::CODE,
-    name: "IORING_OP_RECVMSG",
-    since: "5.3 (multishot 6.0)",
-}];
+pub const SINK_OPS: &[RequiredOp] = &[
+    RequiredOp {
+        code: opcode::RecvMsgMulti::CODE,
+        name: "IORING_OP_RECVMSG",
+        since: "5.3 (multishot 6.0)",
+    },
+    MULTISHOT_RECEIVES,
+];
 
 /// Opcodes a TCP sender needs besides its send op: it connects and reads responses.
 pub const TCP_CONNECT_OPS: &[RequiredOp] = &[
@@ -62,6 +78,7 @@ pub const TCP_CONNECT_OPS: &[RequiredOp] = &[
         name: "IORING_OP_RECV",
         since: "5.6 (multishot 6.0)",
     },
+    MULTISHOT_RECEIVES,
 ];
 
 /// Opcodes a TCP sink needs: multishot accept, multishot receive, and sends for responses.
@@ -81,6 +98,7 @@ pub const TCP_SINK_OPS: &[RequiredOp] = &[
         name: "IORING_OP_SEND",
         since: "5.6",
     },
+    MULTISHOT_RECEIVES,
 ];
 
 /// Fails with the first opcode in `ops` that the kernel does not support.
@@ -91,7 +109,12 @@ pub fn require_ops(ring: &IoUring, ops: &[RequiredOp]) -> Result<(), Error> {
             "cannot probe io_uring opcodes ({e}); ringblast needs Linux 6.1 or newer"
         ))
     })?;
-    match ops.iter().find(|op| !probe.is_supported(op.code)) {
+    check_ops(ops, |code| probe.is_supported(code))
+}
+
+/// Fails with the first opcode in `ops` that `supported` says the kernel lacks.
+fn check_ops(ops: &[RequiredOp], supported: impl Fn(u8) -> bool) -> Result<(), Error> {
+    match ops.iter().find(|op| !supported(op.code)) {
         Some(op) => Err(Error::Unsupported(format!(
             "this kernel's io_uring lacks {} (added in Linux {}); upgrade the kernel",
             op.name, op.since
@@ -107,12 +130,49 @@ pub fn recv_bundles() -> bool {
     IoUring::new(2).is_ok_and(|ring| ring.params().is_feature_recvsend_bundle())
 }
 
-/// Turns an `io_uring_setup` failure into an error that names the cause and the fix.
-pub fn setup_error(err: io::Error) -> Error {
-    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+/// The start plan's line when this kernel refused the preferred ring set-up flags and the
+/// workers' rings fell back (`None` where it takes `SINGLE_ISSUER|DEFER_TASKRUN`, and where no
+/// ring can be set up at all: the workers report that). The workers' rings are built with the
+/// same attempts, and a kernel answers them alike.
+pub fn ring_setup_note() -> Option<&'static str> {
+    let size = RingSize {
+        sq_entries: 2,
+        cq_entries: 4,
+    };
+    super::build_ring(size)
+        .ok()
+        .and_then(|(_ring, mode)| setup_note(mode))
+}
+
+fn setup_note(mode: SetupMode) -> Option<&'static str> {
+    match mode {
+        SetupMode::DeferTaskrun => None,
+        SetupMode::CoopTaskrun => Some(
+            "  rings: SINGLE_ISSUER|COOP_TASKRUN (this kernel refused DEFER_TASKRUN, Linux 6.1: completion work may interrupt a worker)\n",
+        ),
+        SetupMode::Plain => Some(
+            "  rings: no set-up flags (this kernel refused SINGLE_ISSUER, Linux 6.0, and DEFER_TASKRUN, Linux 6.1)\n",
+        ),
+    }
+}
+
+/// `kernel.io_uring_disabled` (Linux 6.6): 0 lets everyone set up rings, 1 only members of
+/// `kernel.io_uring_group`, 2 nobody. Older kernels (Debian 12's 6.1) have no such sysctl,
+/// which reads as 0: nothing is disabled there.
+fn io_uring_disabled() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// Turns an `io_uring_setup` failure into an error that names the cause and the fix.
+pub fn setup_error(err: io::Error) -> Error {
+    setup_error_with(err, io_uring_disabled())
+}
+
+/// As [`setup_error`], with `kernel.io_uring_disabled` read as `disabled`.
+fn setup_error_with(err: io::Error, disabled: u32) -> Error {
     match err.raw_os_error() {
         Some(libc::ENOSYS) => Error::Unsupported(
             "this kernel has no io_uring (io_uring_setup: ENOSYS); ringblast needs Linux 6.1 or newer".into(),
@@ -175,6 +235,54 @@ pub(crate) mod tests {
         let err = require_ops(&ring, &fake).unwrap_err().to_string();
         assert!(err.contains("IORING_OP_FROM_THE_FUTURE"), "{err}");
         assert!(err.contains("99.0"), "{err}");
+    }
+
+    /// A kernel whose probe says it has every opcode but `unsupported`.
+    fn kernel_without(unsupported: u8) -> impl Fn(u8) -> bool {
+        move |code| code != unsupported
+    }
+
+    #[test]
+    fn a_kernel_before_6_0_is_refused_naming_the_release() {
+        // Linux 5.19: every opcode up to URING_CMD, neither SEND_ZC nor multishot receives.
+        let before_6_0 = kernel_without(opcode::SendZc::CODE);
+        for ops in [SINK_OPS, TCP_SINK_OPS, TCP_CONNECT_OPS] {
+            let err = check_ops(ops, &before_6_0).unwrap_err();
+            assert_eq!(err.exit_code(), crate::error::EXIT_UNSUPPORTED);
+            let msg = err.to_string();
+            assert!(msg.contains("multishot receives"), "{msg}");
+            assert!(msg.contains("Linux 6.0"), "{msg}");
+        }
+        let msg = check_ops(SEND_ZC_OPS, &before_6_0).unwrap_err().to_string();
+        assert!(
+            msg.contains("IORING_OP_SEND_ZC") && msg.contains("Linux 6.0"),
+            "{msg}"
+        );
+        check_ops(SEND_PLAIN_OPS, &before_6_0).unwrap();
+        check_ops(SEND_OPS, &before_6_0).unwrap();
+    }
+
+    #[test]
+    fn ring_set_up_fallbacks_are_noted_with_their_release() {
+        assert_eq!(setup_note(SetupMode::DeferTaskrun), None);
+        let coop = setup_note(SetupMode::CoopTaskrun).unwrap();
+        assert!(coop.contains("DEFER_TASKRUN, Linux 6.1"), "{coop}");
+        let plain = setup_note(SetupMode::Plain).unwrap();
+        assert!(plain.contains("SINGLE_ISSUER, Linux 6.0"), "{plain}");
+        for note in [coop, plain] {
+            assert!(note.starts_with("  ") && note.ends_with('\n'), "{note:?}");
+            assert_eq!(note.lines().count(), 1, "{note:?}");
+        }
+        assert_eq!(ring_setup_note(), None, "Linux 6.18 takes DEFER_TASKRUN");
+    }
+
+    #[test]
+    fn an_absent_io_uring_disabled_sysctl_means_enabled() {
+        // Debian 12's 6.1 has no kernel.io_uring_disabled: EPERM is then a seccomp profile.
+        let absent = setup_error_with(io::Error::from_raw_os_error(libc::EPERM), 0).to_string();
+        assert!(absent.contains("seccomp"), "{absent}");
+        let set = setup_error_with(io::Error::from_raw_os_error(libc::EPERM), 2).to_string();
+        assert!(set.contains("kernel.io_uring_disabled=2"), "{set}");
     }
 
     #[test]

@@ -128,6 +128,15 @@ fn planned(
     Ok(queues)
 }
 
+/// Prints the start plan once the workers are set up: the placement `notes`, then each fallback
+/// this kernel forces on the rings (never taken silently).
+fn print_plan(notes: &str) {
+    crate::output::human_text(notes);
+    if let Some(note) = crate::ring::probe::ring_setup_note() {
+        crate::output::human_text(note);
+    }
+}
+
 /// Sender queues, their configs with flow ids, and the total target rate.
 type SenderSpec = (Vec<QueueView>, Vec<(SenderConfig, Vec<u32>)>, Option<f64>);
 
@@ -239,7 +248,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
             return Err(e);
         }
     };
-    crate::output::human_text(&spec.notes);
+    print_plan(&spec.notes);
     if let Some(s) = &senders {
         crate::output::human_text(&report::memory_text("send", &s.queues, s.group.memory()));
     }
@@ -478,7 +487,7 @@ fn read_secret(
 
 /// `--name`, checked, or the hostname and the queue plan.
 fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<String, Error> {
-    let name = name.unwrap_or_else(|| format!("{}/{queues}q{flows}f", control_link::hostname()));
+    let name = name.unwrap_or_else(|| control_link::default_sender_name(queues, flows));
     crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
     Ok(name)
 }
@@ -495,9 +504,10 @@ fn topo(args: TopoArgs) -> Result<(), Error> {
     };
     let (_, plan) = plan_queues("send", &place)?;
     print!(
-        "{}{plan}{}",
+        "{}{plan}{}{}",
         topology::render_topology(&topo, nic.as_ref().map(|(n, l)| (n.as_str(), l))),
-        crate::sink::tcp::RecvMode::choose()?.note()
+        crate::sink::tcp::RecvMode::choose()?.note(),
+        crate::ring::probe::ring_setup_note().unwrap_or_default()
     );
     Ok(())
 }

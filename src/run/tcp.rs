@@ -308,7 +308,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
     let metrics = install_metrics(common.metrics, common.max_series)?;
     let control = Arc::new(Control::default());
     let senders = start_senders(&control, queues, configs, target)?;
-    crate::output::human_text(&notes);
+    super::print_plan(&notes);
     crate::output::human_text(&senders.memory_text());
     say!(
         "tcp send to {}: {conns_per_queue} connection(s) per queue, {}-byte records, control channel {}",
@@ -383,7 +383,7 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
     let control = Arc::new(Control::default());
     let sinks = start_sinks(&control, queues, config)?;
     let books = Arc::new(TcpBooks::new(sinks.shared.clone(), args.tuning.max_senders));
-    crate::output::human_text(&notes);
+    super::print_plan(&notes);
     crate::output::human_text(&sinks.memory_text());
     say!("tcp sink listening on {}", args.listen);
     let server = match handoff {
@@ -468,7 +468,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
             return Err(e);
         }
     };
-    crate::output::human_text(&notes);
+    super::print_plan(&notes);
     crate::output::human_text(&(senders.memory_text() + &sinks.memory_text()));
     let link = SenderLink {
         addr: probe,

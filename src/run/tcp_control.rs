@@ -49,7 +49,7 @@ pub fn serve(
     books: Arc<TcpBooks>,
     handoff: Arc<ControlHandoff>,
 ) -> RunningServer {
-    let session = format!("{}/{:08x}", control_link::hostname(), rand::random::<u32>());
+    let session = control_link::sink_session_id();
     let mut config = ServerConfig::new(listen, session.clone());
     config.secret = secret;
     say!("control: served on the data port tcp {listen} (sink session {session})");

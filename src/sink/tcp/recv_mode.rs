@@ -23,8 +23,12 @@ impl RecvMode {
     /// environment error, any other value a usage error.
     pub fn choose() -> Result<RecvMode, Error> {
         let asked = std::env::var(RECV_MODE_ENV).unwrap_or_default();
-        let bundles = probe::recv_bundles();
-        match asked.as_str() {
+        Self::choose_from(&asked, probe::recv_bundles())
+    }
+
+    /// As [`RecvMode::choose`], with `asked` for the variable and `bundles` for the probe.
+    fn choose_from(asked: &str, bundles: bool) -> Result<RecvMode, Error> {
+        match asked {
             "" | "auto" if bundles => Ok(RecvMode::Bundle),
             "" | "auto" | "plain" => Ok(RecvMode::Plain),
             "bundle" if bundles => Ok(RecvMode::Bundle),
@@ -47,5 +51,33 @@ impl RecvMode {
                 "  tcp sink: SO_REUSEPORT listener per queue, multishot ACCEPT, plain multishot RECV (no bundle support) into the provided-buffer ring\n"
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_without_bundles_falls_back_and_the_plan_says_so() {
+        // Linux 6.1 to 6.9 (Debian 12): no IORING_FEAT_RECVSEND_BUNDLE.
+        for asked in ["", "auto", "plain"] {
+            let mode = RecvMode::choose_from(asked, false).unwrap();
+            assert_eq!(mode, RecvMode::Plain, "{asked:?}");
+            assert!(
+                mode.note()
+                    .contains("plain multishot RECV (no bundle support)")
+            );
+        }
+        let err = RecvMode::choose_from("bundle", false).unwrap_err();
+        assert_eq!(err.exit_code(), crate::error::EXIT_UNSUPPORTED);
+        assert!(err.to_string().contains("Linux 6.10"), "{err}");
+        assert_eq!(RecvMode::choose_from("", true).unwrap(), RecvMode::Bundle);
+        assert_eq!(
+            RecvMode::choose_from("plain", true).unwrap(),
+            RecvMode::Plain
+        );
+        let usage = RecvMode::choose_from("fast", true).unwrap_err();
+        assert_eq!(usage.exit_code(), crate::error::EXIT_USAGE);
     }
 }
