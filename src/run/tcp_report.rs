@@ -53,6 +53,8 @@ pub struct Reporter {
     last_info: Vec<QueueInfo>,
     /// The TCP sink's control server counters, exported with the metrics.
     control_stats: Option<Arc<crate::control::server::ServerStats>>,
+    /// What the sender's control channel found out (its round trip, for the summary).
+    link: Option<Arc<super::control_link::LinkState>>,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -172,6 +174,7 @@ impl Reporter {
             info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
             last_info: Vec::new(),
             control_stats: None,
+            link: None,
             json,
             interval,
             senders,
@@ -227,6 +230,12 @@ impl Reporter {
         stats: Option<Arc<crate::control::server::ServerStats>>,
     ) -> Reporter {
         self.control_stats = stats;
+        self
+    }
+
+    /// What the sender's control channel finds out (none with `--control off`).
+    pub fn with_link(mut self, link: Option<Arc<super::control_link::LinkState>>) -> Reporter {
+        self.link = link;
         self
     }
 
