@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the per-packet work the workers really run: the sender's header write
 //! (`Header::write`, as `sender::slots` calls it for every packet), and the sink's parse plus
-//! `Books::record` (session lookup, sequence tracker and counters, as `sink` calls them for every
-//! datagram), the sequence tracker alone, and the pacer's per-batch decision.
+//! `Books::record` (session lookup, sequence tracker, counters and the clock-corrected latency
+//! sample, as `sink` calls them for every datagram), the sequence tracker alone, and the
+//! pacer's per-batch decision.
 
 use std::hint::black_box;
 
@@ -10,7 +11,7 @@ use ringblast::pacing::Pacer;
 use ringblast::proto::header::{self, HEADER_LEN, Header};
 use ringblast::proto::seq::SeqTracker;
 use ringblast::sink::books::{Books, Packet};
-use ringblast::sink::mailbox::SessionKey;
+use ringblast::sink::mailbox::{Mailbox, SessionKey, ToWorker};
 
 const BATCH: u64 = 1024;
 
@@ -79,6 +80,12 @@ fn books_benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("sink");
     group.throughput(Throughput::Elements(BATCH));
     let mut books = Books::new(4096, 256, false);
+    // The sender's clock is known (5 s behind the sink's): every datagram takes a sample.
+    let clock = ToWorker::Clock {
+        epoch: 0x1234_5678,
+        correction: 5_000_000_000,
+    };
+    books.apply(clock, &Mailbox::new(1), 0);
     let source = Some(std::net::SocketAddr::from(([10, 0, 0, 1], 40_000)));
     let mut datagrams: Vec<[u8; HEADER_LEN]> = (0..8)
         .map(|flow| {
@@ -115,7 +122,8 @@ fn books_benches(c: &mut Criterion) {
                     bytes: 64,
                     source,
                     now_ns: i,
-                    latency_cell: 3,
+                    now_real_ns: h.timestamp_ns + 5_000_040_000,
+                    sent_ns: h.timestamp_ns,
                     compact: false,
                     size_class: 0,
                     drops_behind: 0,

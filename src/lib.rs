@@ -20,6 +20,7 @@ pub mod error;
 #[cfg(test)]
 mod fuzzing;
 pub mod generate;
+pub mod latency_clock;
 pub mod mem;
 pub mod metrics;
 pub mod net;

@@ -14,6 +14,7 @@ fn fail(err: ringblast::error::Error) -> ! {
 
 fn main() {
     ringblast::clock::launch_ns();
+    ringblast::clock::init_test_skew().unwrap_or_else(|e| fail(e));
     let argv =
         ringblast::config::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
     let cli = ringblast::cli::Cli::parse_from(argv);

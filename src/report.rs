@@ -13,11 +13,12 @@ use crate::{
     },
 };
 
+mod clock;
 mod sizes;
 mod text;
+pub use clock::{latency_clock_json, latency_json, latency_text, sender_latency_json};
 pub use sizes::{rx_sizes_json, tx_sizes_json};
 pub use text::{latency_hdr_json, queue_shares, sink_summary_line};
-use text::{latency_json, latency_text};
 
 /// Where a queue runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -351,7 +352,9 @@ pub fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -> Value
         "duration_s": round3(duration_s), "pps": rate(t.packets, duration_s), "bps": rate(t.bytes * 8, duration_s),
         "rx_late": t.late, "rx_errors": total.errors(), "rx_invalid_by_reason": invalid,
         "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty,
-        "rx_buffers_circulating": total.worker.buffers_circulating});
+        "rx_buffers_circulating": total.worker.buffers_circulating,
+        "latency_unknown_packets": total.worker.latency_unknown,
+        "latency_clamped_packets": total.worker.latency_clamped});
     merge(&mut v, extra);
     v
 }
@@ -394,7 +397,9 @@ pub fn attach_verdict(
                     })
                     .collect(),
             );
-            sink["latency"] = latency_json(&v.latency);
+            sink["latency"] = sender_latency_json(&v.latency, &v.clock);
+            sink["latency_clock"] =
+                latency_clock_json(&v.clock, t.latency_unknown, t.latency_clamped);
             // The sink's size classes; null when it did not say (a sink before protocol 2).
             sink["sizes"] = if v.sizes.is_empty() && t.packets > 0 {
                 Value::Null
@@ -411,7 +416,7 @@ pub fn attach_verdict(
                 t.duplicates,
                 t.kernel_drops,
                 t.send_failed,
-                latency_text(&v.latency),
+                latency_text(&v.latency, &v.clock),
                 if v.complete {
                     ""
                 } else {
@@ -438,7 +443,13 @@ pub fn senders_json(rows: &[SenderRow]) -> Value {
                 v["sessions"] = json!(r.sessions);
                 v["active_s"] = json!(round3(active_s));
                 v["pps"] = json!(rate(r.counters.packets, active_s));
-                v["latency"] = latency_json(&Latency::from_cells(&r.counters.latency_cells));
+                let latency = Latency::from_cells(&r.counters.latency_cells);
+                v["latency"] = sender_latency_json(&latency, &r.clock);
+                v["latency_clock"] = latency_clock_json(
+                    &r.clock,
+                    r.counters.latency_unknown,
+                    r.counters.latency_clamped,
+                );
                 v
             })
             .collect(),
@@ -465,7 +476,7 @@ pub fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
                 c.send_failed,
                 c.unconfirmed,
                 r.sessions,
-                latency_text(&Latency::from_cells(&c.latency_cells))
+                latency_text(&Latency::from_cells(&c.latency_cells), &r.clock)
             )
         })
         .collect()

@@ -165,8 +165,14 @@ counter_set! {
         /// Sent after the last packet received, by the sender's last progress report, by a
         /// sender that vanished without a goodbye: fate unknown, neither lost nor received.
         unconfirmed:,
-        /// One-way latency observations per cell of [`LATENCY_BOUNDS_NS`].
+        /// One-way latency observations per cell of [`LATENCY_BOUNDS_NS`] (corrected by the
+        /// sender's clock offset; never a raw difference of two clocks).
         latency_cells: 20,
+        /// Full-header packets that gave no latency sample: no clock estimate for their sender.
+        latency_unknown:,
+        /// Latency samples whose corrected transit came out negative (the estimate's error),
+        /// taken as 0.
+        latency_clamped:,
         /// Valid packets by the sink's size classes (`sink::sizes`; the last cell: other sizes).
         size_packets: 9,
     }
@@ -266,6 +272,10 @@ counter_set! {
         latency_cells: 20,
         /// Sink: sum of latency per cell in ns.
         latency_sum_ns: 20,
+        /// Sink: full-header packets without a latency sample (no clock estimate).
+        latency_unknown:,
+        /// Sink: latency samples whose negative corrected transit was taken as 0.
+        latency_clamped:,
     }
 }
 

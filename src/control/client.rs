@@ -2,7 +2,10 @@
 //!
 //! [`ControlClient::start`] returns at once; the thread connects (TCP_NODELAY, keepalive),
 //! authenticates, sends a fresh Hello, then Progress every `progress_every` and a Heartbeat
-//! whenever nothing else went out for `heartbeat`. Three heartbeat periods without a frame from
+//! whenever nothing else went out for `heartbeat`. Right after each connection it runs
+//! [`clock::BURST`](super::clock::BURST) clock exchanges back to back, then one per
+//! `progress_every`, and tells the sink its best offset estimate whenever that changes (at most
+//! once per exchange). Three heartbeat periods without a frame from
 //! the sink mean the connection is dead; it is rebuilt with capped exponential backoff. Each
 //! state change is reported once through the event callback. [`ControlClient::finish`] sends
 //! the Goodbye (connecting once more if needed) and returns the sink's Verdict within `wait`.
@@ -17,6 +20,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use super::auth::Secret;
+use super::clock::Estimate;
 use super::msg::{Goodbye, Hello, Progress, Verdict};
 
 mod worker;
@@ -97,6 +101,13 @@ pub enum ClientEvent {
     Refused {
         /// Why.
         reason: String,
+    },
+    /// The clock estimate changed (and was sent to the sink).
+    Clock {
+        /// The best estimate now.
+        estimate: Estimate,
+        /// The smallest round trip of any clock exchange so far, in ns.
+        min_rtt_ns: u64,
     },
 }
 

@@ -1,9 +1,11 @@
 //! Framing of control messages over any byte stream.
 //!
 //! A frame is `[u32 BE length of the rest][u8 version][u8 message type][JSON payload]`.
-//! Version 2 adds the sink's size classes to the Verdict. A sender speaks version 2; a sink
-//! reads versions 1 and 2 and answers each connection in the version its ClientHello came in,
-//! so a version-1 sender gets the version-1 Verdict it can read.
+//! Version 2 adds the sink's size classes to the Verdict; version 3 the clock exchange (its
+//! message types are unknown in a frame of an older version), the sender's boot id and the
+//! Verdict's clock. A sender speaks version 3; a sink reads versions 1 to 3 and answers each
+//! connection in the version its ClientHello came in, so an older sender gets the Verdict it
+//! can read.
 //! The length is checked against [`MAX_FRAME`] before anything is allocated. [`decode`] is the
 //! one pure parser; [`read_frame`] (blocking, for the handshake) and [`FrameReader`] (resumable
 //! across read timeouts, for the long-lived loops) both feed it. Read timeouts are whatever the
@@ -13,12 +15,12 @@ use std::io::{self, Read, Write};
 
 use thiserror::Error;
 
-use super::msg::{LAST_KIND, Message, kind_name};
+use super::msg::{Message, kind_name, last_kind};
 
 /// Largest value of the length field (version + type + payload), in bytes.
 pub const MAX_FRAME: usize = 256 * 1024;
 /// The protocol version this build speaks (and a sender writes).
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// The oldest version this build still reads and answers.
 pub const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;
@@ -143,7 +145,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
         return Err(FrameError::UnknownVersion(v));
     }
     if let Some(&k) = bytes.get(HEADER + 1)
-        && !(1..=LAST_KIND).contains(&k)
+        && !(1..=last_kind(bytes[HEADER])).contains(&k)
     {
         return Err(FrameError::UnknownType(k));
     }
@@ -323,13 +325,20 @@ mod tests {
             assert!(format!("{e:?}").starts_with(want), "cut {cut}: {e:?}");
         }
         let mut bad = bytes.clone();
-        bad[4] = 3;
-        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(3))));
-        // A version-1 frame (an older sender) still reads, and says its version.
-        let mut old = bytes.clone();
-        old[4] = 1;
-        let (_, v) = read_frame_versioned(&mut io::Cursor::new(old)).unwrap();
-        assert_eq!(v, 1);
+        bad[4] = 4;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(4))));
+        // Version-1 and -2 frames (older senders) still read, and say their version.
+        for version in [1, 2] {
+            let mut old = bytes.clone();
+            old[4] = version;
+            let (_, v) = read_frame_versioned(&mut io::Cursor::new(old)).unwrap();
+            assert_eq!(v, version);
+        }
+        // The clock exchange is version 3: its types are unknown in an older frame.
+        let mut probe = encode(&Message::ClockProbe(ClockProbe { t1_ns: 1 })).unwrap();
+        assert!(decode(&probe).is_ok());
+        probe[4] = 2;
+        assert!(matches!(decode(&probe), Err(FrameError::UnknownType(12))));
         let mut bad = bytes.clone();
         bad[5] = 0;
         assert!(matches!(decode(&bad), Err(FrameError::UnknownType(0))));

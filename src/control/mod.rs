@@ -3,11 +3,14 @@
 //! The sender ([`client::ControlClient`]) connects to the sink ([`server::ControlServer`]),
 //! authenticates with an optional shared secret ([`auth`]), announces its flows, reports
 //! progress and heartbeats while it runs, and at the end sends a Goodbye and receives the
-//! sink's [`msg::Verdict`]. Messages are length-prefixed JSON frames ([`frame`]). Both sides
-//! run on their own threads and never block the data path.
+//! sink's [`msg::Verdict`]. Along the way the sender estimates the sink's clock offset with
+//! NTP-style exchanges ([`clock`]) and tells the sink, which corrects its one-way latency by it.
+//! Messages are length-prefixed JSON frames ([`frame`]). Both sides run on their own threads
+//! and never block the data path.
 
 pub mod auth;
 pub mod client;
+pub mod clock;
 pub mod frame;
 pub mod msg;
 pub mod server;

@@ -3,9 +3,17 @@
 //! Every payload is a JSON object (serde, unknown fields rejected); the frame's type byte is
 //! derived from the [`Message`] variant by [`Message::kind`]. Decoded messages are checked by
 //! [`Message::validate`]: flow lists are capped at [`MAX_FLOWS`], names at [`MAX_NAME`] bytes of
-//! `[A-Za-z0-9._:/@-]`, free-text reasons at [`MAX_REASON`] printable bytes.
+//! `[A-Za-z0-9._:/@-]`, free-text reasons at [`MAX_REASON`] printable bytes, boot ids at
+//! [`MAX_BOOT_ID`] bytes of hex digits and dashes; a clock reply must not answer before it
+//! received, and a clock estimate's bound must cover half its round trip.
+//!
+//! Protocol version 3 adds the clock exchange: [`ClockProbe`], [`ClockReply`] and
+//! [`ClockEstimate`] (types 12 to 14, unknown in older frames), the sender's boot id in its
+//! [`Hello`], and the sink's [`VerdictClock`] in its [`Verdict`].
 
 use serde::{Deserialize, Serialize};
+
+use crate::latency_clock::ClockKind;
 
 mod hex;
 pub use hex::{from_hex32, to_hex};
@@ -19,6 +27,14 @@ pub const MAX_NAME: usize = 128;
 pub const MAX_REASON: usize = 512;
 /// Most size classes a Verdict may list.
 pub const MAX_SIZES: usize = 64;
+/// Longest boot id, in bytes (the kernel's is a 36-byte UUID).
+pub const MAX_BOOT_ID: usize = 64;
+/// Longest round trip a clock estimate may carry (a control connection silent for 3 s is
+/// dropped, so no exchange takes longer).
+pub const MAX_CLOCK_RTT_NS: u64 = 60_000_000_000;
+/// Largest error bound a clock estimate may carry (half the longest round trip plus an hour's
+/// drift at far more than any clock's tolerance).
+pub const MAX_CLOCK_BOUND_NS: u64 = 3_600_000_000_000;
 
 /// Client's first handshake message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +122,10 @@ pub struct Hello {
     /// it continues its sender's run, so the sink counts it as no new session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u32>,
+    /// The sender's `/proc/sys/kernel/random/boot_id` (protocol version 3): a sink with the
+    /// same one runs on the same kernel, so the two share one realtime clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 /// The sink's reply to [`Hello`].
@@ -182,6 +202,59 @@ impl FlowVerdict {
     }
 }
 
+/// The sender's clock probe (protocol version 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockProbe {
+    /// The sender's `CLOCK_REALTIME` when it sent the probe, in ns.
+    pub t1_ns: u64,
+}
+
+/// The sink's answer to a [`ClockProbe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockReply {
+    /// The probe's `t1_ns`.
+    pub t1_ns: u64,
+    /// The sink's `CLOCK_REALTIME` when the probe arrived.
+    pub t2_ns: u64,
+    /// The sink's `CLOCK_REALTIME` when it answered.
+    pub t3_ns: u64,
+}
+
+/// The sender's best estimate of the sink's clock, sent whenever it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockEstimate {
+    /// The sink's clock minus the sender's, in ns.
+    pub offset_ns: i64,
+    /// How far the true offset can be from `offset_ns`, in ns.
+    pub error_bound_ns: u64,
+    /// The round trip of the exchange the offset comes from, in ns.
+    pub rtt_ns: u64,
+}
+
+/// What the sink knew of the sender's clock, in a [`Verdict`] (protocol version 3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerdictClock {
+    /// Same clock, offset corrected, or unknown (then the verdict's latency has no samples).
+    pub kind: ClockKind,
+    /// The sink's clock minus the sender's, in ns; `None` when unknown.
+    pub offset_ns: Option<i64>,
+    /// The offset's error bound, in ns; `None` when unknown.
+    pub error_bound_ns: Option<u64>,
+    /// The round trip of the exchange the offset comes from, if one completed.
+    pub control_rtt_ns: Option<u64>,
+    /// Full-header packets that gave no latency sample, for want of an estimate.
+    pub latency_unknown_packets: u64,
+    /// Samples whose corrected transit came out negative (the estimate's error): taken as 0.
+    pub latency_clamped_packets: u64,
+    /// Why the clock is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// The sink's final account of one sender.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -205,6 +278,9 @@ pub struct Verdict {
     /// The sink's size classes of this sender's packets (protocol version 2; absent before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sizes: Vec<SizeCount>,
+    /// How the latency relates to the sender's clock (protocol version 3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<VerdictClock>,
 }
 
 /// One size class of a [`Verdict`]: an exact payload length, or 0 for every other length.
@@ -234,10 +310,19 @@ pub enum Message {
     Heartbeat(Heartbeat),
     Goodbye(Goodbye),
     Verdict(Verdict),
+    ClockProbe(ClockProbe),
+    ClockReply(ClockReply),
+    ClockEstimate(ClockEstimate),
 }
 
 /// Highest message type byte in use (types are `1..=LAST_KIND`).
-pub const LAST_KIND: u8 = 11;
+pub const LAST_KIND: u8 = 14;
+
+/// Highest message type byte a frame of protocol `version` may carry: the clock exchange
+/// (types 12 to 14) is version 3.
+pub fn last_kind(version: u8) -> u8 {
+    if version >= 3 { LAST_KIND } else { 11 }
+}
 
 impl Message {
     /// The frame's message type byte.
@@ -254,6 +339,9 @@ impl Message {
             Message::Heartbeat(_) => 9,
             Message::Goodbye(_) => 10,
             Message::Verdict(_) => 11,
+            Message::ClockProbe(_) => 12,
+            Message::ClockReply(_) => 13,
+            Message::ClockEstimate(_) => 14,
         }
     }
 
@@ -276,6 +364,9 @@ impl Message {
             Message::Heartbeat(m) => serde_json::to_vec(m),
             Message::Goodbye(m) => serde_json::to_vec(m),
             Message::Verdict(m) => serde_json::to_vec(m),
+            Message::ClockProbe(m) => serde_json::to_vec(m),
+            Message::ClockReply(m) => serde_json::to_vec(m),
+            Message::ClockEstimate(m) => serde_json::to_vec(m),
         };
         // Plain structs of strings and numbers always serialize (non-finite floats become null).
         r.unwrap_or_default()
@@ -301,6 +392,9 @@ impl Message {
             9 => p(payload, Message::Heartbeat),
             10 => p(payload, Message::Goodbye),
             11 => p(payload, Message::Verdict),
+            12 => p(payload, Message::ClockProbe),
+            13 => p(payload, Message::ClockReply),
+            14 => p(payload, Message::ClockEstimate),
             _ => return None,
         })
     }
@@ -313,6 +407,9 @@ impl Message {
             Message::Hello(m) => {
                 check_name("name", &m.name)?;
                 check_flows(m.flows.len())?;
+                if let Some(id) = &m.boot_id {
+                    check_boot_id(id)?;
+                }
                 match m.rate_pps {
                     Some(r) if !(r.is_finite() && r >= 0.0) => {
                         Err(format!("rate_pps {r} is not a finite non-negative number"))
@@ -332,12 +429,22 @@ impl Message {
                         m.sizes.len()
                     ));
                 }
+                if let Some(c) = &m.clock {
+                    check_verdict_clock(c)?;
+                }
                 check_flows(m.flows.len())
             }
+            Message::ClockReply(m) if m.t3_ns < m.t2_ns => Err(format!(
+                "clock reply answered (t3 {}) before it received (t2 {})",
+                m.t3_ns, m.t2_ns
+            )),
+            Message::ClockEstimate(m) => check_estimate(m),
             Message::ClientHello(_)
             | Message::ServerChallenge(_)
             | Message::ClientAuth(_)
-            | Message::Heartbeat(_) => Ok(()),
+            | Message::Heartbeat(_)
+            | Message::ClockProbe(_)
+            | Message::ClockReply(_) => Ok(()),
         }
     }
 }
@@ -356,6 +463,9 @@ pub fn kind_name(kind: u8) -> &'static str {
         "Heartbeat",
         "Goodbye",
         "Verdict",
+        "ClockProbe",
+        "ClockReply",
+        "ClockEstimate",
     ];
     NAMES
         .get(usize::from(kind).wrapping_sub(1))
@@ -395,6 +505,52 @@ fn check_reason(reason: &str) -> Result<(), String> {
         return Err("reason contains control characters".to_string());
     }
     Ok(())
+}
+
+fn check_boot_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_BOOT_ID {
+        return Err(format!(
+            "boot_id must be 1 to {MAX_BOOT_ID} bytes, got {}",
+            id.len()
+        ));
+    }
+    match id.bytes().find(|&c| !(c.is_ascii_hexdigit() || c == b'-')) {
+        Some(c) => Err(format!(
+            "boot_id contains byte 0x{c:02x}; allowed are hex digits and -"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn check_estimate(m: &ClockEstimate) -> Result<(), String> {
+    if m.rtt_ns > MAX_CLOCK_RTT_NS {
+        return Err(format!(
+            "clock estimate round trip {} ns exceeds {MAX_CLOCK_RTT_NS} ns",
+            m.rtt_ns
+        ));
+    }
+    if m.error_bound_ns < m.rtt_ns.div_ceil(2) || m.error_bound_ns > MAX_CLOCK_BOUND_NS {
+        return Err(format!(
+            "clock estimate bound {} ns is not between half its round trip ({} ns) and {MAX_CLOCK_BOUND_NS} ns",
+            m.error_bound_ns, m.rtt_ns
+        ));
+    }
+    Ok(())
+}
+
+fn check_verdict_clock(c: &VerdictClock) -> Result<(), String> {
+    let unknown = c.kind == ClockKind::Unknown;
+    if unknown != c.offset_ns.is_none() || unknown != c.error_bound_ns.is_none() {
+        return Err(format!(
+            "a {} clock must {}carry an offset and its bound",
+            c.kind.name(),
+            if unknown { "not " } else { "" }
+        ));
+    }
+    if unknown != c.reason.is_some() {
+        return Err("a clock has a reason exactly when it is unknown".into());
+    }
+    c.reason.as_deref().map_or(Ok(()), check_reason)
 }
 
 fn check_flows(n: usize) -> Result<(), String> {

@@ -2,7 +2,9 @@
 //!
 //! Each connection must finish the handshake within `handshake_timeout`, then send Hello (the
 //! sink answers Welcome), then Progress/Heartbeat frames until its Goodbye, which the sink
-//! answers with the Verdict its books make. The sink sends a Heartbeat every `heartbeat` and
+//! answers with the Verdict its books make. A clock probe is answered at once with the sink's
+//! receive and send times (`clock::sink_realtime_ns`), and the sender's clock estimates go to
+//! the books. The sink sends a Heartbeat every `heartbeat` and
 //! drops a connection that is silent for three periods. Every bad connection (garbage, oversize
 //! frames, wrong secret, replays, timeouts) costs one rate-limited log line, one counter bump
 //! and its own connection, nothing else. Secrets and MACs are never logged.
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::auth::Secret;
-use super::msg::{Goodbye, Hello, Progress, Verdict};
+use super::msg::{ClockEstimate, Goodbye, Hello, Progress, Verdict};
 use crate::error::Error;
 
 mod conn;
@@ -60,10 +62,12 @@ impl ServerConfig {
 
 /// The sink's accounting, as the control channel sees it. Called from connection threads.
 pub trait SinkBooks: Send + Sync + 'static {
-    /// A sender said Hello; returns the uptime for Welcome.
-    fn hello(&self, peer: SocketAddr, hello: &Hello) -> u64;
+    /// A sender said Hello in protocol `version`; returns the uptime for Welcome.
+    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64;
     /// A sender reported progress.
     fn progress(&self, peer: SocketAddr, name: &str, epoch: u32, progress: &Progress);
+    /// A sender told its estimate of this sink's clock offset.
+    fn clock(&self, peer: SocketAddr, name: &str, epoch: u32, estimate: &ClockEstimate);
     /// A sender said Goodbye; returns its verdict (may block up to about a second).
     fn goodbye(&self, peer: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict;
     /// A connection that had said Hello ended; `clean` after a Goodbye.

@@ -166,6 +166,7 @@ pub struct RxWorker {
     errors: [Counter; ERRNO_CLASSES],
     last_packet: Gauge,
     latency: Histogram,
+    latency_unknown: Counter,
     seen_cells: [u64; LATENCY_CELLS],
     seen_sums: [u64; LATENCY_CELLS],
     ring: RingHandles,
@@ -215,6 +216,7 @@ impl RxWorker {
             }),
             last_packet: gauge!(RX_LAST_PACKET, base(q)),
             latency: histogram!(RX_LATENCY, base(q)),
+            latency_unknown: counter!(RX_LATENCY_UNKNOWN, errno_base.clone()),
             seen_cells: [0; LATENCY_CELLS],
             seen_sums: [0; LATENCY_CELLS],
             ring: RingHandles::register("sink", q),
@@ -246,6 +248,7 @@ impl RxWorker {
         self.buffer_ring_empty.absolute(w.buffer_ring_empty);
         self.buffers_circulating.set(w.buffers_circulating as f64);
         self.last_packet.set(w.last_packet_unix_ns as f64 / 1e9);
+        self.latency_unknown.absolute(w.latency_unknown);
         // Each cell's new observations are recorded at their mean, which lies inside the cell's
         // bucket: bucket counts stay exact and the sum is exact up to float rounding.
         for cell in 0..LATENCY_CELLS {

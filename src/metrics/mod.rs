@@ -106,6 +106,8 @@ pub fn series_count(shape: &Shape) -> usize {
         .iter()
         .map(|flows| flows * (2 + ERRNO_CLASSES) + ring + 3)
         .sum();
+    // The sender's control round trip.
+    let tx_control = usize::from(!shape.tx_flows_per_queue.is_empty());
     // Schedule step, steps, step results and step verdicts.
     let schedule = if shape.tx_flows_per_queue.is_empty() {
         0
@@ -118,8 +120,8 @@ pub fn series_count(shape: &Shape) -> usize {
         + ERRNO_CLASSES
         + LATENCY_SERIES
         + ring
-        + 1;
-    let per_sender = 10;
+        + 2;
+    let per_sender = 13;
     // The sink's size classes and `other`, packets and bytes.
     let rx_sizes = if shape.rx_queues > 0 {
         2 * (crate::sink::sizes::CLASSES + 1)
@@ -133,7 +135,8 @@ pub fn series_count(shape: &Shape) -> usize {
     };
     // Per queue of either role: bound node, hugepages, and resident pages per node.
     let memory = (shape.tx_flows_per_queue.len() + shape.rx_queues) * (2 + shape.memory_nodes);
-    tx + schedule
+    tx + tx_control
+        + schedule
         + memory
         + rx_sizes
         + shape.rx_queues * rx_per_queue

@@ -58,7 +58,8 @@ metrics! {
     RX_INVALID = "ringblast_rx_invalid_packets_total", Counter, "node,queue,reason", "Datagrams that are not valid ringblast packets, by reason.";
     RX_KERNEL_DROPS = "ringblast_rx_kernel_drops_total", Counter, "node,queue", "Datagrams the kernel dropped on the sink socket (SO_RXQ_OVFL).";
     RX_LAST_PACKET = "ringblast_rx_last_packet_timestamp_seconds", Gauge, "node,queue", "Unix time of the last valid packet (0 = none yet).";
-    RX_LATENCY = "ringblast_rx_latency_seconds", Histogram, "node,queue", "One-way latency from the sender's timestamp (needs synchronised clocks across hosts).";
+    RX_LATENCY = "ringblast_rx_latency_seconds", Histogram, "node,queue", "One-way latency from the sender's timestamp, corrected by the sender's clock offset (offset-free samples only; packets without a clock estimate are in ringblast_rx_latency_unknown_packets_total).";
+    RX_LATENCY_UNKNOWN = "ringblast_rx_latency_unknown_packets_total", Counter, "node,queue,protocol", "Valid packets (TCP: records) with a send timestamp that gave no latency sample: their sender has no clock estimate (no control channel, or none yet).";
     RX_BUFFER_RING_EMPTY = "ringblast_rx_buffer_ring_empty_total", Counter, "node,queue", "Multishot receives ended because the provided-buffer ring ran dry.";
     RX_BUFFERS_CIRCULATING = "ringblast_rx_buffers_circulating", Gauge, "node,queue", "Provided receive buffers the UDP sink keeps in circulation (about 4 MiB of received data; the rest are held back so the kernel's copies stay in cache).";
     RX_SENDER_PACKETS = "ringblast_rx_sender_packets_total", Counter, "sender", "Valid packets received from this sender (all its sessions).";
@@ -71,9 +72,13 @@ metrics! {
     RX_SENDER_SEND_FAILED = "ringblast_rx_sender_send_failed_packets_total", Counter, "sender", "Sequence numbers whose send failed at the sender (never counted as lost).";
     RX_SENDER_SESSIONS = "ringblast_rx_sender_sessions_total", Counter, "sender", "Sessions (sender runs, epochs) seen from this sender: a restart adds one.";
     RX_SENDER_ACTIVE = "ringblast_rx_sender_active_sessions", Gauge, "sender", "Sessions of this sender with packets still being counted.";
+    RX_SENDER_LATENCY_UNKNOWN = "ringblast_rx_sender_latency_unknown_packets_total", Counter, "sender", "This sender's packets with a send timestamp that gave no latency sample (no clock estimate).";
+    RX_SENDER_CLOCK_OFFSET = "ringblast_rx_sender_clock_offset_seconds", Gauge, "sender", "The sink's clock minus this sender's (its latest run's): 0 on the same kernel, the control channel's estimate otherwise; NaN while unknown.";
+    RX_SENDER_CLOCK_OFFSET_ERROR = "ringblast_rx_sender_clock_offset_error_seconds", Gauge, "sender", "Error bound of ringblast_rx_sender_clock_offset_seconds (half the control round trip, plus drift since); NaN while unknown.";
     RX_CONTROL_CONNECTIONS = "ringblast_rx_control_connections_total", Counter, "result", "Control connections to the sink, by outcome.";
     TX_CONTROL_CONNECTED = "ringblast_tx_control_connected", Gauge, "", "Whether the sender's control channel to the sink is up (1) or not (0).";
     TX_CONTROL_RECONNECTS = "ringblast_tx_control_reconnects_total", Counter, "", "Times the sender's control channel was rebuilt after it was lost.";
+    TX_CONTROL_RTT = "ringblast_tx_control_rtt_seconds", Gauge, "", "Smallest round trip of the sender's clock exchanges with the sink (absent until one completes).";
     RING_ENTER = "ringblast_ring_enter_calls_total", Counter, "role,node,queue", "io_uring_enter system calls.";
     RING_SQES = "ringblast_ring_sqes_submitted_total", Counter, "role,node,queue", "Submission queue entries submitted (average batch = SQEs / enter calls).";
     RING_CQES = "ringblast_ring_cqes_reaped_total", Counter, "role,node,queue", "Completion queue entries reaped.";

@@ -1,6 +1,7 @@
 //! The sink's per-sender series: registered by the reporter thread the first time a sender
 //! appears (never by a worker), and set from the registry's books on every flush. The
-//! registry caps the names at `--max-senders` and books the rest as `sender="other"`.
+//! registry caps the names at `--max-senders` and books the rest as `sender="other"`. A
+//! sender's clock offset and its error bound are NaN while its clock is unknown (never 0).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -20,6 +21,9 @@ struct SenderHandles {
     send_failed: Counter,
     sessions: Counter,
     active: Gauge,
+    latency_unknown: Counter,
+    clock_offset: Gauge,
+    clock_offset_error: Gauge,
 }
 
 impl SenderHandles {
@@ -36,6 +40,9 @@ impl SenderHandles {
             send_failed: counter!(RX_SENDER_SEND_FAILED, &l),
             sessions: counter!(RX_SENDER_SESSIONS, &l),
             active: gauge!(RX_SENDER_ACTIVE, &l),
+            latency_unknown: counter!(RX_SENDER_LATENCY_UNKNOWN, &l),
+            clock_offset: gauge!(RX_SENDER_CLOCK_OFFSET, &l),
+            clock_offset_error: gauge!(RX_SENDER_CLOCK_OFFSET_ERROR, &l),
         }
     }
 }
@@ -73,6 +80,13 @@ impl SenderSeries {
             h.send_failed.absolute(c.send_failed);
             h.sessions.absolute(row.sessions);
             h.active.set(row.active_sessions as f64);
+            h.latency_unknown.absolute(c.latency_unknown);
+            let (offset, error) = match row.clock.correction_ns() {
+                Some(offset) => (offset as f64 / 1e9, row.clock.error_bound_ns as f64 / 1e9),
+                None => (f64::NAN, f64::NAN),
+            };
+            h.clock_offset.set(offset);
+            h.clock_offset_error.set(error);
         }
     }
 }

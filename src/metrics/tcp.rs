@@ -1,8 +1,8 @@
 //! Prometheus series of TCP runs, all with `protocol="tcp"`: per sender queue bytes, records,
 //! delivered records, connects, connect failures, resets, open connections, rr transactions and
 //! RTT quantiles, and TCP_INFO (largest srtt, summed cwnd, retransmits) as the reporter last
-//! sampled it; per sink queue bytes, records, invalid by reason, accepts, resets and open
-//! connections; and context switches of the process and the machine. Registered before the
+//! sampled it; per sink queue bytes, records, invalid by reason, accepts, resets, open
+//! connections and records without a latency sample (no clock estimate); and context switches of the process and the machine. Registered before the
 //! workers start and flushed by the reporter thread from what the workers publish.
 
 use std::sync::Arc;
@@ -119,6 +119,10 @@ impl TcpHandles {
                     (RxCounter::Records, counter!(TCP_RX_RECORDS, l.clone())),
                     (RxCounter::Accepts, counter!(TCP_ACCEPTS, l.clone())),
                     (RxCounter::Resets, counter!(TCP_RX_RESETS, l.clone())),
+                    (
+                        RxCounter::LatencyUnknown,
+                        counter!(RX_LATENCY_UNKNOWN, l.clone()),
+                    ),
                 ];
                 for (k, reason) in INVALID {
                     let mut l = l.clone();

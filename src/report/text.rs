@@ -1,10 +1,9 @@
 //! Latency and the sink's summary line as people read them: exact quantiles from the sink's
-//! HDR histogram, cell bounds for per-sender latency, and durations in sensible units.
+//! HDR histogram (corrected samples only), and durations in sensible units.
 
 use serde_json::{Value, json};
 
 use super::{RxSample, loss_percent};
-use crate::stats::Latency;
 
 /// The sink's exact latency quantiles (from its HDR histogram) as JSON.
 pub fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
@@ -32,7 +31,7 @@ pub fn sink_summary_line(
 ) -> String {
     let t = &total.traffic;
     let latency = latency.map_or_else(
-        || "latency -".to_string(),
+        || "latency - (no corrected samples)".to_string(),
         |h| {
             format!(
                 "latency p50 {} p99 {} max {}",
@@ -56,31 +55,6 @@ pub fn sink_summary_line(
         summary["rx_kernel_drops"],
         summary["startup_ms"],
         summary["first_packet_ms"]
-    )
-}
-
-/// Latency quantiles as upper bounds of the sink's latency cells.
-pub(super) fn latency_json(l: &Latency) -> Value {
-    json!({"p50_ns_at_most": l.p50_ns, "p99_ns_at_most": l.p99_ns, "max_ns_at_most": l.max_ns})
-}
-
-/// A cell bound for people: `<=20us`, `>1s` for the open top cell, `-` when nothing was seen.
-fn bound_text(ns: u64) -> String {
-    match ns {
-        0 => "-".into(),
-        u64::MAX => ">1s".into(),
-        n if n >= 1_000_000_000 => format!("<={}s", n / 1_000_000_000),
-        n if n >= 1_000_000 => format!("<={}ms", n / 1_000_000),
-        n => format!("<={}us", n / 1_000),
-    }
-}
-
-pub(super) fn latency_text(l: &Latency) -> String {
-    format!(
-        "latency p50 {} p99 {} max {}",
-        bound_text(l.p50_ns),
-        bound_text(l.p99_ns),
-        bound_text(l.max_ns)
     )
 }
 

@@ -1,13 +1,17 @@
 //! Links a run's sender and sink: the sink serves the control channel over its books, the
 //! sender talks to a remote sink over it, and `pair` asks its in-process sink directly. Nothing
 //! here runs on a worker thread, and the data path never waits on any of it.
+//!
+//! The sink decides at each hello how its latency relates to the sender's clock: a sender on
+//! its own kernel (the same boot id) shares its clock; any other waits for the sender's offset
+//! estimate; `pair` is one process, so one clock.
 
 use crate::say;
 use std::{
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -23,12 +27,13 @@ use crate::{
         auth::Secret,
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
         msg::{
-            FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME, Progress, SizeCount,
-            Verdict, name_byte_allowed,
+            ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME,
+            Progress, SizeCount, Verdict, VerdictClock, name_byte_allowed,
         },
         server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks},
     },
     error::Error,
+    latency_clock::{ClockKind, LatencyClock, NO_ESTIMATE_YET},
     metrics::names,
     sender::SenderShared,
     sink::{
@@ -61,14 +66,44 @@ pub enum Link {
     Off,
 }
 
+/// What a sender's control channel found out, for its summary.
+#[derive(Debug)]
+pub struct LinkState {
+    /// The sink refused this sender's credentials (the run exits 3).
+    pub refused: AtomicBool,
+    /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
+    control_rtt_ns: AtomicU64,
+}
+
+impl Default for LinkState {
+    fn default() -> LinkState {
+        LinkState {
+            refused: AtomicBool::new(false),
+            control_rtt_ns: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl LinkState {
+    /// The smallest control round trip measured, if any clock exchange completed.
+    pub fn control_rtt_ns(&self) -> Option<u64> {
+        Some(self.control_rtt_ns.load(Ordering::Relaxed)).filter(|&ns| ns != u64::MAX)
+    }
+
+    /// Whether the sink refused this sender's credentials.
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
 /// What a started link leaves running.
 pub struct Started {
     /// Where the sender's verdict comes from.
     pub verdict: VerdictSource,
     /// The sink's control server, stopped after the run.
     pub server: Option<RunningServer>,
-    /// The sink refused this sender's credentials (the run exits 3).
-    pub refused: Arc<AtomicBool>,
+    /// What the sender's control channel found out.
+    pub state: Arc<LinkState>,
 }
 
 /// The longest suffix a default name puts after the hostname: a sender's `/{queues}q{flows}f`
@@ -131,11 +166,11 @@ pub fn start(
     senders: Option<&SenderSet>,
     sinks: Option<&SinkSet>,
 ) -> Result<Started, Error> {
-    let refused = Arc::new(AtomicBool::new(false));
+    let state = Arc::new(LinkState::default());
     let mut started = Started {
         verdict: VerdictSource::None,
         server: None,
-        refused: Arc::clone(&refused),
+        state: Arc::clone(&state),
     };
     match (link, senders, sinks) {
         // A rate schedule: each part is its own session epoch (`part_link`).
@@ -160,7 +195,7 @@ pub fn start(
                     .ok_or_else(|| Error::Usage("a stepped run without its schedule".into()))?,
                 size: u32::try_from(s.size).unwrap_or(u32::MAX),
                 started_ns: clock::monotonic_ns(),
-                refused,
+                state,
                 clients: Vec::new(),
             };
             started.verdict = VerdictSource::Parts(part_link::start(Box::new(sink), part_books(s)));
@@ -214,7 +249,7 @@ pub fn start(
             });
             let mut config = ClientConfig::new(addr);
             config.secret = secret;
-            let client = ControlClient::start(config, view, Box::new(move |e| event(e, &refused)));
+            let client = ControlClient::start(config, view, Box::new(move |e| event(e, &state)));
             started.verdict = VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
                 let goodbye = Goodbye {
                     flows: flows.iter().map(progress_of).collect(),
@@ -235,7 +270,7 @@ pub fn start(
     Ok(started)
 }
 
-pub(super) fn event(e: ClientEvent, refused: &AtomicBool) {
+pub(super) fn event(e: ClientEvent, state: &LinkState) {
     match e {
         ClientEvent::Connected {
             addr,
@@ -268,9 +303,72 @@ pub(super) fn event(e: ClientEvent, refused: &AtomicBool) {
         }
         ClientEvent::Refused { reason } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            refused.store(true, Ordering::Relaxed);
+            state.refused.store(true, Ordering::Relaxed);
             say!("control: {reason}");
         }
+        ClientEvent::Clock { min_rtt_ns, .. } => {
+            let min = state
+                .control_rtt_ns
+                .fetch_min(min_rtt_ns, Ordering::Relaxed)
+                .min(min_rtt_ns);
+            metrics::gauge!(names::TX_CONTROL_RTT).set(min as f64 / 1e9);
+        }
+    }
+}
+
+/// The clock of `pair`'s sender at its in-process sink: the same clock (moved by the test
+/// skew, which the one process knows exactly, when that hook is set).
+pub(super) fn in_process_clock() -> LatencyClock {
+    LatencyClock {
+        offset_ns: clock::test_skew_ns().unwrap_or(0),
+        ..LatencyClock::same_clock()
+    }
+}
+
+/// The clock of a sender at its hello in protocol `version`, as far as the hello tells.
+pub(super) fn hello_clock(hello: &Hello, version: u8) -> LatencyClock {
+    if version < 3 {
+        LatencyClock::unknown(format!(
+            "no clock estimate: the sender speaks control protocol version {version}, without the clock exchange (upgrade it)"
+        ))
+    } else if clock::same_kernel(hello.boot_id.as_deref()) {
+        LatencyClock::same_clock()
+    } else {
+        LatencyClock::unknown(NO_ESTIMATE_YET)
+    }
+}
+
+/// A run's clock, with its packets without a sample and its clamped samples, for a verdict.
+pub(super) fn verdict_clock(clock: &LatencyClock, unknown: u64, clamped: u64) -> VerdictClock {
+    let known = clock.kind != ClockKind::Unknown;
+    VerdictClock {
+        kind: clock.kind,
+        offset_ns: known.then_some(clock.offset_ns),
+        error_bound_ns: known.then_some(clock.error_bound_ns),
+        control_rtt_ns: clock.control_rtt_ns,
+        latency_unknown_packets: unknown,
+        latency_clamped_packets: clamped,
+        reason: (!known).then(|| clock.reason.clone()),
+    }
+}
+
+/// The clock a verdict carries (an older sink says nothing of it).
+fn clock_of(v: Option<&VerdictClock>) -> LatencyClock {
+    match v {
+        Some(c) if c.kind != ClockKind::Unknown => LatencyClock {
+            kind: c.kind,
+            offset_ns: c.offset_ns.unwrap_or(0),
+            error_bound_ns: c.error_bound_ns.unwrap_or(0),
+            control_rtt_ns: c.control_rtt_ns,
+            reason: String::new(),
+        },
+        Some(c) => LatencyClock {
+            control_rtt_ns: c.control_rtt_ns,
+            ..LatencyClock::unknown(c.reason.clone().unwrap_or_default())
+        },
+        None => LatencyClock::unknown(
+            "the sink's verdict does not say how its latency relates to this sender's clock",
+        ),
     }
 }
 
@@ -313,6 +411,7 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
         flows: s.flow_reports(),
         elapsed_ns,
         step: 0,
+        clock: in_process_clock(),
     }
 }
 
@@ -345,8 +444,13 @@ fn counters_of(f: &FlowVerdict) -> SessionCounters {
 }
 
 pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
+    let mut totals = counters_of(&v.totals);
+    if let Some(c) = &v.clock {
+        totals.latency_unknown = c.latency_unknown_packets;
+        totals.latency_clamped = c.latency_clamped_packets;
+    }
     RunVerdict {
-        totals: counters_of(&v.totals),
+        totals,
         flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
         complete: true,
         latency: Latency {
@@ -363,6 +467,7 @@ pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
                 bytes: c.bytes,
             })
             .collect(),
+        clock: clock_of(v.clock.as_ref()),
     }
 }
 
@@ -373,7 +478,7 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, peer: SocketAddr, hello: &Hello) -> u64 {
+    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64 {
         let h = registry::Hello {
             name: hello.name.clone(),
             epoch: hello.epoch,
@@ -389,6 +494,7 @@ impl SinkBooks for Books {
                 .collect(),
             elapsed_ns: hello.elapsed_ns,
             step: hello.step.unwrap_or(0),
+            clock: hello_clock(hello, version),
         };
         let (uptime, line) = self.registry.hello(Some(peer), &h);
         let rate = hello
@@ -401,6 +507,11 @@ impl SinkBooks for Books {
     fn progress(&self, _peer: SocketAddr, _name: &str, epoch: u32, progress: &Progress) {
         let flows = reports_of(&progress.flows);
         self.registry.progress(epoch, &flows);
+    }
+
+    fn clock(&self, _peer: SocketAddr, _name: &str, epoch: u32, e: &ClockEstimate) {
+        self.registry
+            .clock(epoch, e.offset_ns, e.error_bound_ns, e.rtt_ns);
     }
 
     fn goodbye(&self, _peer: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict {
@@ -424,6 +535,11 @@ impl SinkBooks for Books {
                     bytes: c.bytes,
                 })
                 .collect(),
+            clock: Some(verdict_clock(
+                &v.clock,
+                v.totals.latency_unknown,
+                v.totals.latency_clamped,
+            )),
         }
     }
 
@@ -474,6 +590,7 @@ impl SenderView for View {
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
             reconnect,
             step: None,
+            boot_id: None,
         }
     }
 

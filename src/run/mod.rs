@@ -297,6 +297,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         verdict: link.verdict,
         min_rate_ratio: spec.min_rate_ratio,
         wire_rate: spec.wire_rate,
+        link: Arc::clone(&link.state),
     };
     let result = session.run(&signal, &mut |force| {
         if let Some(e) = exporter.as_mut() {
@@ -309,7 +310,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
     if let Some(server) = link.server {
         server.stop();
     }
-    if result.is_ok() && link.refused.load(std::sync::atomic::Ordering::Relaxed) {
+    if result.is_ok() && link.state.refused() {
         return Err(Error::Unsupported(
             "the sink refused this sender's credentials: give both sides the same --secret-file"
                 .into(),

@@ -14,6 +14,8 @@ use std::{
     time::Duration,
 };
 
+use crate::latency_clock::LatencyClock;
+
 use super::{
     control_link,
     session::{GOODBYE_WAIT, VerdictResult},
@@ -171,6 +173,7 @@ pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
         complete: true,
         ..RunVerdict::default()
     };
+    let mut clocks = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
         let (name, v) = part
             .as_ref()
@@ -180,6 +183,7 @@ pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
         }
         run.totals.add(&v.totals);
         run.complete &= v.complete;
+        clocks.push(&v.clock);
         for (flow, c) in &v.flows {
             match run.flows.iter_mut().find(|(f, _)| f == flow) {
                 Some((_, into)) => into.add(c),
@@ -196,6 +200,8 @@ pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
         };
     }
     run.sizes.sort_by_key(|c| (c.payload.is_none(), c.payload));
+    // Each step is its own run with its own estimate: the run's is the latest known one.
+    run.clock = LatencyClock::latest(clocks);
     if run.totals.latency_cells.iter().any(|&n| n > 0) {
         run.latency = Latency::from_cells(&run.totals.latency_cells);
     }
@@ -218,6 +224,7 @@ impl PartSink for InProcess {
             flows: self.books.reports(part),
             elapsed_ns: 0,
             step: part as u32,
+            clock: control_link::in_process_clock(),
         };
         let (_, line) = self.registry.hello(None, &hello);
         if part == 0 {
@@ -247,8 +254,8 @@ pub struct Remote {
     pub size: u32,
     /// Monotonic ns at (about) the first send.
     pub started_ns: u64,
-    /// Set when the sink refuses this sender's credentials.
-    pub refused: Arc<AtomicBool>,
+    /// What the control connections found out (the sink refused us; the control round trip).
+    pub state: Arc<control_link::LinkState>,
     /// The open connections, per part.
     pub clients: Vec<Option<ControlClient>>,
 }
@@ -264,11 +271,11 @@ impl PartSink for Remote {
             rate_pps: self.schedule.mean_rate(start, end),
             starts_ns: self.started_ns + start,
         });
-        let refused = Arc::clone(&self.refused);
+        let state = Arc::clone(&self.state);
         let on_event = Box::new(move |e: ClientEvent| {
             // One connection line per run, not per step; every trouble is said.
             if part == 0 || !matches!(e, ClientEvent::Connected { .. }) {
-                control_link::event(e, &refused);
+                control_link::event(e, &state);
             }
         });
         let client = ControlClient::start(self.config.clone(), view, on_event);
@@ -331,6 +338,7 @@ impl SenderView for PartView {
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.starts_ns),
             reconnect,
             step: (self.part > 0).then_some(self.part as u32),
+            boot_id: None,
         }
     }
 

@@ -74,6 +74,8 @@ pub struct Session {
     pub min_rate_ratio: Option<f64>,
     /// Live lines show the L1 wire rate (`--wire-rate`).
     pub wire_rate: bool,
+    /// What the sender's control channel found out (its round trip, for the summary).
+    pub link: Arc<super::control_link::LinkState>,
 }
 
 /// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
@@ -315,6 +317,8 @@ impl Session {
             if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
                 into.extend(more.clone());
             }
+            // The smallest round trip of the sender's clock exchanges; null without them.
+            summary["control_rtt_ns"] = json!(self.link.control_rtt_ns());
             summary["size"] = json!(s.size);
             summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
             summary["burst"] = json!(s.burst);

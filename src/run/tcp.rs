@@ -335,6 +335,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
     )
     .with_metrics(metrics)
     .with_control(None, Some(ask))
+    .with_link(refused.clone())
     .run(&signal);
     linger(metrics, common.metrics_linger, &signal);
     refused_means_exit_3(result, refused.as_ref())
@@ -343,7 +344,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
 /// A run whose sink refused this sender's credentials fails as an environment error (exit 3).
 fn refused_means_exit_3(
     result: Result<(), Error>,
-    refused: Option<&Arc<std::sync::atomic::AtomicBool>>,
+    refused: Option<&Arc<super::control_link::LinkState>>,
 ) -> Result<(), Error> {
     if result.is_ok() && tcp_control::was_refused(refused) {
         return Err(Error::Unsupported(
@@ -487,6 +488,7 @@ pub fn pair(args: PairArgs) -> Result<(), Error> {
     .pair_released()
     .with_metrics(metrics)
     .with_control(Some(books), Some(ask))
+    .with_link(Some(Arc::clone(&refused)))
     .with_control_stats(Some(server.stats()))
     .run(&signal);
     server.stop();

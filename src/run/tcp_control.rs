@@ -6,26 +6,25 @@
 //! verdict on this sender run, which its summary carries ([`attach_verdict`]). Nothing here
 //! runs on a worker thread.
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use serde_json::{Map, Value, json};
 
-use super::{control_link, session::GOODBYE_WAIT};
+use super::{
+    control_link::{self, LinkState},
+    session::GOODBYE_WAIT,
+};
 use crate::{
     clock,
     control::{
         auth::Secret,
         client::{ClientConfig, ControlClient, SenderView},
-        msg::{FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict},
+        msg::{
+            ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict,
+        },
         server::{ControlServer, RunningServer, ServerConfig, SinkBooks},
     },
+    report::latency_clock_json,
     say,
     sender::tcp::{TcpSendShared, TxCounter},
     sink::tcp::{
@@ -37,8 +36,8 @@ use crate::{
 /// Control connections that may wait at once between the sink's workers and its server.
 pub const HANDOFF_SLOTS: usize = 16;
 
-/// The sink's verdict on this sender run, or why none came.
-pub type TcpVerdictResult = Result<(String, FlowVerdict), String>;
+/// The sink's verdict on this sender run (its session and the verdict), or why none came.
+pub type TcpVerdictResult = Result<(String, Verdict), String>;
 /// Says Goodbye with the queues' final counts and waits for the verdict.
 pub type AskTcpSink = Box<dyn FnOnce(&[Arc<TcpSendShared>]) -> TcpVerdictResult>;
 
@@ -67,16 +66,22 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, peer: SocketAddr, hello: &Hello) -> u64 {
+    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64 {
         say!(
             "control: sender {} (run {:08x}) said hello from {peer}",
             hello.name,
             hello.epoch
         );
-        self.books.hello(&hello.name, hello.epoch)
+        let clock = control_link::hello_clock(hello, version);
+        self.books.hello(&hello.name, hello.epoch, clock)
     }
 
     fn progress(&self, _: SocketAddr, _: &str, _: u32, _: &Progress) {}
+
+    fn clock(&self, _: SocketAddr, _: &str, epoch: u32, e: &ClockEstimate) {
+        self.books
+            .clock(epoch, e.offset_ns, e.error_bound_ns, e.rtt_ns);
+    }
 
     fn goodbye(&self, _: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict {
         let v = self.books.goodbye(epoch, GOODBYE_WAIT);
@@ -92,11 +97,14 @@ impl SinkBooks for Books {
             tx_failed: goodbye.flows.iter().map(|f| f.failed).sum(),
             ..FlowVerdict::default()
         };
+        let clock =
+            control_link::verdict_clock(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
         Verdict {
             sink_session: self.sink_session.clone(),
             name: name.into(),
             epoch,
             totals,
+            clock: Some(clock),
             ..Verdict::default()
         }
     }
@@ -155,6 +163,7 @@ impl SenderView for View {
             reconnect,
             // TCP runs have no rate schedule (refused at start).
             step: None,
+            boot_id: None,
         }
     }
 
@@ -175,16 +184,16 @@ pub struct SenderLink {
     pub name: String,
 }
 
-/// Starts the sender's control thread; returns how to ask for the verdict and a flag set when
-/// the sink refused this sender's credentials.
+/// Starts the sender's control thread; returns how to ask for the verdict and what the channel
+/// finds out (the sink refused this sender's credentials; the control round trip).
 pub fn connect(
     link: SenderLink,
     epoch: u32,
     size: usize,
     rate_rps: Option<f64>,
     shared: Vec<Arc<TcpSendShared>>,
-) -> (AskTcpSink, Arc<AtomicBool>) {
-    let refused = Arc::new(AtomicBool::new(false));
+) -> (AskTcpSink, Arc<LinkState>) {
+    let state = Arc::new(LinkState::default());
     let view = Arc::new(View {
         name: link.name,
         epoch,
@@ -195,11 +204,11 @@ pub fn connect(
     });
     let mut config = ClientConfig::new(link.addr);
     config.secret = link.secret;
-    let flag = Arc::clone(&refused);
+    let events = Arc::clone(&state);
     let client = ControlClient::start(
         config,
         view,
-        Box::new(move |e| control_link::event(e, &flag)),
+        Box::new(move |e| control_link::event(e, &events)),
     );
     let ask: AskTcpSink = Box::new(move |shared: &[Arc<TcpSendShared>]| {
         let goodbye = Goodbye {
@@ -207,10 +216,10 @@ pub fn connect(
         };
         client
             .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session, v.totals))
+            .map(|v| (v.sink_session.clone(), v))
             .map_err(|e| e.to_string())
     });
-    (ask, refused)
+    (ask, state)
 }
 
 /// The verdict of a sender with `--control off`: none, and why.
@@ -224,8 +233,8 @@ pub fn off() -> AskTcpSink {
 }
 
 /// Whether the sink refused this sender (the run then exits 3).
-pub fn was_refused(flag: Option<&Arc<AtomicBool>>) -> bool {
-    flag.is_some_and(|f| f.load(Ordering::Relaxed))
+pub fn was_refused(state: Option<&Arc<LinkState>>) -> bool {
+    state.is_some_and(|s| s.refused())
 }
 
 /// Puts the sink's verdict into a TCP send summary (`"verdict"`, or `"sink_error"`) and
@@ -236,7 +245,9 @@ pub fn attach_verdict(
     tx_records: u64,
 ) -> String {
     match verdict {
-        Ok((session, v)) => {
+        Ok((session, verdict)) => {
+            let v = &verdict.totals;
+            let clock = control_link::run_verdict(verdict);
             line.insert(
                 "verdict".into(),
                 json!({
@@ -245,6 +256,11 @@ pub fn attach_verdict(
                     "rx_bytes": v.rx_bytes,
                     "rx_invalid": v.rx_invalid,
                     "tx_failed": v.tx_failed,
+                    "latency_clock": latency_clock_json(
+                        &clock.clock,
+                        clock.totals.latency_unknown,
+                        clock.totals.latency_clamped,
+                    ),
                 }),
             );
             let counted = if v.rx_packets == tx_records {
@@ -256,8 +272,12 @@ pub fn attach_verdict(
                 )
             };
             format!(
-                "send verdict from sink {session}: {} records, {} bytes counted, invalid {}, failed writes {}; {counted}",
-                v.rx_packets, v.rx_bytes, v.rx_invalid, v.tx_failed
+                "send verdict from sink {session}: {} records, {} bytes counted, invalid {}, failed writes {}; {counted}; latency clock {}",
+                v.rx_packets,
+                v.rx_bytes,
+                v.rx_invalid,
+                v.tx_failed,
+                clock.clock.text()
             )
         }
         Err(why) => {
@@ -281,6 +301,11 @@ pub fn senders_json(rows: &[TcpSenderRow]) -> Value {
                     "sessions": r.sessions,
                     "conns_open": r.conns_open,
                     "conns_closed": r.conns_closed,
+                    "latency_clock": latency_clock_json(
+                        &r.clock,
+                        r.tally.latency_unknown,
+                        r.tally.latency_clamped,
+                    ),
                 })
             })
             .collect(),

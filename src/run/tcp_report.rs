@@ -55,6 +55,8 @@ pub struct Reporter {
     control_stats: Option<Arc<crate::control::server::ServerStats>>,
     /// The summaries' `placement` arrays (queue, node, CPU, packet memory), taken at set-up.
     placement: (Option<Value>, Option<Value>),
+    /// What the sender's control channel found out (its round trip, for the summary).
+    link: Option<Arc<super::control_link::LinkState>>,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -182,6 +184,7 @@ impl Reporter {
                     .as_ref()
                     .map(|s| crate::report::placement_json(&s.queues, s.group.memory())),
             ),
+            link: None,
             json,
             interval,
             senders,
@@ -243,6 +246,12 @@ impl Reporter {
         stats: Option<Arc<crate::control::server::ServerStats>>,
     ) -> Reporter {
         self.control_stats = stats;
+        self
+    }
+
+    /// What the sender's control channel finds out (none with `--control off`).
+    pub fn with_link(mut self, link: Option<Arc<super::control_link::LinkState>>) -> Reporter {
+        self.link = link;
         self
     }
 

@@ -16,6 +16,15 @@
 //! A goodbye closes a session with its true end, so a dropped tail is lost exactly. A session
 //! idle for `--session-idle` is closed; its tail after the last packet, up to the sender's last
 //! progress report, is `unconfirmed`: its fate is unknown, so it is neither lost nor nothing.
+//!
+//! **Latency** is taken here, after the session lookup, because each session holds its sender
+//! run's clock correction (`latency_clock`): the sink's clock minus the sender's, 0 on the same
+//! kernel, or the control channel's estimate, set by a `ToWorker::Clock` for the session's
+//! epoch (kept for the epoch's sessions still to come, up to [`CLOCK_EPOCHS`] epochs). The
+//! one-way latency is the receive time less the header's send time less the correction, in
+//! signed arithmetic; one still negative (the estimate's error) is taken as 0 and counted as
+//! clamped. A session without a correction takes no sample and counts the packet as
+//! `latency_unknown`: a raw difference of two clocks would be their offset, not a latency.
 
 use std::net::SocketAddr;
 
@@ -25,7 +34,7 @@ use crate::{
         header::extend_seq,
         seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
     },
-    stats::{RxFlow, SessionCounters},
+    stats::{RxFlow, SessionCounters, latency_cell},
 };
 
 /// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
@@ -37,6 +46,8 @@ pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) a
 const _: () = assert!(SESSION_BYTES <= 2_700);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
+/// Epochs whose clock correction waits for sessions still to come (the oldest is overwritten).
+pub const CLOCK_EPOCHS: usize = 1024;
 const DEFERRED_CLOSES: usize = 4096;
 
 /// One session's state.
@@ -63,6 +74,8 @@ struct Session {
     first_ns: u64,
     last_ns: u64,
     progress: Option<(u64, u64)>,
+    /// The sink's clock minus the sender's, in ns; `None`: unknown, no latency samples.
+    correction: Option<i64>,
     dirty: bool,
 }
 
@@ -84,9 +97,10 @@ pub struct Packet {
     pub bytes: u64,
     pub source: Option<SocketAddr>,
     pub now_ns: u64,
-    /// The latency cell of its one-way delay (`stats::latency_cell`, computed once by the worker);
-    /// a compact packet has none.
-    pub latency_cell: usize,
+    /// The sink's realtime clock when it was received (`clock::sink_realtime_ns`).
+    pub now_real_ns: u64,
+    /// The send timestamp of its header (the sender's realtime clock); none in a compact one.
+    pub sent_ns: u64,
     /// It carried the compact header: `seq` holds only the low 32 bits, and no timestamp.
     pub compact: bool,
     /// Its size class (`sink::sizes`).
@@ -95,6 +109,18 @@ pub struct Packet {
     /// `SO_RXQ_OVFL` count is older than the books' latest): a `/proc` read can run ahead of
     /// the datagrams still queued, and drops after a session's last datagram are its tail's.
     pub drops_behind: u64,
+}
+
+/// What a counted packet gave the latency books.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LatencySample {
+    /// A compact header: no timestamp.
+    NoTimestamp,
+    /// Its session has no clock correction: no sample (counted as `latency_unknown`).
+    Unknown,
+    /// Its corrected one-way delay, in ns, and that delay's latency cell; `clamped` when the
+    /// corrected transit came out negative and was taken as 0.
+    Delay { ns: u64, cell: usize, clamped: bool },
 }
 
 /// The sessions one sink worker sees.
@@ -118,6 +144,9 @@ pub struct Books {
     /// The slot the last packet was counted in (`EMPTY` after a removal): the segments of one
     /// GRO buffer, and most datagrams in a row, belong to one session, so they skip the lookup.
     last_slot: u32,
+    /// Clock corrections by epoch, for the epochs' sessions still to come.
+    clocks: Vec<(u32, i64)>,
+    clocks_next: usize,
 }
 
 fn hash(key: SessionKey) -> usize {
@@ -147,6 +176,7 @@ impl Books {
                     first_ns: 0,
                     last_ns: 0,
                     progress: None,
+                    correction: None,
                     dirty: false,
                 })
                 .collect(),
@@ -163,6 +193,8 @@ impl Books {
             counted_drops: 0,
             gro,
             last_slot: EMPTY,
+            clocks: Vec::with_capacity(CLOCK_EPOCHS),
+            clocks_next: 0,
         }
     }
 
@@ -224,6 +256,11 @@ impl Books {
             .iter()
             .find(|(k, _)| *k == key)
             .map(|(_, start)| *start);
+        let correction = self
+            .clocks
+            .iter()
+            .find(|(epoch, _)| *epoch == key.epoch)
+            .map(|(_, c)| *c);
         let s = &mut self.sessions[slot as usize];
         s.key = key;
         s.generation = generation;
@@ -240,6 +277,7 @@ impl Books {
         s.counters = SessionCounters::default();
         s.source = source;
         s.progress = None;
+        s.correction = correction;
         s.dirty = true;
         Some(slot)
     }
@@ -268,8 +306,8 @@ impl Books {
         self.last_slot = EMPTY;
     }
 
-    /// Counts one valid packet.
-    pub fn record(&mut self, p: Packet) -> Result<(), Refused> {
+    /// Counts one valid packet; returns what it gave the latency books.
+    pub fn record(&mut self, p: Packet) -> Result<LatencySample, Refused> {
         if p.key.flow as usize >= self.per_flow.len() {
             return Err(Refused::FlowId);
         }
@@ -320,9 +358,23 @@ impl Books {
             s.drops_mark.max(queued_at)
         };
         s.counters.bytes += p.bytes;
-        if !p.compact {
-            s.counters.latency_cells[p.latency_cell] += 1;
-        }
+        let sample = match (p.compact, s.correction) {
+            (true, _) => LatencySample::NoTimestamp,
+            (false, None) => {
+                s.counters.latency_unknown += 1;
+                LatencySample::Unknown
+            }
+            (false, Some(correction)) => {
+                let transit =
+                    i128::from(p.now_real_ns) - i128::from(p.sent_ns) - i128::from(correction);
+                let ns = transit.clamp(0, i128::from(u64::MAX)) as u64;
+                let cell = latency_cell(ns);
+                s.counters.latency_cells[cell] += 1;
+                let clamped = transit < 0;
+                s.counters.latency_clamped += u64::from(clamped);
+                LatencySample::Delay { ns, cell, clamped }
+            }
+        };
         s.counters.size_packets[p.size_class] += 1;
         let flow = &mut self.per_flow[p.key.flow as usize];
         flow.bytes += p.bytes;
@@ -345,7 +397,7 @@ impl Books {
         } else {
             fold(s, &mut self.per_flow, &mut self.counted_drops);
         }
-        Ok(())
+        Ok(sample)
     }
 
     /// Applies one message from the inbox at monotonic time `now`. A close answers into the
@@ -378,6 +430,24 @@ impl Books {
             } => {
                 if let Some(at) = self.find(key) {
                     self.sessions[self.index[at] as usize].progress = Some((next_seq, failed));
+                }
+            }
+            ToWorker::Clock { epoch, correction } => {
+                for &slot in &self.live {
+                    let s = &mut self.sessions[slot as usize];
+                    if s.key.epoch == epoch {
+                        s.correction = Some(correction);
+                    }
+                }
+                match self.clocks.iter().position(|(e, _)| *e == epoch) {
+                    Some(at) => self.clocks[at].1 = correction,
+                    None if self.clocks.len() < CLOCK_EPOCHS => {
+                        self.clocks.push((epoch, correction));
+                    }
+                    None => {
+                        self.clocks[self.clocks_next] = (epoch, correction);
+                        self.clocks_next = (self.clocks_next + 1) % CLOCK_EPOCHS;
+                    }
                 }
             }
             ToWorker::Close { key, end, failed } => {

@@ -7,6 +7,9 @@ fn key(epoch: u32, flow: u32) -> SessionKey {
     SessionKey { epoch, flow }
 }
 
+/// A send time (ns since the epoch).
+const SENT: u64 = 1_700_000_000_000_000_000;
+
 fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
     Packet {
         key: key(epoch, flow),
@@ -15,7 +18,8 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
         bytes: 64,
         source: None,
         now_ns: seq + 1,
-        latency_cell: latency_cell(1_500),
+        now_real_ns: SENT + 1_500,
+        sent_ns: SENT,
         compact: false,
         size_class: 0,
         drops_behind: 0,
@@ -30,6 +34,11 @@ fn closed(mailbox: &Mailbox) -> Vec<SessionCounters> {
         }
     }
     out
+}
+
+/// The sessions of `epoch` correct their latency by `correction` ns.
+fn clock(b: &mut Books, mailbox: &Mailbox, epoch: u32, correction: i64) {
+    b.apply(ToWorker::Clock { epoch, correction }, mailbox, 0);
 }
 
 /// A sender's goodbye (its end and failed-send total), with the wait for its tail over.
@@ -94,10 +103,12 @@ fn two_senders_on_flow_zero_keep_separate_books() {
 fn each_session_keeps_its_own_latency() {
     let mailbox = Mailbox::new(8);
     let mut b = Books::new(8, 4, false);
+    clock(&mut b, &mailbox, 11, 0);
+    clock(&mut b, &mailbox, 22, 0);
     for seq in 0..100 {
         b.record(packet(11, 0, seq, 0)).unwrap();
         let slow = Packet {
-            latency_cell: latency_cell(30_000_000),
+            now_real_ns: SENT + 30_000_000,
             ..packet(22, 0, seq, 0)
         };
         b.record(slow).unwrap();
@@ -354,6 +365,7 @@ fn duplicates_are_never_netted_against_loss() {
 fn compact_packets_extend_their_sequence_across_a_32_bit_wrap() {
     let mailbox = Mailbox::new(8);
     let mut b = Books::new(8, 4, false);
+    clock(&mut b, &mailbox, 33, 0);
     let start = (5u64 << 32) - 100;
     let compact = |seq: u64| Packet {
         seq: seq & 0xFFFF_FFFF,
@@ -370,8 +382,12 @@ fn compact_packets_extend_their_sequence_across_a_32_bit_wrap() {
                 b.record(compact(seq)).unwrap();
                 b.record(compact(seq - 1)).unwrap();
             }
-            n if n % 3 == 0 => b.record(packet(33, 2, seq, 0)).unwrap(),
-            _ => b.record(compact(seq)).unwrap(),
+            n if n % 3 == 0 => {
+                b.record(packet(33, 2, seq, 0)).unwrap();
+            }
+            _ => {
+                b.record(compact(seq)).unwrap();
+            }
         }
     }
     b.sweep(None, &mailbox);
@@ -392,4 +408,107 @@ fn compact_packets_extend_their_sequence_across_a_32_bit_wrap() {
         full,
         "compact packets carry no timestamp"
     );
+}
+
+#[test]
+fn latency_is_corrected_by_its_sessions_clock_and_unknown_without_one() {
+    let mailbox = Mailbox::new(8);
+    let mut b = Books::new(8, 4, false);
+    // The sink's clock runs 5 s ahead of the sender's; packets are 40 us in flight.
+    let ahead = |flow, seq| Packet {
+        now_real_ns: SENT + 5_000_000_000 + 40_000,
+        ..packet(7, flow, seq, 0)
+    };
+    assert_eq!(b.record(ahead(0, 0)), Ok(LatencySample::Unknown));
+    assert_eq!(
+        b.record(Packet {
+            compact: true,
+            ..ahead(0, 1)
+        }),
+        Ok(LatencySample::NoTimestamp),
+        "a compact header has no timestamp, so it is not unknown either"
+    );
+    clock(&mut b, &mailbox, 7, 5_000_000_000);
+    let at_40us = LatencySample::Delay {
+        ns: 40_000,
+        cell: latency_cell(40_000),
+        clamped: false,
+    };
+    assert_eq!(b.record(ahead(0, 2)), Ok(at_40us), "the live session");
+    assert_eq!(
+        b.record(ahead(1, 0)),
+        Ok(at_40us),
+        "a session that came later"
+    );
+    assert_eq!(
+        b.record(ahead(2, 0).clone_with_epoch(8)),
+        Ok(LatencySample::Unknown),
+        "another sender run"
+    );
+    // An estimate 100 us too large makes the transit negative: clamped to 0, and counted.
+    clock(&mut b, &mailbox, 7, 5_000_100_000);
+    assert_eq!(
+        b.record(ahead(0, 3)),
+        Ok(LatencySample::Delay {
+            ns: 0,
+            cell: 0,
+            clamped: true
+        })
+    );
+    // A timestamp no clock could give does not overflow.
+    let bogus = Packet {
+        sent_ns: u64::MAX,
+        ..ahead(0, 4)
+    };
+    assert!(matches!(
+        b.record(bogus),
+        Ok(LatencySample::Delay {
+            ns: 0,
+            clamped: true,
+            ..
+        })
+    ));
+    b.sweep(None, &mailbox);
+    let mut c = closed(&mailbox);
+    c.sort_by_key(|s| s.packets);
+    let flow0 = c.iter().find(|s| s.packets == 5).unwrap();
+    assert_eq!(
+        (flow0.latency_unknown, flow0.latency_clamped),
+        (1, 2),
+        "{flow0:?}"
+    );
+    assert_eq!(flow0.latency_cells.iter().sum::<u64>(), 3);
+    assert_eq!(flow0.latency_cells[latency_cell(40_000)], 1);
+}
+
+#[test]
+fn the_clock_list_keeps_the_latest_epochs() {
+    let mailbox = Mailbox::new(8);
+    let mut b = Books::new(8, 4, false);
+    for epoch in 0..CLOCK_EPOCHS as u32 + 1 {
+        clock(&mut b, &mailbox, 1000 + epoch, 0);
+    }
+    // Epoch 1000 was the oldest and gave its place; 1001 and the newest kept theirs.
+    assert_eq!(b.record(packet(1000, 0, 0, 0)), Ok(LatencySample::Unknown));
+    assert!(matches!(
+        b.record(packet(1001, 0, 0, 0)),
+        Ok(LatencySample::Delay { ns: 1_500, .. })
+    ));
+    let newest = 1000 + CLOCK_EPOCHS as u32;
+    assert!(matches!(
+        b.record(packet(newest, 0, 0, 0)),
+        Ok(LatencySample::Delay { ns: 1_500, .. })
+    ));
+}
+
+impl Packet {
+    fn clone_with_epoch(self, epoch: u32) -> Packet {
+        Packet {
+            key: SessionKey {
+                epoch,
+                flow: self.key.flow,
+            },
+            ..self
+        }
+    }
 }

@@ -87,7 +87,7 @@ impl SinkWorker {
         if n == 0 {
             return false;
         }
-        let now_real = clock::realtime_ns();
+        let now_real = clock::sink_realtime_ns();
         let now_ns = clock::monotonic_ns();
         let mut got = false;
         let mut datagrams = 0;

@@ -1,5 +1,5 @@
 //! What crosses between a sink worker and the threads beside it, without a lock on the
-//! worker's side: an inbox of what senders said (start, progress, goodbye) that the worker
+//! worker's side: an inbox of what senders said (start, progress, clock, goodbye) that the worker
 //! drains at its publish cadence, an outbox of sessions it closed, and one shared slot per
 //! session of its table that it publishes its books into.
 //!
@@ -42,6 +42,9 @@ pub enum ToWorker {
         end: u64,
         failed: u64,
     },
+    /// The sessions of sender run `epoch` correct their latency by `correction` ns (the sink's
+    /// clock minus the sender's: 0 on the same kernel, else the control channel's estimate).
+    Clock { epoch: u32, correction: i64 },
 }
 
 /// Why a worker closed a session.

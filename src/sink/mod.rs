@@ -12,7 +12,9 @@
 //! of completions (default) or spins on the completion queue, so the sending core (which runs
 //! the loopback receive path) rarely pays for waking it; when traffic is slow it sleeps until
 //! the next completion. `--rx-wait inline` (`inline`) receives without a multishot instead.
-//! The loop never allocates, locks, logs or calls metrics.
+//! One-way latency is taken by the books, corrected by the clock offset of the packet's session
+//! (`books`): a packet whose sender run has no clock estimate gives no sample and counts as
+//! `latency_unknown`. The loop never allocates, locks, logs or calls metrics.
 
 pub mod books;
 mod circulation;
@@ -33,7 +35,7 @@ use hdrhistogram::Histogram;
 use socket2::Socket;
 
 use self::{
-    books::{Books, Packet, Refused},
+    books::{Books, LatencySample, Packet, Refused},
     circulation::Circulation,
     mailbox::{Mailbox, SessionKey},
     recv_memory::{
@@ -47,7 +49,7 @@ use crate::{
     net,
     proto::header,
     ring::{BufOrder, BufRingLayout, Completion, Engine, RingSize, Wait, probe},
-    stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class, latency_cell},
+    stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class},
 };
 
 const USER_DATA_RECV: u64 = 1;
@@ -144,7 +146,7 @@ impl SinkShared {
 pub struct SinkOutcome {
     /// Monotonic ns of the first and last valid packet, if any arrived.
     pub active: Option<(u64, u64)>,
-    /// One-way latency of every valid packet, in ns.
+    /// Corrected one-way latency of every valid packet with a sample, in ns.
     pub latency: Histogram<u64>,
     /// A fatal ring error ended the run early.
     pub ring_failed: bool,
@@ -335,8 +337,6 @@ impl SinkWorker {
                 }
             };
             let compact = form == header::Form::Compact;
-            let delay = now_real.saturating_sub(h.timestamp_ns);
-            let cell = latency_cell(delay);
             let packet = Packet {
                 key: SessionKey {
                     epoch: h.epoch,
@@ -347,7 +347,8 @@ impl SinkWorker {
                 bytes: datagram.len() as u64,
                 source,
                 now_ns,
-                latency_cell: cell,
+                now_real_ns: now_real,
+                sent_ns: h.timestamp_ns,
                 compact,
                 size_class: if datagram.len() == full_len {
                     *full_class.get_or_insert_with(|| self.config.sizes.class_of(full_len))
@@ -357,12 +358,17 @@ impl SinkWorker {
                 drops_behind,
             };
             match self.books.record(packet) {
-                Ok(()) => {
+                Ok(sample) => {
                     valid = true;
-                    if !compact {
-                        self.counters.latency_cells[cell] += 1;
-                        self.counters.latency_sum_ns[cell] += delay;
-                        run.add(delay.max(1), &mut self.latency);
+                    match sample {
+                        LatencySample::Delay { ns, cell, clamped } => {
+                            self.counters.latency_cells[cell] += 1;
+                            self.counters.latency_sum_ns[cell] += ns;
+                            self.counters.latency_clamped += u64::from(clamped);
+                            run.add(ns.max(1), &mut self.latency);
+                        }
+                        LatencySample::Unknown => self.counters.latency_unknown += 1,
+                        LatencySample::NoTimestamp => {}
                     }
                 }
                 Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
@@ -422,7 +428,7 @@ impl SinkWorker {
         if n == 0 {
             return (false, true);
         }
-        let now_real = clock::realtime_ns();
+        let now_real = clock::sink_realtime_ns();
         let now_ns = clock::monotonic_ns();
         let mut got = false;
         let mut armed = true;

@@ -2,7 +2,10 @@
 //! on the control channel (or the in-process `pair` sender), the sessions the workers closed,
 //! and the live sessions they publish. Senders are known by the name they give on the control
 //! channel, or by the source address of a sender without one. A sender restarted under the same
-//! name is a new session (epoch) of the same sender, so its series continue.
+//! name is a new session (epoch) of the same sender, so its series continue. Each sender run's
+//! clock (`latency_clock`: the sink's own, an estimated offset, or unknown) is kept here and
+//! sent to the workers whenever its correction changes, so their books correct that run's
+//! latency from then on.
 //!
 //! Workers are reached only through their lock-free mailboxes; the lock here is taken by the
 //! reporter and the control threads alone.
@@ -21,6 +24,7 @@ use super::{
 };
 use crate::{
     clock,
+    latency_clock::LatencyClock,
     stats::{Latency, SessionCounters},
 };
 
@@ -54,6 +58,8 @@ pub struct Hello {
     pub elapsed_ns: u64,
     /// A later step of a rate schedule (from 1): the same sender run, so no new session.
     pub step: u32,
+    /// Its clock as the hello tells: the sink's own (same kernel), or unknown until an estimate.
+    pub clock: LatencyClock,
 }
 
 /// What the sink saw of one sender run, after its goodbye.
@@ -69,6 +75,8 @@ pub struct RunVerdict {
     pub latency: Latency,
     /// The sink's size classes of this sender's packets (empty when the sink did not say).
     pub sizes: Vec<ClassCount>,
+    /// How its latency relates to its clock.
+    pub clock: LatencyClock,
 }
 
 /// One sender's books, as the reporter shows them.
@@ -84,6 +92,8 @@ pub struct SenderRow {
     pub active_sessions: u64,
     /// Nanoseconds during which its sessions received packets (gaps between sessions excluded).
     pub active_ns: u64,
+    /// How its latency relates to its clock (its latest run's with a known clock).
+    pub clock: LatencyClock,
 }
 
 #[derive(Debug)]
@@ -95,6 +105,8 @@ struct Epoch {
     span: Option<(u64, u64)>,
     /// Its end was said (one line per session, not per flow).
     ended: bool,
+    /// Its clock.
+    clock: LatencyClock,
 }
 
 #[derive(Debug, Default)]
@@ -238,7 +250,10 @@ impl Registry {
             sink_predates,
             span: None,
             ended: false,
+            clock: hello.clock.clone(),
         });
+        epoch.clock = LatencyClock::at_hello(Some(&epoch.clock), hello.clock.clone());
+        let correction = epoch.clock.correction_ns();
         for f in &hello.flows {
             epoch
                 .flows
@@ -247,6 +262,12 @@ impl Registry {
         }
         let predates = epoch.sink_predates;
         drop(inner);
+        if let Some(correction) = correction {
+            self.broadcast(ToWorker::Clock {
+                epoch: hello.epoch,
+                correction,
+            });
+        }
         if predates {
             for f in &hello.flows {
                 self.broadcast(ToWorker::Start {
@@ -259,6 +280,22 @@ impl Registry {
             }
         }
         (uptime, line)
+    }
+
+    /// A sender run's estimate of this sink's clock offset: its sessions correct their latency
+    /// by it from now on (a run on the sink's own clock keeps offset 0).
+    pub fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
+        let mut inner = self.lock();
+        let Some(e) = inner.epochs.get_mut(&epoch) else {
+            return;
+        };
+        if e.clock.estimated(offset_ns, error_bound_ns, rtt_ns) {
+            drop(inner);
+            self.broadcast(ToWorker::Clock {
+                epoch,
+                correction: offset_ns,
+            });
+        }
     }
 
     /// A sender's progress: lets a vanished sender's tail be bounded (`unconfirmed`).
@@ -333,6 +370,11 @@ impl Registry {
                     verdict.flows.push((f.flow, counters));
                 }
                 verdict.latency = Latency::from_cells(&verdict.totals.latency_cells);
+                verdict.clock = inner
+                    .epochs
+                    .get(&epoch)
+                    .map(|e| e.clock.clone())
+                    .unwrap_or_default();
                 verdict.sizes = self
                     .sizes
                     .counts(&verdict.totals.size_packets, verdict.totals.bytes);
@@ -435,6 +477,7 @@ impl Registry {
                     sink_predates: false,
                     span: None,
                     ended: false,
+                    clock: LatencyClock::default(),
                 },
             );
         }

@@ -1,7 +1,8 @@
 //! Registry tests: a real `Books` plays the worker, reached only through its mailbox.
 
 use super::*;
-use crate::sink::books::{Books, Packet};
+use crate::latency_clock::{ClockKind, NO_ESTIMATE_YET};
+use crate::sink::books::{Books, LatencySample, Packet};
 
 fn worker() -> Arc<SinkShared> {
     Arc::new(SinkShared::new(16, 64))
@@ -24,7 +25,8 @@ fn packet(epoch: u32, seq: u64) -> Packet {
         bytes: 10,
         source: Some("10.9.0.2:4000".parse().unwrap()),
         now_ns: 1,
-        latency_cell: 0,
+        now_real_ns: 1_700_000_000_000_000_000,
+        sent_ns: 1_700_000_000_000_000_000,
         compact: false,
         size_class: 0,
         drops_behind: 0,
@@ -51,6 +53,7 @@ fn restarts_under_one_name_add_up_and_goodbye_gives_the_tail() {
             flows: flows(0),
             elapsed_ns: 0,
             step: 0,
+            clock: LatencyClock::same_clock(),
         };
         let (_, line) = registry.hello(None, &hello);
         assert!(
@@ -98,6 +101,7 @@ fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_address() 
             flows: vec![f(0)],
             elapsed_ns: 0,
             step: 0,
+            clock: LatencyClock::unknown(NO_ESTIMATE_YET),
         },
     );
     let r = Arc::clone(&registry);
@@ -115,4 +119,62 @@ fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_address() 
         rows.iter()
             .any(|r| r.name == "10.9.0.2:4000" && r.counters.packets == 1)
     );
+}
+
+#[test]
+fn a_runs_clock_estimate_reaches_the_worker_and_its_verdict() {
+    let shared = worker();
+    let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
+    let mut books = Books::new(64, 16, false);
+    let flows = |next| {
+        vec![FlowReport {
+            flow: 0,
+            first_seq: 0,
+            next_seq: next,
+            failed: 0,
+        }]
+    };
+    registry.hello(
+        None,
+        &Hello {
+            name: "far".into(),
+            epoch: 5,
+            flows: flows(0),
+            elapsed_ns: 0,
+            step: 0,
+            clock: LatencyClock::unknown(NO_ESTIMATE_YET),
+        },
+    );
+    round(&mut books, &shared);
+    // The sink's clock is 5 s behind the sender's; a packet 30 us in flight.
+    let skewed = |seq| Packet {
+        now_real_ns: 1_700_000_000_000_000_000 - 5_000_000_000 + 30_000,
+        ..packet(5, seq)
+    };
+    assert_eq!(books.record(skewed(0)), Ok(LatencySample::Unknown));
+    registry.clock(5, -5_000_000_000, 20_000, 40_000);
+    round(&mut books, &shared);
+    assert_eq!(
+        books.record(skewed(1)),
+        Ok(LatencySample::Delay {
+            ns: 30_000,
+            cell: crate::stats::latency_cell(30_000),
+            clamped: false
+        })
+    );
+    let r = Arc::clone(&registry);
+    let bye = std::thread::spawn(move || r.goodbye(5, &flows(2), Duration::from_secs(5)));
+    while !bye.is_finished() {
+        round(&mut books, &shared);
+        std::thread::yield_now();
+    }
+    let v = bye.join().unwrap();
+    assert_eq!(
+        v.clock,
+        LatencyClock::corrected(-5_000_000_000, 20_000, 40_000)
+    );
+    assert_eq!((v.totals.latency_unknown, v.latency.p50_ns), (1, 50_000));
+    let rows = registry.rows(true);
+    assert_eq!(rows[0].clock.kind, ClockKind::OffsetCorrected);
+    assert_eq!(rows[0].counters.latency_unknown, 1);
 }

@@ -70,6 +70,9 @@ impl Job for SinkWorker {
         let idle_ns = self.config.session_idle.as_nanos() as u64;
         let mut drain_started = None;
         let mut ring_failed = false;
+        // What senders said before this worker was released (`pair`'s hello: its flows'
+        // starts and its clock) applies from the first packet on.
+        self.drain_inbox(started);
         loop {
             let now = clock::monotonic_ns();
             if control.stop_requested() || deadline.is_some_and(|d| now >= d) {

@@ -181,8 +181,22 @@ def main():
             (f"sum(last_over_time(ringblast_rx_duplicate_packets_total{{{inst_sink}}}[1m]))", sink_s["rx_duplicates"]),
             (f"sum(last_over_time(ringblast_rx_invalid_packets_total{{{inst_sink}}}[1m]))", sink_s["rx_invalid"]),
             (f"sum(last_over_time(ringblast_rx_kernel_drops_total{{{inst_sink}}}[1m]))", sink_s["rx_kernel_drops"]),
-            (f"sum(last_over_time(ringblast_rx_latency_seconds_count{{{inst_sink}}}[1m]))", sink_s["rx_packets"]),
+            # Every packet is a corrected latency sample or counted as unknown (before the
+            # sender's hello said it shares the sink's clock), never both.
+            (f"sum(last_over_time(ringblast_rx_latency_seconds_count{{{inst_sink}}}[1m]))",
+             sink_s["latency"]["count"]),
+            (f"sum(last_over_time(ringblast_rx_latency_unknown_packets_total{{{inst_sink}}}[1m]))",
+             sink_s["latency_unknown_packets"]),
+            (f"sum(last_over_time(ringblast_rx_sender_latency_unknown_packets_total{{{inst_sink}}}[1m]))",
+             sink_s["latency_unknown_packets"]),
+            (f"sum(last_over_time(ringblast_rx_sender_clock_offset_seconds{{{inst_sink}}}[1m]))", 0),
         ]
+        check(sink_s["latency"]["count"] + sink_s["latency_unknown_packets"] == sink_s["rx_packets"],
+              f"latency samples {sink_s['latency']['count']} + unknown {sink_s['latency_unknown_packets']}"
+              f" = rx_packets {sink_s['rx_packets']}")
+        rtt = prom.value(f"last_over_time(ringblast_tx_control_rtt_seconds{{{inst_send}}}[1m])")
+        check(rtt is not None and abs(rtt * 1e9 - send_s["control_rtt_ns"]) <= 1,
+              f"ringblast_tx_control_rtt_seconds = {rtt}, summary says {send_s['control_rtt_ns']} ns")
         for expr, want in exact:
             got = prom.value(expr)
             check(got is not None and int(got) == want, f"{expr} = {got}, summary says {want}")

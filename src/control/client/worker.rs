@@ -15,18 +15,37 @@ use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 use super::{
     ClientConfig, ClientEvent, Cmd, FIRST_BACKOFF, Fail, NoVerdict, SenderView, Status, TICK,
 };
+use crate::clock;
 use crate::control::DeadlineStream;
 use crate::control::auth::client_handshake;
+use crate::control::clock::{BURST, Estimator, Sample};
 use crate::control::frame::{FrameReader, read_frame, write_frame};
-use crate::control::msg::{Goodbye, Heartbeat, Message, Verdict};
+use crate::control::msg::{
+    ClockEstimate, ClockProbe, ClockReply, Goodbye, Heartbeat, Message, Verdict,
+};
+
+/// A clock probe unanswered for this long is given up (the next one goes out on schedule).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 struct Conn {
     stream: TcpStream,
     reader: FrameReader,
 }
 
+/// The clock exchanges of one connection.
+struct Probing {
+    /// The probe in flight: its `t1` and when it went out.
+    pending: Option<(u64, Instant)>,
+    /// Exchanges of the opening burst still to run.
+    burst_left: u32,
+    /// When the next probe is due after the burst.
+    next: Instant,
+    /// When the estimate was last sent on this connection (`None`: not yet).
+    sent: Option<Instant>,
+}
+
 enum Goodbyed {
-    Verdict(Verdict),
+    Verdict(Box<Verdict>),
     Timeout,
     Lost(String),
 }
@@ -48,6 +67,8 @@ pub(super) struct Worker {
     stop: Arc<AtomicBool>,
     connections: u32,
     shown: Option<Shown>,
+    /// The sink's clock offset, over every connection of this client.
+    clock: Estimator,
 }
 
 impl Worker {
@@ -69,6 +90,7 @@ impl Worker {
             stop,
             connections,
             shown,
+            clock: Estimator::default(),
         }
     }
 
@@ -183,7 +205,8 @@ impl Worker {
             }
         })?;
         let lost = |e: String| Fail::Unreachable(format!("sink at {addr}: {e}"));
-        let hello = self.view.hello(self.connections);
+        let mut hello = self.view.hello(self.connections);
+        hello.boot_id = clock::boot_id().map(String::from);
         write_frame(&mut ds, &Message::Hello(hello)).map_err(|e| lost(e.to_string()))?;
         match read_frame(&mut ds) {
             Ok(Message::Welcome(_)) => {}
@@ -220,6 +243,12 @@ impl Worker {
         let silence = hb * 3;
         let now = Instant::now();
         let (mut last_rx, mut next_hb, mut next_progress) = (now, now + hb, now + every);
+        let mut probing = Probing {
+            pending: None,
+            burst_left: BURST,
+            next: now,
+            sent: None,
+        };
         loop {
             match self.rx.try_recv() {
                 Ok(Cmd::Finish {
@@ -252,10 +281,20 @@ impl Worker {
             {
                 return Some(format!("sending to sink at {addr} failed: {e}"));
             }
+            if let Err(e) = self.probe(conn, &mut probing, now) {
+                return Some(format!("sending to sink at {addr} failed: {e}"));
+            }
             if now >= last_rx + silence {
                 return Some(format!("no heartbeat from sink at {addr} for {silence:?}"));
             }
-            let wake = next_progress.min(next_hb).min(last_rx + silence);
+            let probe_due = match probing.pending {
+                Some((_, at)) => at + PROBE_TIMEOUT,
+                None => probing.next,
+            };
+            let wake = next_progress
+                .min(next_hb)
+                .min(last_rx + silence)
+                .min(probe_due);
             let t = wake
                 .saturating_duration_since(now)
                 .clamp(Duration::from_millis(1), TICK);
@@ -265,6 +304,13 @@ impl Worker {
             match conn.reader.poll(&mut &conn.stream) {
                 Ok(None) => {}
                 Ok(Some(Message::Heartbeat(_))) => last_rx = Instant::now(),
+                Ok(Some(Message::ClockReply(r))) => {
+                    let t4 = clock::realtime_ns();
+                    last_rx = Instant::now();
+                    if let Err(e) = self.answered(conn, &mut probing, &r, t4) {
+                        return Some(format!("sending to sink at {addr} failed: {e}"));
+                    }
+                }
                 Ok(Some(Message::Refused(r))) => {
                     return Some(format!("sink at {addr} closed the session: {}", r.reason));
                 }
@@ -274,6 +320,77 @@ impl Worker {
                 Err(e) => return Some(format!("connection to sink at {addr} lost: {e}")),
             }
         }
+    }
+
+    /// Sends a clock probe when one is due: back to back during the opening burst, then one
+    /// per progress period; a probe unanswered for [`PROBE_TIMEOUT`] is given up.
+    fn probe(&self, conn: &Conn, p: &mut Probing, now: Instant) -> std::io::Result<()> {
+        if let Some((_, at)) = p.pending {
+            if now < at + PROBE_TIMEOUT {
+                return Ok(());
+            }
+            p.pending = None;
+        }
+        if p.burst_left == 0 && now < p.next {
+            return Ok(());
+        }
+        if p.burst_left > 0 {
+            p.burst_left -= 1;
+        } else {
+            p.next = now + self.cfg.progress_every;
+        }
+        let t1 = clock::realtime_ns();
+        p.pending = Some((t1, now));
+        write_frame(
+            &mut &conn.stream,
+            &Message::ClockProbe(ClockProbe { t1_ns: t1 }),
+        )
+    }
+
+    /// Takes the sink's answer to the probe in flight (answers to older probes are ignored)
+    /// and sends the estimate when it changed, or once per progress period.
+    fn answered(
+        &mut self,
+        conn: &Conn,
+        p: &mut Probing,
+        r: &ClockReply,
+        t4: u64,
+    ) -> std::io::Result<()> {
+        if p.pending.map(|(t1, _)| t1) != Some(r.t1_ns) {
+            return Ok(());
+        }
+        p.pending = None;
+        if p.burst_left == 0 && p.next < Instant::now() {
+            p.next = Instant::now() + self.cfg.progress_every;
+        }
+        let Some(sample) = Sample::from_times(r.t1_ns, r.t2_ns, r.t3_ns, t4) else {
+            return Ok(());
+        };
+        let now_ns = clock::monotonic_ns();
+        let changed = self.clock.add(sample, now_ns);
+        let due = p
+            .sent
+            .is_none_or(|at| at.elapsed() >= self.cfg.progress_every);
+        let (Some(estimate), Some(min_rtt_ns)) =
+            (self.clock.estimate(now_ns), self.clock.min_rtt_ns())
+        else {
+            return Ok(());
+        };
+        if !(changed || due) {
+            return Ok(());
+        }
+        p.sent = Some(Instant::now());
+        let msg = Message::ClockEstimate(ClockEstimate {
+            offset_ns: estimate.offset_ns,
+            error_bound_ns: estimate.error_bound_ns,
+            rtt_ns: estimate.rtt_ns,
+        });
+        write_frame(&mut &conn.stream, &msg)?;
+        self.emit(ClientEvent::Clock {
+            estimate,
+            min_rtt_ns,
+        });
+        Ok(())
     }
 
     /// Sends `goodbye` and waits for the verdict until `deadline`.
@@ -291,8 +408,8 @@ impl Worker {
                 return Goodbyed::Lost(e.to_string());
             }
             match conn.reader.poll(&mut &conn.stream) {
-                Ok(Some(Message::Verdict(v))) => return Goodbyed::Verdict(v),
-                Ok(None | Some(Message::Heartbeat(_))) => {}
+                Ok(Some(Message::Verdict(v))) => return Goodbyed::Verdict(Box::new(v)),
+                Ok(None | Some(Message::Heartbeat(_) | Message::ClockReply(_))) => {}
                 Ok(Some(m)) => {
                     return Goodbyed::Lost(format!(
                         "sink at {addr} sent {} instead of a Verdict",
@@ -317,7 +434,7 @@ impl Worker {
     ) -> Result<Verdict, NoVerdict> {
         if let Some(conn) = live {
             match self.goodbye(conn, &goodbye, deadline) {
-                Goodbyed::Verdict(v) => return Ok(v),
+                Goodbyed::Verdict(v) => return Ok(*v),
                 Goodbyed::Timeout => return Err(NoVerdict::Timeout),
                 Goodbyed::Lost(r) => self.failed(Fail::Lost(r), Duration::ZERO),
             }
@@ -326,7 +443,7 @@ impl Worker {
         while Instant::now() < deadline {
             match self.connect(Some(deadline)) {
                 Ok(mut conn) => match self.goodbye(&mut conn, &goodbye, deadline) {
-                    Goodbyed::Verdict(v) => return Ok(v),
+                    Goodbyed::Verdict(v) => return Ok(*v),
                     Goodbyed::Timeout => return Err(NoVerdict::Timeout),
                     Goodbyed::Lost(r) => self.failed(Fail::Lost(r), Duration::ZERO),
                 },

@@ -10,10 +10,11 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::{POLL, Shared, Source, TICK, bump};
+use crate::clock;
 use crate::control::DeadlineStream;
 use crate::control::auth::{AuthError, server_handshake};
 use crate::control::frame::{FrameError, FrameReader, read_frame, write_frame, write_frame_as};
-use crate::control::msg::{Heartbeat, Hello, Message, Refused, Welcome};
+use crate::control::msg::{ClockReply, Heartbeat, Hello, Message, Refused, Welcome};
 
 /// The next connection from `source`, its peer and the bytes read from it already.
 fn next(source: &Source) -> io::Result<(TcpStream, SocketAddr, Vec<u8>)> {
@@ -173,7 +174,7 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
         // Its first read held more than its first frame: it did not wait for the handshake.
         return protocol_error(sh, peer, "sent frames before the sink answered");
     }
-    let uptime_ns = sh.books.hello(peer, &hello);
+    let uptime_ns = sh.books.hello(peer, &hello, version);
     let welcome = Welcome {
         sink_session: cfg.sink_session.clone(),
         uptime_ns,
@@ -249,15 +250,35 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, ver
                 return false;
             }
         };
+        // The probe's arrival, as close to the read as the loop gets.
+        let t2 = clock::sink_realtime_ns();
         last_rx = Instant::now();
         match msg {
             Message::Heartbeat(_) => {}
+            Message::ClockProbe(p) => {
+                let reply = ClockReply {
+                    t1_ns: p.t1_ns,
+                    t2_ns: t2,
+                    t3_ns: clock::sink_realtime_ns().max(t2),
+                };
+                if let Err(e) = write_frame_as(&mut &*stream, &Message::ClockReply(reply), version)
+                {
+                    sh.log
+                        .line(format!("control: {peer}: sender {name} lost: {e}"));
+                    return false;
+                }
+            }
+            Message::ClockEstimate(e) => sh.books.clock(peer, name, epoch, &e),
             Message::Progress(p) => sh.books.progress(peer, name, epoch, &p),
             Message::Goodbye(g) => {
                 let mut verdict = sh.books.goodbye(peer, name, epoch, &g);
-                // Size classes are protocol version 2: a version-1 sender rejects the field.
+                // Size classes are protocol version 2, the clock version 3: an older sender
+                // rejects the fields.
                 if version < 2 {
                     verdict.sizes.clear();
+                }
+                if version < 3 {
+                    verdict.clock = None;
                 }
                 return match write_frame_as(&mut &*stream, &Message::Verdict(verdict), version) {
                     Ok(()) => true,

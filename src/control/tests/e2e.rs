@@ -30,35 +30,101 @@ fn end_to_end_hello_progress_verdict() {
 }
 
 #[test]
-fn a_version_1_sender_is_answered_in_version_1_without_size_classes() {
+fn older_senders_are_answered_in_their_version_without_its_later_fields() {
     use crate::control::frame::{read_frame_versioned, write_frame_as};
+    for version in [1u8, 2] {
+        let s = sink(None);
+        let mut raw = TcpStream::connect(s.server.local_addr()).unwrap();
+        raw.set_read_timeout(Some(WAIT)).unwrap();
+        let mut send = |m: Message| write_frame_as(&mut raw, &m, version).unwrap();
+        send(Message::ClientHello(ClientHello {
+            nonce: [1; 32],
+            auth: false,
+        }));
+        let mut raw2 = raw.try_clone().unwrap();
+        let mut next = || read_frame_versioned(&mut raw2).unwrap();
+        assert_eq!(next().1, version, "ServerChallenge");
+        let mut raw3 = raw.try_clone().unwrap();
+        let mut send = |m: Message| write_frame_as(&mut raw3, &m, version).unwrap();
+        send(Message::ClientAuth(ClientAuth { mac: None }));
+        assert!(matches!(next(), (Message::AuthOk(_), v) if v == version));
+        send(Message::Hello(View.hello(0)));
+        assert!(matches!(next(), (Message::Welcome(_), v) if v == version));
+        send(Message::Goodbye(goodbye()));
+        let verdict = loop {
+            match next() {
+                (Message::Heartbeat(_), v) if v == version => continue,
+                (Message::Verdict(v), w) if w == version => break v,
+                (m, v) => panic!("version {v} {}", m.name()),
+            }
+        };
+        assert_eq!(verdict.totals.rx_packets, 10);
+        assert_eq!(verdict.sizes.is_empty(), version < 2, "{verdict:?}");
+        assert!(verdict.clock.is_none(), "version {version}: {verdict:?}");
+        s.server.stop();
+    }
+}
+
+#[test]
+fn a_clock_probe_in_a_version_2_frame_is_a_protocol_error() {
+    use crate::control::frame::write_frame_as;
     let s = sink(None);
     let mut raw = TcpStream::connect(s.server.local_addr()).unwrap();
     raw.set_read_timeout(Some(WAIT)).unwrap();
-    let mut send = |m: Message| write_frame_as(&mut raw, &m, 1).unwrap();
+    let mut reader = raw.try_clone().unwrap();
+    let mut send = |m: Message| write_frame_as(&mut raw, &m, 2).unwrap();
     send(Message::ClientHello(ClientHello {
         nonce: [1; 32],
         auth: false,
     }));
-    let mut raw2 = raw.try_clone().unwrap();
-    let mut next = || read_frame_versioned(&mut raw2).unwrap();
-    assert!(matches!(next(), (Message::ServerChallenge(_), 1)));
-    let mut raw3 = raw.try_clone().unwrap();
-    let mut send = |m: Message| write_frame_as(&mut raw3, &m, 1).unwrap();
+    assert!(matches!(
+        frame::read_frame(&mut reader),
+        Ok(Message::ServerChallenge(_))
+    ));
     send(Message::ClientAuth(ClientAuth { mac: None }));
-    assert!(matches!(next(), (Message::AuthOk(_), 1)));
+    assert!(matches!(
+        frame::read_frame(&mut reader),
+        Ok(Message::AuthOk(_))
+    ));
     send(Message::Hello(View.hello(0)));
-    assert!(matches!(next(), (Message::Welcome(_), 1)));
-    send(Message::Goodbye(goodbye()));
-    let verdict = loop {
-        match next() {
-            (Message::Heartbeat(_), 1) => continue,
-            (Message::Verdict(v), 1) => break v,
-            (m, v) => panic!("version {v} {}", m.name()),
-        }
+    assert!(matches!(
+        frame::read_frame(&mut reader),
+        Ok(Message::Welcome(_))
+    ));
+    send(Message::ClockProbe(ClockProbe { t1_ns: 1 }));
+    wait_log(&s.log, "unknown message type 12");
+    wait_count(
+        &s.server.stats(),
+        |st| st.protocol_errors.load(Ordering::Relaxed),
+        1,
+    );
+    s.server.stop();
+}
+
+#[test]
+fn the_clock_exchange_estimates_this_hosts_offset_and_tells_the_sink() {
+    let s = sink(None);
+    let (c, ev) = client(s.server.local_addr(), None);
+    let h = s.hellos.recv_timeout(WAIT).unwrap();
+    assert_eq!(h.boot_id.as_deref(), crate::clock::boot_id(), "{h:?}");
+    // One host, one clock: every estimate's offset is within its bound of 0.
+    let first = s.clocks.recv_timeout(WAIT).unwrap();
+    for e in [first, s.clocks.recv_timeout(WAIT).unwrap()] {
+        assert!(e.offset_ns.unsigned_abs() <= e.error_bound_ns, "{e:?}");
+        assert!(e.error_bound_ns >= e.rtt_ns.div_ceil(2), "{e:?}");
+        assert!(e.error_bound_ns < 50_000_000, "{e:?}");
+    }
+    let e = wait_event(&ev, |e| matches!(e, ClientEvent::Clock { .. }));
+    let ClientEvent::Clock {
+        estimate,
+        min_rtt_ns,
+    } = e
+    else {
+        unreachable!()
     };
-    assert_eq!(verdict.totals.rx_packets, 10);
-    assert!(verdict.sizes.is_empty(), "{verdict:?}");
+    assert!(min_rtt_ns <= estimate.rtt_ns, "{estimate:?} {min_rtt_ns}");
+    let v = c.finish(goodbye(), WAIT).unwrap();
+    assert!(v.clock.is_some(), "version 3 carries the clock: {v:?}");
     s.server.stop();
 }
 

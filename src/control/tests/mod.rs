@@ -30,12 +30,16 @@ struct Books {
     session: String,
     hellos: Mutex<Sender<Hello>>,
     progress: Mutex<Sender<Progress>>,
+    clocks: Mutex<Sender<ClockEstimate>>,
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, _: SocketAddr, hello: &Hello) -> u64 {
+    fn hello(&self, _: SocketAddr, hello: &Hello, _: u8) -> u64 {
         let _ = self.hellos.lock().unwrap().send(hello.clone());
         42
+    }
+    fn clock(&self, _: SocketAddr, _: &str, _: u32, e: &ClockEstimate) {
+        let _ = self.clocks.lock().unwrap().send(*e);
     }
     fn progress(&self, _: SocketAddr, _: &str, _: u32, p: &Progress) {
         let _ = self.progress.lock().unwrap().send(p.clone());
@@ -55,6 +59,15 @@ impl SinkBooks for Books {
                 bytes: 64 * totals.rx_packets,
             }],
             totals,
+            clock: Some(VerdictClock {
+                kind: crate::latency_clock::ClockKind::SameClock,
+                offset_ns: Some(0),
+                error_bound_ns: Some(0),
+                control_rtt_ns: None,
+                latency_unknown_packets: 0,
+                latency_clamped_packets: 0,
+                reason: None,
+            }),
             ..Default::default()
         }
     }
@@ -65,6 +78,7 @@ struct Sink {
     server: RunningServer,
     hellos: Receiver<Hello>,
     progress: Receiver<Progress>,
+    clocks: Receiver<ClockEstimate>,
     log: Receiver<String>,
 }
 
@@ -80,11 +94,13 @@ fn sink_at(
     tweak(&mut cfg);
     let (htx, hellos) = mpsc::channel();
     let (ptx, progress) = mpsc::channel();
+    let (ctx, clocks) = mpsc::channel();
     let (ltx, log) = mpsc::channel();
     let books = Books {
         session: session.into(),
         hellos: Mutex::new(htx),
         progress: Mutex::new(ptx),
+        clocks: Mutex::new(ctx),
     };
     let ltx = Mutex::new(ltx);
     let server = ControlServer::bind(cfg).unwrap().start(
@@ -97,6 +113,7 @@ fn sink_at(
         server,
         hellos,
         progress,
+        clocks,
         log,
     }
 }
@@ -123,6 +140,7 @@ impl SenderView for View {
             elapsed_ns: 0,
             reconnect,
             step: None,
+            boot_id: None,
         }
     }
     fn progress(&self) -> Progress {
@@ -237,6 +255,7 @@ pub(crate) fn samples() -> Vec<Message> {
             elapsed_ns: 12,
             reconnect: 1,
             step: Some(2),
+            boot_id: Some("dd8301e1-b789-428b-bc10-29b5abb6791d".into()),
         }),
         Message::Welcome(Welcome {
             sink_session: "s".into(),
@@ -265,6 +284,43 @@ pub(crate) fn samples() -> Vec<Message> {
                 packets: 2,
                 bytes: 128,
             }],
+            clock: Some(VerdictClock {
+                kind: crate::latency_clock::ClockKind::OffsetCorrected,
+                offset_ns: Some(-5_000_000_123),
+                error_bound_ns: Some(60_000),
+                control_rtt_ns: Some(120_000),
+                latency_unknown_packets: 4,
+                latency_clamped_packets: 1,
+                reason: None,
+            }),
+        }),
+        Message::Verdict(Verdict {
+            sink_session: "s".into(),
+            name: "n".into(),
+            epoch: 2,
+            clock: Some(VerdictClock {
+                kind: crate::latency_clock::ClockKind::Unknown,
+                offset_ns: None,
+                error_bound_ns: None,
+                control_rtt_ns: None,
+                latency_unknown_packets: 10,
+                latency_clamped_packets: 0,
+                reason: Some("no clock estimate yet".into()),
+            }),
+            ..Default::default()
+        }),
+        Message::ClockProbe(ClockProbe {
+            t1_ns: 1_700_000_000_000_000_000,
+        }),
+        Message::ClockReply(ClockReply {
+            t1_ns: 1_700_000_000_000_000_000,
+            t2_ns: 1_700_000_005_000_040_000,
+            t3_ns: 1_700_000_005_000_047_000,
+        }),
+        Message::ClockEstimate(ClockEstimate {
+            offset_ns: 5_000_000_000,
+            error_bound_ns: 40_000,
+            rtt_ns: 80_000,
         }),
     ]
 }

@@ -9,7 +9,7 @@ use crate::{
     say,
     sender::tcp::{TX_KEYS, TxCounter},
     sink::tcp::{RX_KEYS, RxCounter},
-    stats::{LATENCY_CELLS, latency_quantile_bound},
+    stats::{LATENCY_BOUNDS_NS, LATENCY_CELLS, latency_quantile_bound},
 };
 
 impl Reporter {
@@ -33,6 +33,11 @@ impl Reporter {
         if let Some(t) = self.target_rps {
             line.insert("target_records_per_s".into(), json!(t));
         }
+        // The smallest round trip of the sender's clock exchanges; null without them.
+        line.insert(
+            "control_rtt_ns".into(),
+            json!(self.link.as_ref().and_then(|l| l.control_rtt_ns())),
+        );
         super::info_json(&mut line, &self.last_info);
         if let Some(placement) = &self.placement.0 {
             line.insert("placement".into(), placement.clone());
@@ -116,14 +121,18 @@ impl Reporter {
         line.insert("duration_s".into(), json!(run_s));
         line.insert("active_s".into(), json!(active_s));
         line.insert("bps".into(), json!(rate(bytes * 8, active_s) as u64));
-        line.insert(
-            "latency_p50_ns_le".into(),
-            json!(latency_quantile_bound(&cells, 0.5)),
-        );
-        line.insert(
-            "latency_p99_ns_le".into(),
-            json!(latency_quantile_bound(&cells, 0.99)),
-        );
+        // Corrected samples only; null without any, and a lower bound in the open top cell.
+        for (name, q) in [("p50", 0.5), ("p99", 0.99)] {
+            let (le, at_least) = match latency_quantile_bound(&cells, q) {
+                0 => (None, None),
+                u64::MAX => (None, LATENCY_BOUNDS_NS.last().copied()),
+                b => (Some(b), None),
+            };
+            line.insert(format!("latency_{name}_ns_le"), json!(le));
+            if let Some(b) = at_least {
+                line.insert(format!("latency_{name}_ns_at_least"), json!(b));
+            }
+        }
         if let Some(placement) = &self.placement.1 {
             line.insert("placement".into(), placement.clone());
         }

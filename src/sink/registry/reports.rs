@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, net::SocketAddr};
 
 use super::{ATTRIBUTE_AFTER_NS, Registry, SenderRow};
-use crate::{clock, stats::SessionCounters};
+use crate::{clock, latency_clock::LatencyClock, stats::SessionCounters};
 
 impl Registry {
     /// Valid packets per size class (the last cell: other lengths) and their payload bytes, over
@@ -98,6 +98,11 @@ impl Registry {
                         .count() as u64,
                     active_sessions,
                     active_ns,
+                    clock: LatencyClock::latest(
+                        book.epochs
+                            .iter()
+                            .filter_map(|e| inner.epochs.get(e).map(|e| &e.clock)),
+                    ),
                 }
             })
             .collect()

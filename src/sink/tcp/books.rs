@@ -4,8 +4,11 @@
 //! (epoch) and ask for its verdict. A connection is attributed by the epoch in its records'
 //! headers, so the books are exact however many senders share the sink. A sender run that
 //! never said Hello is booked as `epoch-XXXXXXXX`; invalid events on connections that never
-//! carried a record (garbage peers) belong to no sender and are kept apart. The lock here is
-//! taken by the reporter and the control threads alone.
+//! carried a record (garbage peers) belong to no sender and are kept apart. Each run's clock
+//! (the same as the sink's, an estimated offset, or unknown) is kept here too and written into
+//! the slots of its live connections at every tick and whenever it changes, so the workers
+//! correct the run's latency without a lock. The lock here is taken by the reporter and the
+//! control threads alone.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -17,13 +20,13 @@ use super::{
     TcpSinkShared,
     peers::{ConnTally, SlotRead},
 };
-use crate::clock;
+use crate::{clock, latency_clock::LatencyClock};
 
 /// Name booked for sender runs beyond `--max-senders` names.
 const OTHER: &str = "other";
 
 /// What the sink counted for one sender run, at its Goodbye.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TcpVerdict {
     /// Records, bytes and invalid events of all its connections.
     pub tally: ConnTally,
@@ -31,6 +34,8 @@ pub struct TcpVerdict {
     pub conns: u64,
     /// Every connection of the run had ended before the answer (else the tally is so far).
     pub complete: bool,
+    /// How its latency relates to its clock.
+    pub clock: LatencyClock,
 }
 
 /// One sender's books, as the reporter shows them.
@@ -46,6 +51,8 @@ pub struct TcpSenderRow {
     pub conns_open: u64,
     /// Connections that ended.
     pub conns_closed: u64,
+    /// How its latency relates to its clock (its latest run's).
+    pub clock: LatencyClock,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -60,6 +67,8 @@ struct Inner {
     closed: HashMap<u32, EpochBook>,
     /// Invalid events on connections that never carried a record.
     unattributed: ConnTally,
+    /// Each run's clock.
+    clocks: HashMap<u32, LatencyClock>,
 }
 
 /// The per-sender books over these queues' connection slots.
@@ -82,13 +91,17 @@ impl TcpBooks {
         }
     }
 
-    /// Books every closed connection's final tally; returns the live tallies by epoch.
+    /// Books every closed connection's final tally and gives every live one its run's clock
+    /// correction; returns the live tallies by epoch.
     fn collect(&self, inner: &mut Inner) -> HashMap<u32, EpochBook> {
         let mut live: HashMap<u32, EpochBook> = HashMap::new();
         for slot in self.queues.iter().flat_map(|q| q.slots.iter()) {
             match slot.read() {
                 SlotRead::Free => {}
                 SlotRead::Live(t) => {
+                    if let Some(c) = inner.clocks.get(&t.epoch).and_then(|c| c.correction_ns()) {
+                        slot.set_clock(t.epoch, c);
+                    }
                     let b = live.entry(t.epoch).or_default();
                     b.tally.add(&t);
                     b.conns += 1;
@@ -111,9 +124,13 @@ impl TcpBooks {
         }
     }
 
-    /// A sender run said Hello; returns the sink's uptime.
-    pub fn hello(&self, name: &str, epoch: u32) -> u64 {
+    /// A sender run said Hello, its clock as the hello tells (a reconnect keeps a known one);
+    /// returns the sink's uptime.
+    pub fn hello(&self, name: &str, epoch: u32, clock: LatencyClock) -> u64 {
         if let Ok(mut inner) = self.inner.lock() {
+            let clock = LatencyClock::at_hello(inner.clocks.get(&epoch), clock);
+            inner.clocks.insert(epoch, clock);
+            self.collect(&mut inner);
             let known = inner.names.values().any(|n| n == name);
             let names = inner.names.values().filter(|n| *n != OTHER).count();
             let name = if known || names < self.max_senders {
@@ -124,6 +141,22 @@ impl TcpBooks {
             inner.names.insert(epoch, name.to_string());
         }
         clock::monotonic_ns().saturating_sub(self.started_ns)
+    }
+
+    /// A sender run told its estimate of this sink's clock: its live connections correct their
+    /// latency by it from now on.
+    pub fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
+        if let Ok(mut inner) = self.inner.lock() {
+            let changed =
+                inner
+                    .clocks
+                    .entry(epoch)
+                    .or_default()
+                    .estimated(offset_ns, error_bound_ns, rtt_ns);
+            if changed {
+                self.collect(&mut inner);
+            }
+        }
     }
 
     /// A sender run said Goodbye: waits (at most `wait`) until every connection of it ended,
@@ -145,6 +178,7 @@ impl TcpBooks {
                     tally: ConnTally { epoch, ..b.tally },
                     conns: b.conns,
                     complete: open.is_none(),
+                    clock: inner.clocks.get(&epoch).cloned().unwrap_or_default(),
                 };
             }
             drop(inner);
@@ -162,6 +196,7 @@ impl TcpBooks {
         let mut epochs: Vec<u32> = inner.closed.keys().chain(live.keys()).copied().collect();
         epochs.sort_unstable();
         epochs.dedup();
+        let mut clocks: BTreeMap<String, Vec<&LatencyClock>> = BTreeMap::new();
         for epoch in epochs.into_iter().filter(|&e| e != 0) {
             let name = inner
                 .names
@@ -173,6 +208,9 @@ impl TcpBooks {
                 ..TcpSenderRow::default()
             });
             row.sessions += 1;
+            if let Some(c) = inner.clocks.get(&epoch) {
+                clocks.entry(row.name.clone()).or_default().push(c);
+            }
             if let Some(b) = inner.closed.get(&epoch) {
                 row.tally.add(&b.tally);
                 row.conns_closed += b.conns;
@@ -182,7 +220,13 @@ impl TcpBooks {
                 row.conns_open += b.conns;
             }
         }
-        rows.into_values().collect()
+        rows.into_values()
+            .map(|mut row| {
+                let runs = clocks.get(&row.name).map(Vec::as_slice).unwrap_or_default();
+                row.clock = LatencyClock::latest(runs.iter().copied());
+                row
+            })
+            .collect()
     }
 
     /// Invalid events on connections that never carried a record (no sender to charge).
@@ -200,7 +244,7 @@ mod tests {
             epoch,
             records,
             bytes: records * 100,
-            invalid: 0,
+            ..ConnTally::default()
         }
     }
 
@@ -208,8 +252,8 @@ mod tests {
     fn two_senders_keep_separate_books_and_a_goodbye_waits_for_the_last_connection() {
         let q = Arc::new(TcpSinkShared::new(4));
         let books = TcpBooks::new(vec![q.clone()], 8);
-        books.hello("a", 1);
-        books.hello("b", 2);
+        books.hello("a", 1, LatencyClock::same_clock());
+        books.hello("b", 2, LatencyClock::default());
         for (slot, t) in q.slots.iter().zip([tally(1, 5), tally(2, 7), tally(1, 3)]) {
             slot.open();
             slot.publish(&t);
@@ -228,6 +272,32 @@ mod tests {
         assert_eq!((rows[1].name.as_str(), rows[1].tally.records), ("b", 7));
         assert_eq!(rows[1].conns_open, 1);
         assert!(q.slots[0].is_free() && q.slots[2].is_free() && !q.slots[1].is_free());
+        assert_eq!(rows[0].clock, LatencyClock::same_clock());
+        assert_eq!(rows[1].clock, LatencyClock::default());
+    }
+
+    #[test]
+    fn a_runs_clock_estimate_reaches_its_live_connections_only() {
+        let q = Arc::new(TcpSinkShared::new(2));
+        let books = TcpBooks::new(vec![q.clone()], 8);
+        books.hello("a", 1, LatencyClock::default());
+        for (slot, t) in q.slots.iter().zip([tally(1, 5), tally(2, 7)]) {
+            slot.open();
+            slot.publish(&t);
+        }
+        books.tick();
+        assert_eq!(q.slots[0].correction(1), None, "no estimate yet");
+        books.clock(1, -5_000_000_000, 40_000, 80_000);
+        assert_eq!(q.slots[0].correction(1), Some(-5_000_000_000));
+        assert_eq!(q.slots[1].correction(2), None, "another run");
+        let v = books.goodbye(1, Duration::from_millis(1));
+        assert_eq!(
+            v.clock,
+            LatencyClock::corrected(-5_000_000_000, 40_000, 80_000)
+        );
+        // A reconnect's hello keeps the estimate.
+        books.hello("a", 1, LatencyClock::default());
+        assert_eq!(q.slots[0].correction(1), Some(-5_000_000_000));
     }
 
     #[test]

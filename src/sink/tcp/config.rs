@@ -64,10 +64,14 @@ crate::counter_array! {
         Acks = "acks",
         /// Connections that opened with a control frame, handed to the control server.
         ControlConns = "control_conns",
+        /// Records that gave no latency sample: no clock correction for their sender run.
+        LatencyUnknown = "latency_unknown",
+        /// Latency samples whose negative corrected transit was taken as 0.
+        LatencyClamped = "latency_clamped",
     }
 }
 
-/// Latency cells of one queue (one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
+/// Latency cells of one queue (corrected one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
 pub type LatencyCells = Counters<LATENCY_CELLS>;
 /// Shared latency cells.
 pub type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;

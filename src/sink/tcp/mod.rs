@@ -5,7 +5,9 @@
 //! `recv_mode`).
 //!
 //! Every connection's bytes go through its [`StreamParser`]: complete in-sequence records count
-//! as received (records, bytes, one-way latency); a record out of sequence counts as invalid
+//! as received (records, bytes, one-way latency corrected by its sender run's clock offset,
+//! which the books set in the connection's slot; none yet: no sample, `latency_unknown`); a
+//! record out of sequence counts as invalid
 //! `sequence`; lost framing (bad magic, version or length) counts as invalid with its reason
 //! and closes that connection; a stream that ends inside a record counts as `truncated`.
 //! Connection slots are preallocated (`--max-conns` per queue); a connection beyond them is
@@ -258,6 +260,7 @@ impl TcpSinkWorker {
             let conn = &mut self.conns[i];
             let counters = &mut self.counters;
             let latency = &mut self.latency;
+            let slot = &self.shared.slots[i];
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
             let tally = &mut conn.tally;
             let mut overflow = false;
@@ -273,10 +276,23 @@ impl TcpSinkWorker {
                     counters.add(RxCounter::Bytes, u64::from(r.header.len));
                     tally.records += 1;
                     tally.bytes += u64::from(r.header.len);
-                    latency.add(
-                        latency_cell(now_real.saturating_sub(r.header.timestamp_ns)),
-                        1,
-                    );
+                    match slot.correction(r.header.epoch) {
+                        Some(correction) => {
+                            let transit = i128::from(now_real)
+                                - i128::from(r.header.timestamp_ns)
+                                - i128::from(correction);
+                            let ns = transit.clamp(0, i128::from(u64::MAX)) as u64;
+                            latency.add(latency_cell(ns), 1);
+                            if transit < 0 {
+                                counters.add(RxCounter::LatencyClamped, 1);
+                                tally.latency_clamped += 1;
+                            }
+                        }
+                        None => {
+                            counters.add(RxCounter::LatencyUnknown, 1);
+                            tally.latency_unknown += 1;
+                        }
+                    }
                 } else {
                     counters.add(RxCounter::Invalid, 1);
                     counters.add(RxCounter::InvalidSequence, 1);
@@ -351,7 +367,7 @@ impl TcpSinkWorker {
 
     fn reap(&mut self) -> usize {
         let n = self.engine.reap(&mut self.completions);
-        let now_real = clock::realtime_ns();
+        let now_real = clock::sink_realtime_ns();
         for k in 0..n {
             let c = self.completions[k];
             let Some(token) = Token::decode(c.user_data) else {

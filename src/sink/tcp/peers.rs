@@ -6,7 +6,9 @@
 //! it), `LIVE → CLOSED` (the worker stored the final tally and will not touch the slot again)
 //! and `CLOSED → FREE` (the books took the final tally). The worker reuses a slot only once it
 //! is `FREE` again, so no tally is ever overwritten before it was booked, and a live tally is
-//! never counted twice.
+//! never counted twice. The books also write into a live slot its sender run's clock
+//! correction (see `books`), which the worker reads with the epoch it belongs to, so a
+//! correction is never applied to another run's records.
 //!
 //! [`ControlHandoff`]: a connection whose first bytes are a control frame (its first byte is
 //! the high byte of a frame length, always 0, while a record starts with the magic `R`) is
@@ -16,7 +18,7 @@
 use std::{
     net::TcpStream,
     os::fd::OwnedFd,
-    sync::atomic::{AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering},
 };
 
 use crossbeam_queue::ArrayQueue;
@@ -38,6 +40,10 @@ pub struct ConnTally {
     pub bytes: u64,
     /// Invalid events on this connection (sequence, lost framing, depth).
     pub invalid: u64,
+    /// Records that gave no latency sample: no clock correction for their sender run yet.
+    pub latency_unknown: u64,
+    /// Latency samples whose negative corrected transit was taken as 0.
+    pub latency_clamped: u64,
 }
 
 impl ConnTally {
@@ -46,6 +52,8 @@ impl ConnTally {
         self.records += other.records;
         self.bytes += other.bytes;
         self.invalid += other.invalid;
+        self.latency_unknown += other.latency_unknown;
+        self.latency_clamped += other.latency_clamped;
     }
 }
 
@@ -57,6 +65,11 @@ pub struct SlotBooks {
     records: AtomicU64,
     bytes: AtomicU64,
     invalid: AtomicU64,
+    latency_unknown: AtomicU64,
+    latency_clamped: AtomicU64,
+    /// The epoch whose correction `clock_correction` holds (0: none).
+    clock_epoch: AtomicU32,
+    clock_correction: AtomicI64,
 }
 
 /// What the books read from a slot.
@@ -76,6 +89,10 @@ impl SlotBooks {
         self.records.store(t.records, Ordering::Relaxed);
         self.bytes.store(t.bytes, Ordering::Relaxed);
         self.invalid.store(t.invalid, Ordering::Relaxed);
+        self.latency_unknown
+            .store(t.latency_unknown, Ordering::Relaxed);
+        self.latency_clamped
+            .store(t.latency_clamped, Ordering::Relaxed);
     }
 
     fn load(&self) -> ConnTally {
@@ -84,11 +101,27 @@ impl SlotBooks {
             records: self.records.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             invalid: self.invalid.load(Ordering::Relaxed),
+            latency_unknown: self.latency_unknown.load(Ordering::Relaxed),
+            latency_clamped: self.latency_clamped.load(Ordering::Relaxed),
         }
+    }
+
+    /// Books: the records of sender run `epoch` on this slot's connection correct their
+    /// latency by `correction` ns. The correction is stored before the epoch it belongs to.
+    pub fn set_clock(&self, epoch: u32, correction: i64) {
+        self.clock_correction.store(correction, Ordering::Relaxed);
+        self.clock_epoch.store(epoch, Ordering::Release);
+    }
+
+    /// Worker: the correction of sender run `epoch`, if the books set one for it.
+    pub(super) fn correction(&self, epoch: u32) -> Option<i64> {
+        let set_for = self.clock_epoch.load(Ordering::Acquire);
+        (set_for == epoch && epoch != 0).then(|| self.clock_correction.load(Ordering::Relaxed))
     }
 
     /// Worker: a connection starts in this (free) slot.
     pub(super) fn open(&self) {
+        self.clock_epoch.store(0, Ordering::Release);
         self.store(&ConnTally::default());
         self.state.store(LIVE, Ordering::Release);
     }
@@ -198,14 +231,30 @@ mod tests {
             records: 3,
             bytes: 300,
             invalid: 1,
+            latency_unknown: 2,
+            latency_clamped: 0,
         };
         s.publish(&t);
         assert_eq!(s.read(), SlotRead::Live(t));
+        assert_eq!(s.correction(7), None);
+        s.set_clock(7, -5_000_000_000);
+        assert_eq!(s.correction(7), Some(-5_000_000_000));
+        assert_eq!(
+            s.correction(8),
+            None,
+            "another run's records are not corrected"
+        );
         s.close(&t);
         assert!(!s.is_free());
         assert_eq!(s.read(), SlotRead::Closed(t));
         assert!(s.is_free());
         assert_eq!(s.read(), SlotRead::Free);
+        s.open();
+        assert_eq!(
+            s.correction(7),
+            None,
+            "a new connection starts without a correction"
+        );
     }
 
     #[test]

@@ -1,0 +1,140 @@
+//! Latency as reports show it, beside how it relates to the sender's clock: the quantiles as
+//! cell bounds (`null` when there were no samples; a quantile in the open top cell has no upper
+//! bound and says `*_ns_at_least` instead), and the `latency_clock` object: the kind, the
+//! offset and its error bound, the control round trip, the packets without a sample and the
+//! samples clamped at 0, and, when unknown, why.
+
+use serde_json::{Map, Value, json};
+
+use crate::{
+    latency_clock::{ClockKind, LatencyClock},
+    stats::{LATENCY_BOUNDS_NS, Latency},
+};
+
+/// Latency quantiles as upper bounds of the sink's latency cells; `null` without samples.
+pub fn latency_json(l: &Latency) -> Value {
+    if l.max_ns == 0 {
+        return Value::Null;
+    }
+    let top = LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1];
+    let mut out = Map::new();
+    for (name, ns) in [("p50", l.p50_ns), ("p99", l.p99_ns), ("max", l.max_ns)] {
+        if ns > top {
+            out.insert(format!("{name}_ns_at_most"), Value::Null);
+            out.insert(format!("{name}_ns_at_least"), json!(top));
+        } else {
+            out.insert(format!("{name}_ns_at_most"), json!(ns));
+        }
+    }
+    Value::Object(out)
+}
+
+/// A sender's latency: `null` when its clock is unknown or it gave no samples.
+pub fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
+    if clock.kind == ClockKind::Unknown {
+        Value::Null
+    } else {
+        latency_json(l)
+    }
+}
+
+/// The `latency_clock` object.
+pub fn latency_clock_json(clock: &LatencyClock, unknown: u64, clamped: u64) -> Value {
+    let known = clock.kind != ClockKind::Unknown;
+    let mut v = json!({
+        "kind": clock.kind.name(),
+        "offset_ns": known.then_some(clock.offset_ns),
+        "error_bound_ns": known.then_some(clock.error_bound_ns),
+        "control_rtt_ns": clock.control_rtt_ns,
+        "latency_unknown_packets": unknown,
+        "latency_clamped_packets": clamped,
+    });
+    if !known {
+        v["reason"] = json!(clock.reason);
+    }
+    v
+}
+
+/// A cell bound for people: `<=20us`, `>1s` for the open top cell, `-` when nothing was seen.
+fn bound_text(ns: u64) -> String {
+    match ns {
+        0 => "-".into(),
+        n if n > LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1] => ">1s".into(),
+        n if n >= 1_000_000_000 => format!("<={}s", n / 1_000_000_000),
+        n if n >= 1_000_000 => format!("<={}ms", n / 1_000_000),
+        n => format!("<={}us", n / 1_000),
+    }
+}
+
+/// `latency p50 <=50us p99 <=100us max <=1ms (clock offset +5.002s ±120us corrected)`, or
+/// `latency unknown (no clock estimate: ...)`.
+pub fn latency_text(l: &Latency, clock: &LatencyClock) -> String {
+    if clock.kind == ClockKind::Unknown {
+        return format!("latency unknown {}", clock.text());
+    }
+    format!(
+        "latency p50 {} p99 {} max {} {}",
+        bound_text(l.p50_ns),
+        bound_text(l.p99_ns),
+        bound_text(l.max_ns),
+        clock.text()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{LATENCY_CELLS, latency_cell};
+
+    #[test]
+    fn the_open_top_cell_is_a_lower_bound_never_a_sentinel() {
+        let mut cells = [0; LATENCY_CELLS];
+        cells[latency_cell(1_500)] = 98;
+        cells[latency_cell(30_000)] = 1;
+        cells[latency_cell(5_000_000_000)] = 1;
+        let v = latency_json(&Latency::from_cells(&cells));
+        assert_eq!(
+            v,
+            json!({"p50_ns_at_most": 2000, "p99_ns_at_most": 50000,
+                "max_ns_at_most": null, "max_ns_at_least": 1_000_000_000u64})
+        );
+        assert!(!v.to_string().contains("18446744073709551615"));
+        cells = [0; LATENCY_CELLS];
+        cells[LATENCY_CELLS - 1] = 3;
+        let v = latency_json(&Latency::from_cells(&cells));
+        assert_eq!(v["p50_ns_at_most"], Value::Null);
+        assert_eq!(v["p50_ns_at_least"], json!(1_000_000_000u64));
+        assert_eq!(latency_json(&Latency::default()), Value::Null, "no samples");
+    }
+
+    #[test]
+    fn an_unknown_clock_nulls_the_latency_and_says_why() {
+        let mut cells = [0; LATENCY_CELLS];
+        cells[0] = 5;
+        let l = Latency::from_cells(&cells);
+        let unknown = LatencyClock::default();
+        assert_eq!(sender_latency_json(&l, &unknown), Value::Null);
+        let v = latency_clock_json(&unknown, 7, 0);
+        assert_eq!(v["kind"], "unknown");
+        assert_eq!(
+            (&v["offset_ns"], &v["error_bound_ns"]),
+            (&Value::Null, &Value::Null)
+        );
+        assert_eq!(v["latency_unknown_packets"], 7);
+        assert!(v["reason"].as_str().unwrap().contains("--control off"));
+        assert!(latency_text(&l, &unknown).starts_with("latency unknown (no clock estimate"));
+        let c = LatencyClock::corrected(-5_000_000_000, 60_000, 120_000);
+        let v = latency_clock_json(&c, 0, 1);
+        assert_eq!(
+            v,
+            json!({"kind": "offset_corrected", "offset_ns": -5_000_000_000i64,
+                "error_bound_ns": 60000, "control_rtt_ns": 120000,
+                "latency_unknown_packets": 0, "latency_clamped_packets": 1})
+        );
+        assert_eq!(
+            latency_text(&l, &c),
+            "latency p50 <=1us p99 <=1us max <=1us (clock offset -5.000s ±60us corrected)"
+        );
+        assert_eq!(sender_latency_json(&l, &c)["max_ns_at_most"], 1000);
+    }
+}
