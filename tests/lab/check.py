@@ -239,6 +239,18 @@ def hosts(run):
                   f"{name}: the {side}'s one-way latency carries no offset (1 us < p50, p99 < 1 s)", lat)
         check(s.get("control_rtt_ns") is not None and 0 < s["control_rtt_ns"] < 1e9,
               f"{name}: the sender reports the control channel's round trip", s.get("control_rtt_ns"))
+    # The sender's clock stepped exactly 10 s between the two runs, so the two estimates differ
+    # by 10 s, within the sum of their error bounds (and 2 ms for the clocks' drift in between).
+    a = latency_clock(by_name.get("udp-auth"))
+    b = latency_clock(by_name.get("sink-behind"))
+    if a.get("offset_ns") is not None and b.get("offset_ns") is not None:
+        step = a["offset_ns"] - b["offset_ns"]
+        slack = a["error_bound_ns"] + b["error_bound_ns"] + 2_000_000
+        check(abs(step - 10**10) <= slack,
+              "the two estimates differ by the sender's 10 s clock step, within their error bounds",
+              dict(step_ns=step, slack_ns=slack))
+    else:
+        check(False, "the two estimates differ by the sender's 10 s clock step", (a, b))
     # Without a control channel there is no estimate: latency is unknown, not a number.
     nc = [x for n, x in by_name.items() if n not in ("udp-auth", "link-cut", "sink-behind")]
     check(len(nc) == 1 and nc[0].get("latency") is None and latency_clock(nc[0]).get("kind") == "unknown"
