@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use metrics::{Counter, Gauge, counter, gauge};
 
 use super::names::*;
-use crate::sink::registry::Registry;
+use crate::{latency_clock::LatencyClock, sink::registry::Registry};
 
 struct SenderHandles {
     packets: Counter,
@@ -47,6 +47,14 @@ impl SenderHandles {
     }
 }
 
+/// A sender's clock offset and its error bound in seconds, NaN while unknown (never 0).
+pub(super) fn clock_seconds(clock: &LatencyClock) -> (f64, f64) {
+    match clock.correction_ns() {
+        Some(offset) => (offset as f64 / 1e9, clock.error_bound_ns as f64 / 1e9),
+        None => (f64::NAN, f64::NAN),
+    }
+}
+
 /// Per-sender series of one sink process.
 pub struct SenderSeries {
     registry: Arc<Registry>,
@@ -81,10 +89,7 @@ impl SenderSeries {
             h.sessions.absolute(row.sessions);
             h.active.set(row.active_sessions as f64);
             h.latency_unknown.absolute(c.latency_unknown);
-            let (offset, error) = match row.clock.correction_ns() {
-                Some(offset) => (offset as f64 / 1e9, row.clock.error_bound_ns as f64 / 1e9),
-                None => (f64::NAN, f64::NAN),
-            };
+            let (offset, error) = clock_seconds(&row.clock);
             h.clock_offset.set(offset);
             h.clock_offset_error.set(error);
         }
