@@ -16,7 +16,8 @@ use crate::{
 mod clock;
 mod sizes;
 mod text;
-pub use clock::{latency_clock_json, latency_json, latency_text, sender_latency_json};
+pub use clock::latency_clock_json;
+use clock::{latency_text, sender_latency_json};
 pub use sizes::{rx_sizes_json, tx_sizes_json};
 pub use text::{latency_hdr_json, queue_shares, sink_summary_line};
 

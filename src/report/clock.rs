@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// Latency quantiles as upper bounds of the sink's latency cells; `null` without samples.
-pub fn latency_json(l: &Latency) -> Value {
+pub(super) fn latency_json(l: &Latency) -> Value {
     if l.max_ns == 0 {
         return Value::Null;
     }
@@ -30,7 +30,7 @@ pub fn latency_json(l: &Latency) -> Value {
 }
 
 /// A sender's latency: `null` when its clock is unknown or it gave no samples.
-pub fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
+pub(super) fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
     if clock.kind == ClockKind::Unknown {
         Value::Null
     } else {
@@ -68,7 +68,7 @@ fn bound_text(ns: u64) -> String {
 
 /// `latency p50 <=50us p99 <=100us max <=1ms (clock offset +5.002s ±120us corrected)`, or
 /// `latency unknown (no clock estimate: ...)`.
-pub fn latency_text(l: &Latency, clock: &LatencyClock) -> String {
+pub(super) fn latency_text(l: &Latency, clock: &LatencyClock) -> String {
     if clock.kind == ClockKind::Unknown {
         return format!("latency unknown {}", clock.text());
     }

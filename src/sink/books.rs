@@ -47,7 +47,7 @@ const _: () = assert!(SESSION_BYTES <= 2_700);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
 /// Epochs whose clock correction waits for sessions still to come (the oldest is overwritten).
-pub const CLOCK_EPOCHS: usize = 1024;
+pub(crate) const CLOCK_EPOCHS: usize = 1024;
 const DEFERRED_CLOSES: usize = 4096;
 
 /// One session's state.
