@@ -59,7 +59,8 @@ HZ="$(getconf CLK_TCK)"
 TIMES_FILE=""
 FAILURES=0
 LAST_DIR=""
-declare -A LIVE_PIDS=()
+# shellcheck source=benches/live_pids.sh
+source "$(dirname "${BASH_SOURCE[0]}")/live_pids.sh"
 
 die() {
     echo "compare.sh: $*" >&2
@@ -154,22 +155,6 @@ wait_pid() { # wait_pid PID: waits for one of our children; its exit status goes
     WAIT_RC=0
     wait "$1" || WAIT_RC=$?
     unset 'LIVE_PIDS[$1]'
-}
-
-stop_live_processes() {
-    local pid i
-    for pid in "${!LIVE_PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${!LIVE_PIDS[@]}"; do
-        for ((i = 0; i < 30; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        unset 'LIVE_PIDS[$pid]'
-    done
 }
 
 cleanup() {

@@ -43,7 +43,8 @@ RINGBLAST="${RINGBLAST:-}"
 FAILURES=0
 EMULATED=0
 LAST_PPS=""
-declare -A LIVE_PIDS=()
+# shellcheck source=benches/live_pids.sh
+source "$(dirname "${BASH_SOURCE[0]}")/live_pids.sh"
 declare -a NODES=()
 
 die() {
@@ -147,22 +148,6 @@ check_emulation() { # QEMU TCG guests: every guest node is the same host memory
 }
 
 # --- processes -------------------------------------------------------------------
-
-stop_live_processes() {
-    local pid i
-    for pid in "${!LIVE_PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${!LIVE_PIDS[@]}"; do
-        for ((i = 0; i < 30; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        unset 'LIVE_PIDS[$pid]'
-    done
-}
 
 cleanup() {
     local rc=$?
