@@ -143,8 +143,8 @@ await() {
     sleep 0.5
   done
   wait "$pid" || rc=$?
-  if [ "$rc" -ne 0 ] || ! grep -q 'lab-init: guest script exited' "$run/$name.console"; then
-    echo "lab: guest $name did not finish (QEMU exit $rc; 137: killed after ${guest_timeout} s); its console ends:" >&2
+  if [ "$rc" -ne 0 ] || ! grep -q 'lab-init: guest script exited 0' "$run/$name.console"; then
+    echo "lab: guest $name did not finish its script (QEMU exit $rc; 137: killed after ${guest_timeout} s); its console ends:" >&2
     tail -n 25 "$run/$name.console" >&2 || true
     cat "$run/$name.qemu" >&2 || true
     exit 1
