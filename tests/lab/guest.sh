@@ -65,14 +65,16 @@ run_counted() {
   snapshot "$name" after
 }
 
-# Runs a bounded ringblast case NAME and observes it once it has started its workers.
+# Runs ringblast as case NAME, observes it once it has started its workers, then ends it with
+# SIGINT: the observation never races the end of the run, however slow the emulation is.
 run_observed() {
   local name=$1
   shift
-  start "$name" "$@"
+  start "$name" "$@" --duration 60s
   if wait_line "$out/$name.err" '^startup:'; then
     observe "$name" "$pid"
   fi
+  kill -INT "$pid"
   wait "$pid"
   echo $? >"$out/$name.rc"
 }
@@ -96,9 +98,9 @@ numa)
   uname -r >"$out/kernel"
   hostname >"$out/hostname"
   "$rb" topo --to "$gw:9000" >"$out/topo.txt" 2>&1
-  run_observed nic_send send --to "$gw:9000" --rate 2kpps --duration 4s --control off --json
-  run_observed explicit_node send --to "$gw:9000" --node 0 --rate 2kpps --duration 4s --control off --json
-  run_observed explicit_cpus send --to "$gw:9000" --cpus 0 --rate 2kpps --duration 4s --control off --json
+  run_observed nic_send send --to "$gw:9000" --rate 2kpps --control off --json
+  run_observed explicit_node send --to "$gw:9000" --node 0 --rate 2kpps --control off --json
+  run_observed explicit_cpus send --to "$gw:9000" --cpus 0 --rate 2kpps --control off --json
   # The sink listens on the NIC's address; a sender on the same guest (default name: the
   # guest's hostname, the kernel's "(none)") pairs with it over the authenticated channel.
   snapshot nic_sink before
@@ -113,12 +115,13 @@ numa)
   echo $? >"$out/nic_sink.rc"
   snapshot nic_sink after
   # No NIC locality (loopback): one queue per node, each with its own node's memory.
-  start spread_sink sink --listen 127.0.0.1:7001 --queues 2 --duration 6s --insecure-control --json
+  start spread_sink sink --listen 127.0.0.1:7001 --queues 2 --insecure-control --json
   spread_sink_pid=$pid
   if wait_line "$out/spread_sink.err" '^startup:'; then
     observe spread_sink "$spread_sink_pid"
-    run_observed spread_send send --to 127.0.0.1:7001 --queues 2 --flows 4 --rate 2kpps --duration 3s --control off --json
+    run_observed spread_send send --to 127.0.0.1:7001 --queues 2 --flows 4 --rate 2kpps --control off --json
   fi
+  kill -INT "$spread_sink_pid"
   wait "$spread_sink_pid"
   echo $? >"$out/spread_sink.rc"
   pairs
