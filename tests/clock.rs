@@ -222,18 +222,7 @@ fn a_tcp_sink_5_s_behind_corrects_its_records_latency() {
     let mut sink = ringblast_in(
         &lab.rx,
         Some(-FIVE_S),
-        &[
-            "sink",
-            "--proto",
-            "tcp",
-            "--listen",
-            listen,
-            "--json",
-            "--interval",
-            "100ms",
-            "--secret-file",
-            secret,
-        ],
+        &[&tcp::sink_args(listen)[..], &["--secret-file", secret]].concat(),
     );
     sink.wait_line("tcp sink listening on", WAIT);
     let args = [

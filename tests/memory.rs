@@ -146,18 +146,51 @@ fn start_sender(extra: &[&str]) -> (Proc, UdpSocket) {
     (Proc::ringblast(None, &args), rx)
 }
 
-#[test]
-fn a_sender_says_where_its_memory_is_as_numa_maps_sees_it() {
-    let _guard = traffic_lock();
+/// What one bounded sender run showed: its memory line, its bound mappings in numa_maps (read
+/// while it ran), its memory gauges, its JSON summary and its stderr.
+struct Observed {
+    line: String,
+    err: String,
+    seen: Vec<BoundMapping>,
+    scrape: String,
+    summary: Value,
+}
+
+/// Runs a sender with `extra` arguments and a metrics endpoint, and observes it while it runs.
+fn observe_sender(extra: &[&str]) -> Observed {
     let port = free_port().to_string();
     let metrics = format!("127.0.0.1:{port}");
-    let (mut send, _rx) = start_sender(&["--metrics", &metrics]);
+    let args: Vec<&str> = extra
+        .iter()
+        .copied()
+        .chain(["--metrics", &metrics])
+        .collect();
+    let (mut send, _rx) = start_sender(&args);
     let line = send.wait_line("memory (send): q0 ", WAIT);
     let seen = bound_mappings(send.pid());
     let scrape = scrape_memory_gauges(port.parse().unwrap());
     let (status, out, err) = send.finish();
     assert!(status.success(), "{err}");
     let summary = last_summary(&out, "send");
+    Observed {
+        line,
+        err,
+        seen,
+        scrape,
+        summary,
+    }
+}
+
+#[test]
+fn a_sender_says_where_its_memory_is_as_numa_maps_sees_it() {
+    let _guard = traffic_lock();
+    let Observed {
+        line,
+        err,
+        seen,
+        scrape,
+        summary,
+    } = observe_sender(&[]);
     let m = memory(&summary, 0);
 
     // One queue, one arena: the one mapping bound to a node.
@@ -273,15 +306,13 @@ fn an_idle_sink_counts_its_sparse_memory_as_numa_maps_does() {
 fn hugepages_fall_back_exactly_when_none_are_free() {
     let _guard = traffic_lock();
     let free = hugepages_free();
-    let port = free_port().to_string();
-    let metrics = format!("127.0.0.1:{port}");
-    let (mut send, _rx) = start_sender(&["--hugepages", "--metrics", &metrics]);
-    let line = send.wait_line("memory (send): q0 ", WAIT);
-    let seen = bound_mappings(send.pid());
-    let scrape = scrape_memory_gauges(port.parse().unwrap());
-    let (status, out, err) = send.finish();
-    assert!(status.success(), "{err}");
-    let summary = last_summary(&out, "send");
+    let Observed {
+        line,
+        seen,
+        scrape,
+        summary,
+        ..
+    } = observe_sender(&["--hugepages"]);
     let m = memory(&summary, 0);
     assert_eq!(seen.len(), 1, "{seen:?}");
     let arena = &seen[0];
