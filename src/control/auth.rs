@@ -7,6 +7,10 @@
 //! nonces are 32 fresh random bytes per connection, so a recorded handshake replayed later
 //! fails. Without a secret on both sides the same exchange runs with no MACs (insecure mode);
 //! a secret on one side only is refused on both. Secrets and MACs never appear in messages.
+//!
+//! A successful handshake yields the connection's [`Channel`]: with a secret, keys derived from
+//! it and both nonces seal every later frame ([`super::seal`]), so a secret needs protocol
+//! version 4 on both sides and an older peer is refused with one line naming that version.
 
 use std::fmt;
 use std::io::{Read, Write};
@@ -18,8 +22,14 @@ use rand::Rng;
 use sha2::Sha256;
 use thiserror::Error;
 
-use super::frame::{FrameError, read_frame, read_frame_versioned, write_frame, write_frame_as};
+use zeroize::Zeroizing;
+
+use super::channel::Channel;
+use super::frame::{
+    FrameError, VERSION, read_frame, read_frame_versioned, write_frame, write_frame_as,
+};
 use super::msg::{AuthOk, ClientAuth, ClientHello, Message, Refused, ServerChallenge};
+use super::seal::{self, ChannelKeys, End};
 use crate::error::Error;
 
 const SINK_LABEL: &[u8] = b"ringblast-sink\0";
@@ -29,9 +39,12 @@ const SINK_NEEDS_SECRET: &str =
     "this sink requires --secret-file but the sender sent no credentials";
 const SINK_HAS_NO_SECRET: &str = "this sink has no --secret-file but the sender sent credentials (give both sides the same --secret-file, or neither)";
 
-/// A shared secret; its `Debug` never shows the bytes.
+/// The first protocol version that seals frames: the oldest a secret works with.
+const SEALED_VERSION: u8 = 4;
+
+/// A shared secret; its `Debug` never shows the bytes, and they are wiped on drop.
 #[derive(Clone)]
-pub struct Secret(Vec<u8>);
+pub struct Secret(Zeroizing<Vec<u8>>);
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -43,7 +56,7 @@ impl Secret {
     /// A secret from raw bytes; `None` if empty.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Option<Secret> {
         let b = bytes.into();
-        (!b.is_empty()).then_some(Secret(b))
+        (!b.is_empty()).then_some(Secret(Zeroizing::new(b)))
     }
 
     /// Reads a secret file, dropping trailing whitespace (such as the newline `base64` adds).
@@ -53,16 +66,21 @@ impl Secret {
             "generate one with `head -c32 /dev/urandom | base64 > {}`",
             path.display()
         );
-        let mut bytes = std::fs::read(path).map_err(|e| {
+        let mut bytes = Zeroizing::new(std::fs::read(path).map_err(|e| {
             Error::Usage(format!(
                 "cannot read secret file {}: {e}; {hint}",
                 path.display()
             ))
-        })?;
+        })?);
         let keep = bytes.trim_ascii_end().len();
         bytes.truncate(keep);
-        Secret::new(bytes)
+        Secret::new(bytes.as_slice())
             .ok_or_else(|| Error::Usage(format!("secret file {} is empty; {hint}", path.display())))
+    }
+
+    /// `end`'s keys for the connection with these nonces.
+    fn channel_keys(&self, nonce_c: &[u8; 32], nonce_s: &[u8; 32], end: End) -> ChannelKeys {
+        seal::derive(&self.0, nonce_c, nonce_s, end)
     }
 
     fn mac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Hmac<Sha256> {
@@ -113,6 +131,27 @@ pub enum AuthError {
         /// What arrived.
         got: &'static str,
     },
+    /// The peer speaks a protocol version too old for authenticated frames.
+    #[error(
+        "the {peer} speaks control protocol version {version}, but --secret-file needs version {SEALED_VERSION} on both sides (every frame authenticated): upgrade the {peer}"
+    )]
+    TooOld {
+        /// "sender" or "sink".
+        peer: &'static str,
+        /// The version it speaks.
+        version: u8,
+    },
+    /// The peer speaks a protocol version newer than this build's.
+    #[error(
+        "the sender speaks control protocol version {0}, this sink versions {OLDEST} to {VERSION}: upgrade the sink",
+        OLDEST = super::frame::OLDEST_VERSION
+    )]
+    TooNew(u8),
+    /// Client side: the sink closed the connection instead of answering the ClientHello.
+    #[error(
+        "the sink closed the connection instead of answering; a sink older than control protocol version {VERSION} does this: upgrade it"
+    )]
+    ClosedAtHello,
     /// The handshake took longer than allowed.
     #[error("handshake timed out")]
     Timeout,
@@ -131,6 +170,7 @@ impl AuthError {
                 | AuthError::UnexpectedCredentials
                 | AuthError::Mismatch(_)
                 | AuthError::Refused(_)
+                | AuthError::TooOld { .. }
         )
     }
 }
@@ -168,7 +208,7 @@ fn refuse_as<S: Write + ?Sized>(s: &mut S, version: u8, reason: &str) {
     );
 }
 
-/// Runs the client side; returns the sink's session id.
+/// Runs the client side; returns the sink's session id and the connection's channel.
 ///
 /// The caller sets the stream's per-read timeouts; `io_timeout` additionally bounds the whole
 /// exchange (checked after each step).
@@ -176,7 +216,7 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&Secret>,
     io_timeout: Duration,
-) -> Result<String, AuthError> {
+) -> Result<(String, Channel), AuthError> {
     let deadline = Instant::now() + io_timeout;
     let late = || Instant::now() > deadline;
     let nonce_c = nonce();
@@ -187,10 +227,12 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
             auth: secret.is_some(),
         }),
     )?;
-    let challenge = match read_frame(stream)? {
-        Message::ServerChallenge(c) => c,
-        Message::Refused(r) => return Err(AuthError::Refused(r.reason)),
-        m => {
+    let (challenge, version) = match read_frame_versioned(stream) {
+        Ok((Message::ServerChallenge(c), v)) => (c, v),
+        Ok((Message::Refused(r), _)) => return Err(AuthError::Refused(r.reason)),
+        Err(FrameError::Closed) => return Err(AuthError::ClosedAtHello),
+        Err(e) => return Err(e.into()),
+        Ok((m, _)) => {
             return Err(AuthError::Unexpected {
                 expected: "ServerChallenge",
                 got: m.name(),
@@ -200,13 +242,24 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
     if late() {
         return Err(AuthError::Timeout);
     }
+    if secret.is_some() && challenge.auth && version < SEALED_VERSION {
+        let e = AuthError::TooOld {
+            peer: "sink",
+            version,
+        };
+        refuse(stream, &e.to_string());
+        return Err(e);
+    }
     let mac_c = match (secret, challenge.auth, challenge.mac) {
         (Some(s), true, Some(mac_s)) => {
             if !s.verify(SINK_LABEL, &nonce_c, &challenge.nonce, &mac_s) {
                 refuse(stream, WRONG_SECRET);
                 return Err(AuthError::WrongSecret);
             }
-            Some(s.tag(SEND_LABEL, &challenge.nonce, &nonce_c))
+            Some((
+                s.tag(SEND_LABEL, &challenge.nonce, &nonce_c),
+                s.channel_keys(&nonce_c, &challenge.nonce, End::Sender),
+            ))
         }
         (None, false, None) => None,
         (Some(_), _, _) => {
@@ -223,6 +276,7 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
             ));
         }
     };
+    let (mac_c, keys) = mac_c.unzip();
     write_frame(stream, &Message::ClientAuth(ClientAuth { mac: mac_c }))?;
     let ok = match read_frame(stream)? {
         Message::AuthOk(ok) => ok,
@@ -237,19 +291,25 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
     if late() {
         return Err(AuthError::Timeout);
     }
-    Ok(ok.sink_session)
+    Ok((ok.sink_session, Channel::new(VERSION, keys)))
 }
 
-/// Runs the server side; returns the protocol version the client speaks (every answer is
-/// written in it). The caller bounds it with the stream's read timeouts.
+/// Runs the server side; returns the connection's channel, which answers in the protocol
+/// version the client speaks. The caller bounds it with the stream's read timeouts.
 pub fn server_handshake<S: Read + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&Secret>,
     sink_session: &str,
-) -> Result<u8, AuthError> {
-    let (hello, version) = match read_frame_versioned(stream)? {
-        (Message::ClientHello(h), v) => (h, v),
-        (m, _) => {
+) -> Result<Channel, AuthError> {
+    let (hello, version) = match read_frame_versioned(stream) {
+        Ok((Message::ClientHello(h), v)) => (h, v),
+        Err(FrameError::UnknownVersion(v)) if v > VERSION => {
+            let e = AuthError::TooNew(v);
+            refuse(stream, &e.to_string());
+            return Err(e);
+        }
+        Err(e) => return Err(e.into()),
+        Ok((m, _)) => {
             return Err(AuthError::Unexpected {
                 expected: "ClientHello",
                 got: m.name(),
@@ -264,6 +324,14 @@ pub fn server_handshake<S: Read + Write + ?Sized>(
         (false, true) => {
             refuse_as(stream, version, SINK_HAS_NO_SECRET);
             return Err(AuthError::UnexpectedCredentials);
+        }
+        (true, true) if version < SEALED_VERSION => {
+            let e = AuthError::TooOld {
+                peer: "sender",
+                version,
+            };
+            refuse_as(stream, version, &e.to_string());
+            return Err(e);
         }
         _ => {}
     }
@@ -306,5 +374,6 @@ pub fn server_handshake<S: Read + Write + ?Sized>(
         }),
         version,
     )?;
-    Ok(version)
+    let keys = secret.map(|s| s.channel_keys(&hello.nonce, &nonce_s, End::Sink));
+    Ok(Channel::new(version, keys))
 }

@@ -102,6 +102,12 @@ pub enum ClientEvent {
         /// Why.
         reason: String,
     },
+    /// A frame from the sink failed its seal or was cut short, so the connection was dropped
+    /// (reported every time, unlike the state changes).
+    Breach {
+        /// The integrity label ([`super::frame::FrameError::integrity_label`]).
+        reason: &'static str,
+    },
     /// The clock estimate changed (and was sent to the sink).
     Clock {
         /// The best estimate now.

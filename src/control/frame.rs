@@ -6,6 +6,9 @@
 //! Verdict's clock. A sender speaks version 3; a sink reads versions 1 to 3 and answers each
 //! connection in the version its ClientHello came in, so an older sender gets the Verdict it
 //! can read.
+//! Version 4 seals every frame after the handshake when a secret is set ([`super::seal`]): the
+//! payload is followed by the seal, and the length covers it. A sink with a secret refuses an
+//! older sender, whose frames carry no seal.
 //! The length is checked against [`MAX_FRAME`] before anything is allocated. [`decode`] is the
 //! one pure parser; [`read_frame`] (blocking, for the handshake) and [`FrameReader`] (resumable
 //! across read timeouts, for the long-lived loops) both feed it. Read timeouts are whatever the
@@ -16,11 +19,12 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 use super::msg::{Message, kind_name, last_kind};
+use super::seal::{Breach, DirectionKey, SEAL_LEN};
 
 /// Largest value of the length field (version + type + payload), in bytes.
 pub const MAX_FRAME: usize = 256 * 1024;
 /// The protocol version this build speaks (and a sender writes).
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// The oldest version this build still reads and answers.
 pub const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;
@@ -71,6 +75,9 @@ pub enum FrameError {
         /// What is wrong.
         detail: String,
     },
+    /// A sealed frame failed its check.
+    #[error("{}", breach_text(*.0))]
+    Breach(Breach),
     /// The read timed out.
     #[error("timed out waiting for the peer")]
     Timeout,
@@ -82,6 +89,28 @@ pub enum FrameError {
     Io(#[from] io::Error),
 }
 
+fn breach_text(b: Breach) -> &'static str {
+    match b {
+        Breach::BadMac => {
+            "a frame failed its authentication (changed on the way, or not written with this connection's key)"
+        }
+        Breach::Replayed => "a frame was replayed (its sequence number was already used)",
+        Breach::OutOfOrder => "a frame is out of order (one was dropped or two were swapped)",
+    }
+}
+
+impl FrameError {
+    /// The label a connection ended by this error is counted under when it is an integrity
+    /// failure (a breached seal, or a frame cut short); `None` for anything else.
+    pub fn integrity_label(&self) -> Option<&'static str> {
+        match self {
+            FrameError::Breach(b) => Some(b.label()),
+            FrameError::Truncated { .. } => Some("truncated"),
+            _ => None,
+        }
+    }
+}
+
 /// Encodes `msg` as one frame of this build's version.
 pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
     encode_as(msg, VERSION)
@@ -89,8 +118,18 @@ pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
 
 /// Encodes `msg` as one frame of protocol `version`.
 pub fn encode_as(msg: &Message, version: u8) -> io::Result<Vec<u8>> {
+    encode_with(msg, version, None)
+}
+
+/// Encodes `msg` as one frame of protocol `version`, sealed with `key` if given.
+pub fn encode_with(
+    msg: &Message,
+    version: u8,
+    key: Option<&mut DirectionKey>,
+) -> io::Result<Vec<u8>> {
     let payload = msg.to_json();
-    let len = payload.len() + 2;
+    let seal = if key.is_some() { SEAL_LEN } else { 0 };
+    let len = payload.len() + 2 + seal;
     if len > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -105,6 +144,9 @@ pub fn encode_as(msg: &Message, version: u8) -> io::Result<Vec<u8>> {
     out.push(version);
     out.push(msg.kind());
     out.extend_from_slice(&payload);
+    if let Some(key) = key {
+        key.seal(version, msg.kind(), &payload, &mut out);
+    }
     Ok(out)
 }
 
@@ -125,6 +167,15 @@ pub fn write_frame_as<W: Write + ?Sized>(w: &mut W, msg: &Message, version: u8) 
 /// (`Oversize`, `Runt`), then the version and type bytes as soon as they are present, then
 /// `Truncated` if the payload is incomplete, then the JSON and the message's caps.
 pub fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
+    decode_with(bytes, None)
+}
+
+/// [`decode`] for a frame sealed with `key` if given: the seal is checked (after the frame is
+/// complete, before its payload is parsed).
+pub fn decode_with(
+    bytes: &[u8],
+    key: Option<&mut DirectionKey>,
+) -> Result<(Message, usize), FrameError> {
     let have = bytes.len();
     let Some(head) = bytes.first_chunk::<HEADER>() else {
         return Err(FrameError::Truncated { need: HEADER, have });
@@ -153,8 +204,12 @@ pub fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
     if have < total {
         return Err(FrameError::Truncated { need: total, have });
     }
-    let kind = bytes[HEADER + 1];
-    let payload = &bytes[HEADER + 2..total];
+    let (version, kind) = (bytes[HEADER], bytes[HEADER + 1]);
+    let body = &bytes[HEADER + 2..total];
+    let payload = match key {
+        Some(key) => key.open(version, kind, body).map_err(FrameError::Breach)?,
+        None => body,
+    };
     let msg = match Message::from_json(kind, payload) {
         Some(Ok(m)) => m,
         Some(Err(e)) => {
@@ -233,22 +288,37 @@ pub fn read_frame_versioned<R: Read + ?Sized>(r: &mut R) -> Result<(Message, u8)
     decode(&buf).map(|(m, _)| (m, buf[HEADER]))
 }
 
-/// Accumulates bytes across reads so a read timeout never loses part of a frame.
-#[derive(Debug, Default)]
+/// Accumulates bytes across reads so a read timeout never loses part of a frame; opens each
+/// frame with its key when it has one.
+#[derive(Default)]
 pub struct FrameReader {
     buf: Vec<u8>,
+    key: Option<DirectionKey>,
 }
 
 impl FrameReader {
-    /// An empty reader.
+    /// An empty reader of plain frames.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty reader of frames sealed with `key` (plain if `None`).
+    pub fn opening(key: Option<DirectionKey>) -> Self {
+        FrameReader {
+            buf: Vec::new(),
+            key,
+        }
+    }
+
+    /// Bytes read but not yet returned as a frame.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     /// Returns the next complete frame, `Ok(None)` when a read timed out first.
     pub fn poll<R: Read + ?Sized>(&mut self, r: &mut R) -> Result<Option<Message>, FrameError> {
         loop {
-            match decode(&self.buf) {
+            match decode_with(&self.buf, self.key.as_mut()) {
                 Ok((m, used)) => {
                     self.buf.drain(..used);
                     return Ok(Some(m));
@@ -325,10 +395,10 @@ mod tests {
             assert!(format!("{e:?}").starts_with(want), "cut {cut}: {e:?}");
         }
         let mut bad = bytes.clone();
-        bad[4] = 4;
-        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(4))));
-        // Version-1 and -2 frames (older senders) still read, and say their version.
-        for version in [1, 2] {
+        bad[4] = 5;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(5))));
+        // Version-1 to -3 frames (older senders) still read, and say their version.
+        for version in [1, 2, 3] {
             let mut old = bytes.clone();
             old[4] = version;
             let (_, v) = read_frame_versioned(&mut io::Cursor::new(old)).unwrap();
@@ -357,6 +427,40 @@ mod tests {
         assert!(matches!(
             decode(&unknown_field),
             Err(FrameError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn sealed_frames_read_back_in_any_chunking_and_a_changed_one_is_a_breach() {
+        use crate::control::seal::{End, derive};
+        let (c, s) = ([7u8; 32], [9u8; 32]);
+        let mut writer = derive(b"secret", &c, &s, End::Sender);
+        let reader_key = derive(b"secret", &c, &s, End::Sink).read;
+        let mut stream = Vec::new();
+        for m in samples() {
+            stream.extend(encode_with(&m, VERSION, Some(&mut writer.write)).unwrap());
+        }
+        // One byte per read: the reader keeps partial frames and opens each once.
+        struct Trickle(io::Cursor<Vec<u8>>);
+        impl Read for Trickle {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = buf.len().min(1);
+                self.0.read(&mut buf[..n])
+            }
+        }
+        let mut fr = FrameReader::opening(Some(reader_key));
+        let mut t = Trickle(io::Cursor::new(stream.clone()));
+        for m in samples() {
+            assert_eq!(fr.poll(&mut t).unwrap(), Some(m));
+        }
+        // The same bytes read as plain frames fail (the seal is not JSON), and one flipped
+        // payload byte fails the seal.
+        assert!(decode(&stream).is_err());
+        let mut fr = FrameReader::opening(Some(derive(b"secret", &c, &s, End::Sink).read));
+        stream[HEADER + 3] ^= 0x20;
+        assert!(matches!(
+            fr.poll(&mut io::Cursor::new(stream)),
+            Err(FrameError::Breach(crate::control::seal::Breach::BadMac))
         ));
     }
 

@@ -5,14 +5,17 @@
 //! progress and heartbeats while it runs, and at the end sends a Goodbye and receives the
 //! sink's [`msg::Verdict`]. Along the way the sender estimates the sink's clock offset with
 //! NTP-style exchanges ([`clock`]) and tells the sink, which corrects its one-way latency by it.
-//! Messages are length-prefixed JSON frames ([`frame`]). Both sides run on their own threads
-//! and never block the data path.
+//! Messages are length-prefixed JSON frames ([`frame`]); with a secret, every frame after the
+//! handshake is sealed with a per-connection key and a sequence number ([`seal`], [`channel`]).
+//! Both sides run on their own threads and never block the data path.
 
 pub mod auth;
+pub mod channel;
 pub mod client;
 pub mod clock;
 pub mod frame;
 pub mod msg;
+pub mod seal;
 pub mod server;
 #[cfg(test)]
 mod tests;

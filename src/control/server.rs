@@ -89,6 +89,14 @@ pub struct ServerStats {
     pub timeouts: AtomicU64,
     /// Connections refused because `max_connections` were open.
     pub rejected_busy: AtomicU64,
+    /// Connections dropped because a frame failed its authentication tag.
+    pub bad_mac: AtomicU64,
+    /// Connections dropped because a frame repeated a sequence number.
+    pub replayed: AtomicU64,
+    /// Connections dropped because a frame skipped a sequence number (dropped or swapped).
+    pub out_of_order: AtomicU64,
+    /// Connections dropped because they ended in the middle of a frame.
+    pub truncated: AtomicU64,
 }
 
 pub(super) fn bump(c: &AtomicU64) {

@@ -32,13 +32,17 @@ use crate::{
 };
 
 /// `result` label values of `ringblast_rx_control_connections_total`.
-pub const CONTROL_RESULTS: [&str; 6] = [
+pub const CONTROL_RESULTS: [&str; 10] = [
     "accepted",
     "authenticated",
     "auth_failed",
     "protocol_error",
     "timeout",
     "busy",
+    "bad_mac",
+    "replayed",
+    "out_of_order",
+    "truncated",
 ];
 
 /// How often counters are copied into the exporter (every reporter tick): a scrape sees values

@@ -78,6 +78,7 @@ metrics! {
     RX_CONTROL_CONNECTIONS = "ringblast_rx_control_connections_total", Counter, "result", "Control connections to the sink, by outcome.";
     TX_CONTROL_CONNECTED = "ringblast_tx_control_connected", Gauge, "", "Whether the sender's control channel to the sink is up (1) or not (0).";
     TX_CONTROL_RECONNECTS = "ringblast_tx_control_reconnects_total", Counter, "", "Times the sender's control channel was rebuilt after it was lost.";
+    TX_CONTROL_INTEGRITY = "ringblast_tx_control_integrity_failures_total", Counter, "reason", "Control connections the sender dropped because a frame from the sink failed its authentication (bad_mac), repeated (replayed) or skipped (out_of_order) a sequence number, or was cut short (truncated).";
     TX_CONTROL_RTT = "ringblast_tx_control_rtt_seconds", Gauge, "", "Smallest round trip of the sender's clock exchanges with the sink (absent until one completes).";
     RING_ENTER = "ringblast_ring_enter_calls_total", Counter, "role,node,queue", "io_uring_enter system calls.";
     RING_SQES = "ringblast_ring_sqes_submitted_total", Counter, "role,node,queue", "Submission queue entries submitted (average batch = SQEs / enter calls).";

@@ -73,13 +73,20 @@ pub struct LinkState {
     pub refused: AtomicBool,
     /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
     control_rtt_ns: AtomicU64,
+    /// Connections dropped because a frame from the sink failed its integrity check, in the
+    /// order of [`INTEGRITY_REASONS`].
+    integrity_failures: [AtomicU64; INTEGRITY_REASONS.len()],
 }
+
+/// The integrity failures a sender counts (`FrameError::integrity_label`).
+const INTEGRITY_REASONS: [&str; 4] = ["bad_mac", "replayed", "out_of_order", "truncated"];
 
 impl Default for LinkState {
     fn default() -> LinkState {
         LinkState {
             refused: AtomicBool::new(false),
             control_rtt_ns: AtomicU64::new(u64::MAX),
+            integrity_failures: Default::default(),
         }
     }
 }
@@ -93,6 +100,16 @@ impl LinkState {
     /// Whether the sink refused this sender's credentials.
     pub fn refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The summary's `control_integrity_failures`: connections dropped per reason.
+    pub fn integrity_json(&self) -> serde_json::Value {
+        INTEGRITY_REASONS
+            .iter()
+            .zip(&self.integrity_failures)
+            .map(|(reason, n)| ((*reason).to_string(), n.load(Ordering::Relaxed).into()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     }
 }
 
@@ -305,6 +322,12 @@ pub(super) fn event(e: ClientEvent, state: &LinkState) {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
             state.refused.store(true, Ordering::Relaxed);
             say!("control: {reason}");
+        }
+        ClientEvent::Breach { reason } => {
+            if let Some(i) = INTEGRITY_REASONS.iter().position(|r| *r == reason) {
+                state.integrity_failures[i].fetch_add(1, Ordering::Relaxed);
+            }
+            metrics::counter!(names::TX_CONTROL_INTEGRITY, "reason" => reason).increment(1);
         }
         ClientEvent::Clock { min_rtt_ns, .. } => {
             let min = state
@@ -611,6 +634,10 @@ pub fn export_server_stats(stats: &ServerStats) {
         ("protocol_error", &stats.protocol_errors),
         ("timeout", &stats.timeouts),
         ("busy", &stats.rejected_busy),
+        ("bad_mac", &stats.bad_mac),
+        ("replayed", &stats.replayed),
+        ("out_of_order", &stats.out_of_order),
+        ("truncated", &stats.truncated),
     ] {
         metrics::counter!(names::RX_CONTROL_CONNECTIONS, "result" => result)
             .absolute(value.load(Relaxed));

@@ -319,6 +319,7 @@ impl Session {
             }
             // The smallest round trip of the sender's clock exchanges; null without them.
             summary["control_rtt_ns"] = json!(self.link.control_rtt_ns());
+            summary["control_integrity_failures"] = self.link.integrity_json();
             summary["size"] = json!(s.size);
             summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
             summary["burst"] = json!(s.burst);

@@ -18,8 +18,9 @@ use super::{
 use crate::clock;
 use crate::control::DeadlineStream;
 use crate::control::auth::client_handshake;
+use crate::control::channel::Channel;
 use crate::control::clock::{BURST, Estimator, Sample};
-use crate::control::frame::{FrameReader, read_frame, write_frame};
+use crate::control::frame::FrameError;
 use crate::control::msg::{
     ClockEstimate, ClockProbe, ClockReply, Goodbye, Heartbeat, Message, Verdict,
 };
@@ -29,7 +30,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 struct Conn {
     stream: TcpStream,
-    reader: FrameReader,
+    channel: Channel,
 }
 
 /// The clock exchanges of one connection.
@@ -138,6 +139,13 @@ impl Worker {
         (self.on_event)(e);
     }
 
+    /// Reports a frame error that is an integrity failure (it ends the connection either way).
+    fn check_integrity(&self, e: &FrameError) {
+        if let Some(reason) = e.integrity_label() {
+            self.emit(ClientEvent::Breach { reason });
+        }
+    }
+
     /// Records a failure and reports it if it is a change of state.
     fn failed(&mut self, f: Fail, retry_in: Duration) {
         let (shown, event) = match &f {
@@ -197,7 +205,7 @@ impl Worker {
         stream.set_write_timeout(Some(io)).map_err(unreachable)?;
         let mut ds = DeadlineStream::new(&stream, Instant::now() + io);
         let secret = self.cfg.secret.as_deref();
-        let sink_session = client_handshake(&mut ds, secret, io).map_err(|e| {
+        let (_, mut channel) = client_handshake(&mut ds, secret, io).map_err(|e| {
             if e.is_auth() {
                 Fail::Refused(format!("sink at {addr} refused: {e}"))
             } else {
@@ -207,9 +215,12 @@ impl Worker {
         let lost = |e: String| Fail::Unreachable(format!("sink at {addr}: {e}"));
         let mut hello = self.view.hello(self.connections);
         hello.boot_id = clock::boot_id().map(String::from);
-        write_frame(&mut ds, &Message::Hello(hello)).map_err(|e| lost(e.to_string()))?;
-        match read_frame(&mut ds) {
-            Ok(Message::Welcome(_)) => {}
+        channel
+            .send(&mut ds, &Message::Hello(hello))
+            .map_err(|e| lost(e.to_string()))?;
+        // The Welcome's session id, not the handshake's: the Welcome is sealed.
+        let sink_session = match channel.recv(&mut ds) {
+            Ok(Message::Welcome(w)) => w.sink_session,
             Ok(Message::Refused(r)) => {
                 return Err(Fail::Refused(format!(
                     "sink at {addr} refused: {}",
@@ -217,8 +228,11 @@ impl Worker {
                 )));
             }
             Ok(m) => return Err(lost(format!("expected Welcome, got {}", m.name()))),
-            Err(e) => return Err(lost(e.to_string())),
-        }
+            Err(e) => {
+                self.check_integrity(&e);
+                return Err(lost(e.to_string()));
+            }
+        };
         self.emit(ClientEvent::Connected {
             addr,
             sink_session,
@@ -229,10 +243,7 @@ impl Worker {
         if let Ok(mut s) = self.status.lock() {
             s.ever_connected = true;
         }
-        Ok(Conn {
-            stream,
-            reader: FrameReader::new(),
-        })
+        Ok(Conn { stream, channel })
     }
 
     /// Runs a live connection; `None` once `finish` was served or the client is stopping,
@@ -277,7 +288,7 @@ impl Worker {
                 None
             };
             if let Some(m) = out
-                && let Err(e) = write_frame(&mut &conn.stream, &m)
+                && let Err(e) = conn.channel.send(&mut &conn.stream, &m)
             {
                 return Some(format!("sending to sink at {addr} failed: {e}"));
             }
@@ -301,7 +312,7 @@ impl Worker {
             if let Err(e) = conn.stream.set_read_timeout(Some(t)) {
                 return Some(format!("connection to sink at {addr} failed: {e}"));
             }
-            match conn.reader.poll(&mut &conn.stream) {
+            match conn.channel.poll(&mut &conn.stream) {
                 Ok(None) => {}
                 Ok(Some(Message::Heartbeat(_))) => last_rx = Instant::now(),
                 Ok(Some(Message::ClockReply(r))) => {
@@ -317,14 +328,17 @@ impl Worker {
                 Ok(Some(m)) => {
                     return Some(format!("sink at {addr} sent an unexpected {}", m.name()));
                 }
-                Err(e) => return Some(format!("connection to sink at {addr} lost: {e}")),
+                Err(e) => {
+                    self.check_integrity(&e);
+                    return Some(format!("connection to sink at {addr} lost: {e}"));
+                }
             }
         }
     }
 
     /// Sends a clock probe when one is due: back to back during the opening burst, then one
     /// per progress period; a probe unanswered for [`PROBE_TIMEOUT`] is given up.
-    fn probe(&self, conn: &Conn, p: &mut Probing, now: Instant) -> std::io::Result<()> {
+    fn probe(&self, conn: &mut Conn, p: &mut Probing, now: Instant) -> std::io::Result<()> {
         if let Some((_, at)) = p.pending {
             if now < at + PROBE_TIMEOUT {
                 return Ok(());
@@ -341,7 +355,7 @@ impl Worker {
         }
         let t1 = clock::realtime_ns();
         p.pending = Some((t1, now));
-        write_frame(
+        conn.channel.send(
             &mut &conn.stream,
             &Message::ClockProbe(ClockProbe { t1_ns: t1 }),
         )
@@ -351,7 +365,7 @@ impl Worker {
     /// and sends the estimate when it changed, or once per progress period.
     fn answered(
         &mut self,
-        conn: &Conn,
+        conn: &mut Conn,
         p: &mut Probing,
         r: &ClockReply,
         t4: u64,
@@ -385,7 +399,7 @@ impl Worker {
             error_bound_ns: estimate.error_bound_ns,
             rtt_ns: estimate.rtt_ns,
         });
-        write_frame(&mut &conn.stream, &msg)?;
+        conn.channel.send(&mut &conn.stream, &msg)?;
         self.emit(ClientEvent::Clock {
             estimate,
             min_rtt_ns,
@@ -396,7 +410,10 @@ impl Worker {
     /// Sends `goodbye` and waits for the verdict until `deadline`.
     fn goodbye(&self, conn: &mut Conn, goodbye: &Goodbye, deadline: Instant) -> Goodbyed {
         let addr = self.cfg.addr;
-        if let Err(e) = write_frame(&mut &conn.stream, &Message::Goodbye(goodbye.clone())) {
+        if let Err(e) = conn
+            .channel
+            .send(&mut &conn.stream, &Message::Goodbye(goodbye.clone()))
+        {
             return Goodbyed::Lost(format!("sending Goodbye to sink at {addr} failed: {e}"));
         }
         loop {
@@ -407,7 +424,7 @@ impl Worker {
             if let Err(e) = conn.stream.set_read_timeout(Some(left.min(TICK))) {
                 return Goodbyed::Lost(e.to_string());
             }
-            match conn.reader.poll(&mut &conn.stream) {
+            match conn.channel.poll(&mut &conn.stream) {
                 Ok(Some(Message::Verdict(v))) => return Goodbyed::Verdict(Box::new(v)),
                 Ok(None | Some(Message::Heartbeat(_) | Message::ClockReply(_))) => {}
                 Ok(Some(m)) => {
@@ -417,6 +434,7 @@ impl Worker {
                     ));
                 }
                 Err(e) => {
+                    self.check_integrity(&e);
                     return Goodbyed::Lost(format!(
                         "connection to sink at {addr} lost before the verdict: {e}"
                     ));

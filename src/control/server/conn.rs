@@ -13,7 +13,8 @@ use super::{POLL, Shared, Source, TICK, bump};
 use crate::clock;
 use crate::control::DeadlineStream;
 use crate::control::auth::{AuthError, server_handshake};
-use crate::control::frame::{FrameError, FrameReader, read_frame, write_frame, write_frame_as};
+use crate::control::channel::Channel;
+use crate::control::frame::{FrameError, write_frame};
 use crate::control::msg::{ClockReply, Heartbeat, Hello, Message, Refused, Welcome};
 
 /// The next connection from `source`, its peer and the bytes read from it already.
@@ -146,8 +147,8 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
     let mut ds =
         DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout).with_prefix(first);
-    let version = match server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
-        Ok(v) => v,
+    let mut channel = match server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
+        Ok(c) => c,
         Err(e) => {
             if !sh.stop.load(Ordering::Relaxed) {
                 let (line, counter) = handshake_failure(sh, peer, &e);
@@ -158,7 +159,7 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
         }
     };
     bump(&sh.stats.authenticated);
-    let hello = match read_frame(&mut ds) {
+    let hello = match channel.recv(&mut ds) {
         Ok(Message::Hello(h)) => h,
         Ok(m) => return protocol_error(sh, peer, &format!("expected Hello, got {}", m.name())),
         Err(FrameError::Timeout) => {
@@ -168,19 +169,19 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
                 cfg.handshake_timeout
             ));
         }
-        Err(e) => return protocol_error(sh, peer, &e.to_string()),
+        Err(e) => return frame_error(sh, peer, &e),
     };
-    if ds.prefix_left() > 0 {
+    if ds.prefix_left() > 0 || channel.buffered() > 0 {
         // Its first read held more than its first frame: it did not wait for the handshake.
         return protocol_error(sh, peer, "sent frames before the sink answered");
     }
-    let uptime_ns = sh.books.hello(peer, &hello, version);
+    let uptime_ns = sh.books.hello(peer, &hello, channel.version());
     let welcome = Welcome {
         sink_session: cfg.sink_session.clone(),
         uptime_ns,
     };
-    let clean = match write_frame_as(&mut ds, &Message::Welcome(welcome), version) {
-        Ok(()) => session(sh, stream, peer, &hello, version),
+    let clean = match channel.send(&mut ds, &Message::Welcome(welcome)) {
+        Ok(()) => session(sh, stream, peer, &hello, &mut channel),
         Err(e) => {
             sh.log
                 .line(format!("control: {peer}: sending Welcome failed: {e}"));
@@ -190,6 +191,21 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
     sh.books.disconnected(peer, &hello.name, hello.epoch, clean);
 }
 
+/// Ends a connection whose frame could not be read: an integrity failure (a breached seal or a
+/// cut frame) is counted under its own result, anything else as a protocol error.
+fn frame_error(sh: &Shared, peer: SocketAddr, e: &FrameError) {
+    let st = &sh.stats;
+    let counter = match e.integrity_label() {
+        Some("bad_mac") => &st.bad_mac,
+        Some("replayed") => &st.replayed,
+        Some("out_of_order") => &st.out_of_order,
+        Some(_) => &st.truncated,
+        None => return protocol_error(sh, peer, &e.to_string()),
+    };
+    bump(counter);
+    sh.log.line(format!("control: {peer}: dropped: {e}"));
+}
+
 fn protocol_error(sh: &Shared, peer: SocketAddr, what: &str) {
     bump(&sh.stats.protocol_errors);
     sh.log
@@ -197,13 +213,19 @@ fn protocol_error(sh: &Shared, peer: SocketAddr, what: &str) {
 }
 
 /// The post-Hello loop; true when it ended with a Goodbye answered.
-/// Every answer is written in the sender's protocol `version`.
-fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, version: u8) -> bool {
+/// Every answer is written in the sender's protocol version, sealed when the channel is.
+fn session(
+    sh: &Shared,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    hello: &Hello,
+    channel: &mut Channel,
+) -> bool {
     let hb = sh.config.heartbeat;
     let silence = hb * 3;
     let _ = stream.set_write_timeout(Some(silence));
     let (name, epoch) = (hello.name.as_str(), hello.epoch);
-    let mut reader = FrameReader::new();
+    let version = channel.version();
     let now = Instant::now();
     let (mut last_rx, mut next_hb) = (now, now + hb);
     loop {
@@ -213,9 +235,7 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, ver
         let now = Instant::now();
         if now >= next_hb {
             next_hb = now + hb;
-            if let Err(e) =
-                write_frame_as(&mut &*stream, &Message::Heartbeat(Heartbeat {}), version)
-            {
+            if let Err(e) = channel.send(&mut &*stream, &Message::Heartbeat(Heartbeat {})) {
                 sh.log
                     .line(format!("control: {peer}: sender {name} lost: {e}"));
                 return false;
@@ -235,7 +255,7 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, ver
         if stream.set_read_timeout(Some(t)).is_err() {
             return false;
         }
-        let msg = match reader.poll(&mut &*stream) {
+        let msg = match channel.poll(&mut &*stream) {
             Ok(None) => continue,
             Ok(Some(m)) => m,
             Err(_) if sh.stop.load(Ordering::Relaxed) => return false,
@@ -246,7 +266,7 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, ver
                 return false;
             }
             Err(e) => {
-                protocol_error(sh, peer, &e.to_string());
+                frame_error(sh, peer, &e);
                 return false;
             }
         };
@@ -261,8 +281,7 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, ver
                     t2_ns: t2,
                     t3_ns: clock::sink_realtime_ns().max(t2),
                 };
-                if let Err(e) = write_frame_as(&mut &*stream, &Message::ClockReply(reply), version)
-                {
+                if let Err(e) = channel.send(&mut &*stream, &Message::ClockReply(reply)) {
                     sh.log
                         .line(format!("control: {peer}: sender {name} lost: {e}"));
                     return false;
@@ -280,7 +299,7 @@ fn session(sh: &Shared, stream: &TcpStream, peer: SocketAddr, hello: &Hello, ver
                 if version < 3 {
                     verdict.clock = None;
                 }
-                return match write_frame_as(&mut &*stream, &Message::Verdict(verdict), version) {
+                return match channel.send(&mut &*stream, &Message::Verdict(verdict)) {
                     Ok(()) => true,
                     Err(e) => {
                         sh.log.line(format!(

@@ -31,7 +31,7 @@ fn pair(
         sent: Vec::new(),
     };
     let c = match client_script {
-        None => client_handshake(&mut rec, client.as_ref(), T),
+        None => client_handshake(&mut rec, client.as_ref(), T).map(|(session, _)| session),
         Some(bytes) => {
             // Replay: send the recorded bytes verbatim, then see what the server says.
             rec.s.write_all(&bytes).unwrap();

@@ -38,6 +38,9 @@ impl Reporter {
             "control_rtt_ns".into(),
             json!(self.link.as_ref().and_then(|l| l.control_rtt_ns())),
         );
+        if let Some(link) = &self.link {
+            line.insert("control_integrity_failures".into(), link.integrity_json());
+        }
         super::info_json(&mut line, &self.last_info);
         if let Some(placement) = &self.placement.0 {
             line.insert("placement".into(), placement.clone());
