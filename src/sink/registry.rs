@@ -107,6 +107,9 @@ struct Epoch {
     ended: bool,
     /// Its clock.
     clock: LatencyClock,
+    /// What the Goodbye of each flow was answered with: a Goodbye repeated on a new connection
+    /// (the verdict was lost on the way) gets the same answer, and nothing is booked twice.
+    answered: HashMap<u32, SessionCounters>,
 }
 
 #[derive(Debug, Default)]
@@ -251,6 +254,7 @@ impl Registry {
             span: None,
             ended: false,
             clock: hello.clock.clone(),
+            answered: HashMap::new(),
         });
         epoch.clock = LatencyClock::at_hello(Some(&epoch.clock), hello.clock.clone());
         let correction = epoch.clock.correction_ns();
@@ -315,9 +319,22 @@ impl Registry {
     /// A sender's goodbye: closes its flows with their true ends and returns what the sink saw,
     /// waiting up to `wait` for every worker's answer.
     pub fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunVerdict {
-        {
+        let answered = |inner: &Inner, flow: u32| {
+            inner
+                .epochs
+                .get(&epoch)
+                .and_then(|e| e.answered.get(&flow))
+                .cloned()
+        };
+        // Flows answered before are not closed again: their sessions are gone from the workers.
+        let fresh: Vec<FlowReport> = {
             let mut inner = self.lock();
-            for f in flows {
+            let fresh: Vec<FlowReport> = flows
+                .iter()
+                .filter(|f| answered(&inner, f.flow).is_none())
+                .copied()
+                .collect();
+            for f in &fresh {
                 inner.waiting.insert(
                     SessionKey {
                         epoch,
@@ -326,8 +343,9 @@ impl Registry {
                     Waiting::default(),
                 );
             }
-        }
-        for f in flows {
+            fresh
+        };
+        for f in &fresh {
             self.broadcast(ToWorker::Close {
                 key: SessionKey {
                     epoch,
@@ -342,7 +360,7 @@ impl Registry {
         loop {
             let mut inner = self.lock();
             self.drain(&mut inner);
-            let done = flows.iter().all(|f| {
+            let done = fresh.iter().all(|f| {
                 inner
                     .waiting
                     .get(&SessionKey {
@@ -358,13 +376,23 @@ impl Registry {
                         epoch,
                         flow: f.flow,
                     };
-                    let w = inner.waiting.remove(&key).unwrap_or_default();
-                    let counters = match w.found {
+                    let counters = match answered(&inner, f.flow) {
                         Some(c) => c,
-                        None if w.answers >= self.workers.len() => {
-                            self.never_seen(&mut inner, epoch, f)
+                        None => {
+                            let w = inner.waiting.remove(&key).unwrap_or_default();
+                            let definitive = match w.found {
+                                Some(c) => Some(c),
+                                None if w.answers >= self.workers.len() => {
+                                    Some(self.never_seen(&mut inner, epoch, f))
+                                }
+                                None => None,
+                            };
+                            if let (Some(c), Some(e)) = (&definitive, inner.epochs.get_mut(&epoch))
+                            {
+                                e.answered.insert(f.flow, *c);
+                            }
+                            definitive.unwrap_or_default()
                         }
-                        None => SessionCounters::default(),
                     };
                     verdict.totals.add(&counters);
                     verdict.flows.push((f.flow, counters));
@@ -478,6 +506,7 @@ impl Registry {
                     span: None,
                     ended: false,
                     clock: LatencyClock::default(),
+                    answered: HashMap::new(),
                 },
             );
         }
