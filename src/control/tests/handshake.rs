@@ -135,3 +135,59 @@ fn secret_file_rules() {
         "{e}"
     );
 }
+
+/// Sends a ClientHello in protocol `version` to a sink with a secret; returns the sink's
+/// error and the reason of the Refused frame the client got back.
+fn hello_in_version(version: u8) -> (AuthError, String) {
+    use crate::control::frame::{VERSION, encode_as, read_frame, write_frame_as};
+    use crate::control::msg::{ClientHello, Message};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        server_handshake(&mut s, secret("k").as_ref(), "sink-a").map(|_| ())
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let hello = Message::ClientHello(ClientHello {
+        nonce: [5; 32],
+        auth: true,
+    });
+    if version <= VERSION {
+        write_frame_as(&mut s, &hello, version).unwrap();
+    } else {
+        // A newer sender's frame: this build's bytes with its version byte.
+        let mut frame = encode_as(&hello, VERSION).unwrap();
+        frame[4] = version;
+        s.write_all(&frame).unwrap();
+    }
+    let reason = match read_frame(&mut s) {
+        Ok(Message::Refused(r)) => r.reason,
+        other => panic!("expected Refused, got {other:?}"),
+    };
+    (srv.join().unwrap().unwrap_err(), reason)
+}
+
+#[test]
+fn a_sink_with_a_secret_names_the_version_an_older_or_newer_sender_needs() {
+    for old in 1..=3 {
+        let (e, reason) = hello_in_version(old);
+        assert!(
+            matches!(e, AuthError::TooOld { version, .. } if version == old),
+            "{e}"
+        );
+        assert_eq!(
+            reason,
+            format!(
+                "the sender speaks control protocol version {old}, but --secret-file needs version 4 on both sides (every frame authenticated): upgrade the sender"
+            )
+        );
+    }
+    let (e, reason) = hello_in_version(9);
+    assert!(matches!(e, AuthError::TooNew(9)), "{e}");
+    assert_eq!(
+        reason,
+        "the sender speaks control protocol version 9, this sink versions 1 to 4: upgrade the sink"
+    );
+}
