@@ -23,7 +23,7 @@ fn valid(rng: &mut impl Rng) -> Vec<u8> {
 
 #[test]
 fn fuzz_header_parse() {
-    let mut rng = fuzzing::rng(0x4ead_0001);
+    let mut rng = fuzzing::rng("header parse", 0x4ead_0001);
     let (cases, t) = (fuzzing::cases(), std::time::Instant::now());
     let mut accepted = 0u64;
     for _ in 0..cases {
