@@ -1,13 +1,14 @@
 //! What the parser fuzz loops share: the case count and a generator seeded per run.
 //!
-//! Each loop runs `RINGBLAST_FUZZ_CASES` cases (100 000 by default, well under a second in a
-//! debug build); the test command runs them at 10 M in release mode:
+//! Each loop runs `RINGBLAST_FUZZ_CASES` cases (100 000 by default, for the plain and the
+//! debug-build `cargo test`); the test command runs them at 10 M in release mode:
 //! `RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cmsg::fuzz config::fuzz`.
 //!
 //! The run's seed is `RINGBLAST_FUZZ_SEED` when set, else a fresh random one, so every run
 //! explores new inputs. Each loop mixes its own constant into it (loops draw different inputs)
 //! and prints `fuzz NAME: seed S (replay with RINGBLAST_FUZZ_SEED=S)` before its first case, so
-//! a failing run, panics included, shows the seed that replays it (with the same case count).
+//! a failing run, panics included, shows the seed that replays it (a loop's inputs do not depend
+//! on the case count).
 
 use std::sync::OnceLock;
 
