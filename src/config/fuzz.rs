@@ -85,7 +85,7 @@ fn unit_input(rng: &mut SmallRng) -> String {
 
 #[test]
 fn fuzz_unit_parsers() {
-    let mut rng = fuzzing::rng(0x0417_0001);
+    let mut rng = fuzzing::rng("unit parsers", 0x0417_0001);
     let (cases, t) = (fuzzing::cases(), std::time::Instant::now());
     let mut accepted = 0u64;
     for _ in 0..cases {
@@ -202,7 +202,7 @@ fn toml_input(rng: &mut SmallRng) -> String {
 
 #[test]
 fn fuzz_config_file() {
-    let mut rng = fuzzing::rng(0xc0f1_0001);
+    let mut rng = fuzzing::rng("config file", 0xc0f1_0001);
     let (cases, t) = (fuzzing::cases(), std::time::Instant::now());
     let cli: Vec<OsString> = vec!["--rate".into(), "1kpps".into()];
     let mut accepted = 0u64;

@@ -1,9 +1,13 @@
 //! The decoder fuzz loop: random and structured (mutated valid frames) inputs.
 //!
 //! Runs `RINGBLAST_FUZZ_CASES` cases (200 000 by default, about a second in debug); the full
-//! run is `RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz`.
+//! run is `RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz`. The
+//! seed changes per run and is printed ([`crate::fuzzing::rng`]).
+
+use rand::Rng;
 
 use super::*;
+use crate::fuzzing;
 
 fn fuzz_cases() -> u64 {
     std::env::var("RINGBLAST_FUZZ_CASES")
@@ -13,7 +17,7 @@ fn fuzz_cases() -> u64 {
 }
 
 /// One fuzz input: random bytes, or a valid frame with mutated bytes, length or type.
-fn fuzz_input(rng: &mut StdRng, frames: &[Vec<u8>]) -> Vec<u8> {
+fn fuzz_input(rng: &mut impl Rng, frames: &[Vec<u8>]) -> Vec<u8> {
     let base = &frames[rng.random_range(0..frames.len())];
     let mut b = base.clone();
     match rng.random_range(0..8u8) {
@@ -76,7 +80,7 @@ fn fuzz_input(rng: &mut StdRng, frames: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 fn fuzz_decode() {
     let frames: Vec<Vec<u8>> = samples().iter().map(|m| encode(m).unwrap()).collect();
-    let mut rng = StdRng::seed_from_u64(0x5eed_0001);
+    let mut rng = fuzzing::rng("control decode", 0x5eed_0001);
     let (cases, t) = (fuzz_cases(), Instant::now());
     let mut accepted = 0u64;
     for i in 0..cases {

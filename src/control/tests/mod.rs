@@ -14,9 +14,6 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
 use super::auth::Secret;
 use super::client::{ClientConfig, ClientEvent, ControlClient, NoVerdict, SenderView};
 use super::frame::{self, decode, encode};

@@ -58,7 +58,7 @@ fn chain(rng: &mut impl Rng) -> (Vec<u8>, ControlInfo) {
 
 #[test]
 fn fuzz_cmsg_parse() {
-    let mut rng = fuzzing::rng(0xc756_0001);
+    let mut rng = fuzzing::rng("cmsg parse", 0xc756_0001);
     let (cases, t) = (fuzzing::cases(), std::time::Instant::now());
     let mut exact = 0u64;
     for _ in 0..cases {
