@@ -11,14 +11,6 @@ use std::{process::Command, time::Duration};
 use common::{proc::Proc, *};
 use serde_json::Value;
 
-fn require_root() -> bool {
-    if !is_root() {
-        eprintln!("skipped: network namespaces need root (the test command runs as root)");
-        return false;
-    }
-    true
-}
-
 fn in_ns(ns: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, bin()]).args(args);
@@ -107,10 +99,8 @@ impl Drop for Star {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces (the test command runs as root)"]
 fn four_senders_into_one_sink_are_each_counted_exactly() {
-    if !require_root() {
-        return;
-    }
     let _guard = traffic_lock();
     let star = Star::create(211, 4);
     let secret = secret_file();
@@ -192,10 +182,8 @@ fn four_senders_into_one_sink_are_each_counted_exactly() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces (the test command runs as root)"]
 fn a_sender_restarted_under_one_name_continues_one_series() {
-    if !require_root() {
-        return;
-    }
     let _guard = traffic_lock();
     let lab = Lab::create("r", 212);
     let secret = secret_file();
@@ -262,10 +250,8 @@ fn a_sender_restarted_under_one_name_continues_one_series() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces (the test command runs as root)"]
 fn a_restarted_sink_counts_no_false_loss_and_the_sender_reports_it() {
-    if !require_root() {
-        return;
-    }
     let _guard = traffic_lock();
     let lab = Lab::create("k", 213);
     let secret = secret_file();
@@ -339,10 +325,8 @@ fn a_restarted_sink_counts_no_false_loss_and_the_sender_reports_it() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces (the test command runs as root)"]
 fn sends_refused_by_a_full_qdisc_are_failed_sends_not_loss() {
-    if !require_root() {
-        return;
-    }
     let _guard = traffic_lock();
     let lab = Lab::create("q", 214);
     // The policer sits on the data path's veth; the control channel takes a second veth, so
@@ -416,10 +400,8 @@ fn sends_refused_by_a_full_qdisc_are_failed_sends_not_loss() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces (the test command runs as root)"]
 fn a_tail_dropped_on_the_way_is_lost_exactly_through_goodbye() {
-    if !require_root() {
-        return;
-    }
     let _guard = traffic_lock();
     let lab = Lab::create("t", 215);
     // Drop sequence numbers 19 900 and up: the low 32 bits of the header's sequence number

@@ -29,11 +29,8 @@ impl Drop for Restore {
 }
 
 #[test]
+#[ignore = "needs root: setting /proc/sys/kernel/io_uring_disabled"]
 fn io_uring_disabled_by_sysctl_exits_3_naming_the_sysctl() {
-    if !is_root() {
-        eprintln!("skipped: setting {SYSCTL} needs root");
-        return;
-    }
     let old = std::fs::read_to_string(SYSCTL)
         .unwrap_or_else(|e| panic!("{SYSCTL} (Linux 6.6+) is needed as root: {e}"));
     let restore = Restore(old.clone());
