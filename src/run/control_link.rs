@@ -10,7 +10,7 @@ use crate::say;
 use std::{
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Condvar, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -73,6 +73,11 @@ pub struct LinkState {
     pub refused: AtomicBool,
     /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
     control_rtt_ns: AtomicU64,
+    /// The sender's first connection attempt has an outcome (hello answered, refused or
+    /// unreachable); set with `awaits` by a sender that talks to a sink.
+    answered: Mutex<bool>,
+    answered_now: Condvar,
+    awaits: AtomicBool,
 }
 
 impl Default for LinkState {
@@ -80,6 +85,9 @@ impl Default for LinkState {
         LinkState {
             refused: AtomicBool::new(false),
             control_rtt_ns: AtomicU64::new(u64::MAX),
+            answered: Mutex::new(false),
+            answered_now: Condvar::new(),
+            awaits: AtomicBool::new(false),
         }
     }
 }
@@ -93,6 +101,27 @@ impl LinkState {
     /// Whether the sink refused this sender's credentials.
     pub fn refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    fn answer(&self) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        *answered = true;
+        self.answered_now.notify_all();
+    }
+
+    /// Waits up to `limit` for the sender's first connection attempt, so its hello reaches the
+    /// sink before its first datagram (a sink with a secret counts only the datagrams of senders
+    /// that said hello). Returns false when it gave up waiting; true at once without a link.
+    pub fn wait_first_answer(&self, limit: Duration) -> bool {
+        if !self.awaits.load(Ordering::Relaxed) {
+            return true;
+        }
+        let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        let (answered, _) = self
+            .answered_now
+            .wait_timeout_while(answered, limit, |a| !*a)
+            .unwrap_or_else(|e| e.into_inner());
+        *answered
     }
 }
 
@@ -249,6 +278,7 @@ pub fn start(
             });
             let mut config = ClientConfig::new(addr);
             config.secret = secret;
+            state.awaits.store(true, Ordering::Relaxed);
             let client = ControlClient::start(config, view, Box::new(move |e| event(e, &state)));
             started.verdict = VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
                 let goodbye = Goodbye {
@@ -271,6 +301,9 @@ pub fn start(
 }
 
 pub(super) fn event(e: ClientEvent, state: &LinkState) {
+    if !matches!(e, ClientEvent::Clock { .. }) {
+        state.answer();
+    }
     match e {
         ClientEvent::Connected {
             addr,
@@ -468,6 +501,7 @@ pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
             })
             .collect(),
         clock: clock_of(v.clock.as_ref()),
+        refused: v.totals.rx_invalid,
     }
 }
 
@@ -521,7 +555,11 @@ impl SinkBooks for Books {
             sink_session: self.sink_session.clone(),
             name: name.into(),
             epoch,
-            totals: flow_verdict(&v.totals),
+            // The run's datagrams that arrived but found no slot (per run, not per flow).
+            totals: FlowVerdict {
+                rx_invalid: v.refused,
+                ..flow_verdict(&v.totals)
+            },
             flows: v.flows.iter().map(|(f, c)| (*f, flow_verdict(c))).collect(),
             latency_p50_ns: v.latency.p50_ns,
             latency_p99_ns: v.latency.p99_ns,
