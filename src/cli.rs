@@ -349,9 +349,16 @@ pub struct SinkArgs {
     pub insecure_control: bool,
     /// With --secret-file, also count datagrams of senders that never said an authenticated
     /// hello (within --max-unannounced-sessions). Without it such a sink counts them as invalid
-    /// `unannounced`; a sink without a secret always counts them.
+    /// `unannounced` once --unannounced-grace has passed; a sink without a secret always counts
+    /// them (within --max-unannounced-sessions).
     #[arg(long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
     pub accept_unannounced: bool,
+    /// With --secret-file: for this long after start the sink still counts datagrams of senders
+    /// that have not said hello (within --max-unannounced-sessions), so senders that were
+    /// running before it started (restarted sink) are counted while they reconnect (their
+    /// backoff is at most 5 s); a session opened then joins its sender's books at its hello.
+    #[arg(long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
+    pub unannounced_grace: Duration,
     /// Stop after this long (default: until SIGINT/SIGTERM).
     #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
     pub duration: Option<Duration>,

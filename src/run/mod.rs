@@ -372,14 +372,19 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
     }
     let common = args.common;
     let secret = read_secret(args.secret_file.as_deref())?;
-    // With a secret, only senders that said an authenticated hello are counted by default.
-    let refuse_unannounced = secret.is_some() && !args.accept_unannounced;
+    // With a secret, only senders that said an authenticated hello are counted by default,
+    // once those that were sending before this sink started have had time to reconnect.
+    let refuse_from = if secret.is_some() && !args.accept_unannounced {
+        crate::clock::monotonic_ns().saturating_add(args.unannounced_grace.as_nanos() as u64)
+    } else {
+        u64::MAX
+    };
     let config = sink_config(
         args.listen,
         &args.tuning,
         args.duration,
         common.hugepages,
-        refuse_unannounced,
+        refuse_from,
     )?;
     let mut notes = String::new();
     let queues = planned(
@@ -444,7 +449,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         random_epoch(),
         common.hugepages,
     )?;
-    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, false)?;
+    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX)?;
     // The sink's classes of the mix's lengths are claimed now, so their series exist from the
     // first scrape.
     for class in configs.iter().take(1).flat_map(|(c, _)| &c.sizes.classes) {

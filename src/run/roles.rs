@@ -314,7 +314,7 @@ pub fn sink_config(
     t: &SinkTuning,
     duration: Option<Duration>,
     hugepages: bool,
-    refuse_unannounced: bool,
+    refuse_unannounced_from_ns: u64,
 ) -> Result<SinkConfig, Error> {
     let buffers = rx_buffers(t.rx_buffers, UDP_RX_BUFFERS)?;
     if t.max_flows == 0 || t.max_flows > 65_536 {
@@ -342,7 +342,7 @@ pub fn sink_config(
         max_sessions: t.max_sessions,
         admission: Admission {
             max_unannounced,
-            refuse_unannounced,
+            refuse_unannounced_from_ns,
         },
         session_idle: t.session_idle,
         listen,

@@ -20,8 +20,8 @@
 //! **Admission**: a session opened by a sender run that said hello (`ToWorker::Announce`) is
 //! *announced*; one opened by data alone is *unannounced*. Unannounced sessions hold at most
 //! `max_unannounced` slots ([`Admission`]), so the rest of the table is reserved for announced
-//! senders and forged datagrams (random epochs, flows, ports) can never take it; with
-//! `refuse_unannounced` (a sink with a secret) they get no slot at all. A refused datagram
+//! senders and forged datagrams (random epochs, flows, ports) can never take it; a sink with a
+//! secret refuses them outright once its start-up grace is over. A refused datagram
 //! arrived, so it is never lost: it counts as invalid (`unannounced` or `table_full`), and an
 //! announced run whose datagrams were refused while it ran does not claim the sequence numbers
 //! its books never saw as lost (its stated start is dropped, its refusals go to its verdict).
@@ -99,8 +99,10 @@ struct Session {
 pub struct Admission {
     /// Most slots unannounced sessions hold; the rest are reserved for announced senders.
     pub max_unannounced: usize,
-    /// Unannounced datagrams get no slot at all (a sink with a secret, by default).
-    pub refuse_unannounced: bool,
+    /// From this monotonic time on, unannounced datagrams get no slot at all (a sink with a
+    /// secret, by default, after a grace for the senders that were running before it started);
+    /// `u64::MAX`: never.
+    pub refuse_unannounced_from_ns: u64,
 }
 
 /// A sender run that said hello, as one worker knows it.
@@ -239,7 +241,7 @@ impl Books {
             clocks_next: 0,
             admission: Admission {
                 max_unannounced: capacity,
-                refuse_unannounced: false,
+                refuse_unannounced_from_ns: u64::MAX,
             },
             unannounced_live: 0,
             announced: Vec::with_capacity(ANNOUNCED_EPOCHS),
@@ -281,7 +283,9 @@ impl Books {
     fn open(&mut self, p: &Packet) -> Result<u32, Refused> {
         match self.announced_at(p.key.epoch) {
             Some(_) => self.insert(p.key, p.source, true).ok_or(Refused::TableFull),
-            None if self.admission.refuse_unannounced => Err(Refused::Unannounced),
+            None if p.now_ns >= self.admission.refuse_unannounced_from_ns => {
+                Err(Refused::Unannounced)
+            }
             None if self.unannounced_live >= self.admission.max_unannounced => {
                 Err(Refused::TableFull)
             }

@@ -522,7 +522,7 @@ fn unannounced_sessions_keep_to_their_share_and_announced_ones_find_the_reserved
     let mailbox = Mailbox::new(4);
     let mut b = Books::new(4, 8, false).with_admission(Admission {
         max_unannounced: 2,
-        refuse_unannounced: false,
+        refuse_unannounced_from_ns: u64::MAX,
     });
     // A flood of forged runs takes its two slots, then finds no more.
     for epoch in 100..110 {
@@ -553,7 +553,7 @@ fn with_a_secret_unannounced_datagrams_are_refused_and_a_run_refused_on_its_way_
     let mailbox = Mailbox::new(4);
     let mut b = Books::new(4, 8, false).with_admission(Admission {
         max_unannounced: 2,
-        refuse_unannounced: true,
+        refuse_unannounced_from_ns: 0,
     });
     assert_eq!(b.record(packet(5, 0, 0, 0)), Err(Refused::Unannounced));
     b.note_refusal(key(5, 0), 50);
@@ -608,7 +608,7 @@ fn the_announced_list_keeps_the_latest_runs() {
     let mailbox = Mailbox::new(2);
     let mut b = Books::new(2, 4, false).with_admission(Admission {
         max_unannounced: 0,
-        refuse_unannounced: true,
+        refuse_unannounced_from_ns: 0,
     });
     for epoch in 0..ANNOUNCED_EPOCHS as u32 + 1 {
         announce(&mut b, &mailbox, 1000 + epoch, 0);

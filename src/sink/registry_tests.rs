@@ -153,7 +153,7 @@ fn refused_datagrams_of_an_announced_run_are_never_lost_and_its_verdict_counts_t
     // Two slots, none for unannounced sessions, and those refused outright (a secret).
     let mut books = Books::new(2, 16, false).with_admission(Admission {
         max_unannounced: 0,
-        refuse_unannounced: true,
+        refuse_unannounced_from_ns: 0,
     });
     let flows = |next| {
         (0..3)
