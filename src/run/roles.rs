@@ -477,7 +477,7 @@ impl SinkSet {
             .zip(rx)
             .find(|(_, r)| r.worker.invalid[INVALID_TABLE_FULL] > 0)?;
         Some(format!(
-            "sink: queue {} session table full ({} sessions): datagrams of new sessions count as invalid table_full; raise --max-sessions or lower --session-idle",
+            "sink: queue {} session table full ({} sessions): datagrams of new sessions count as invalid table_full; raise --max-sessions (or, for senders without a hello, --max-unannounced-sessions) or lower --session-idle",
             q.queue, self.max_sessions
         ))
     }
