@@ -282,6 +282,13 @@ pub struct SinkTuning {
     /// start: see the README); packets of a session beyond it count as invalid `table_full`.
     #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
     pub max_sessions: usize,
+    /// Of --max-sessions, the slots each sink queue gives sessions opened by data alone, from
+    /// senders that never said hello on the control channel (--control off, an unreachable
+    /// control port, a wrong secret, forged datagrams); the other slots are reserved for
+    /// senders that said hello. Their datagrams beyond it count as invalid `table_full`
+    /// [default: half of --max-sessions, rounded up].
+    #[arg(long, env = "RINGBLAST_MAX_UNANNOUNCED_SESSIONS")]
+    pub max_unannounced_sessions: Option<usize>,
     /// A session without packets for this long is closed and its slot reused.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
     pub session_idle: Duration,
@@ -340,6 +347,18 @@ pub struct SinkArgs {
     /// Accept control connections without a secret on a non-loopback address.
     #[arg(long, env = "RINGBLAST_INSECURE_CONTROL")]
     pub insecure_control: bool,
+    /// With --secret-file, also count datagrams of senders that never said an authenticated
+    /// hello (within --max-unannounced-sessions). Without it such a sink counts them as invalid
+    /// `unannounced` once --unannounced-grace has passed; a sink without a secret always counts
+    /// them (within --max-unannounced-sessions).
+    #[arg(long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
+    pub accept_unannounced: bool,
+    /// With --secret-file: for this long after start the sink still counts datagrams of senders
+    /// that have not said hello (within --max-unannounced-sessions), so senders that were
+    /// running before it started (restarted sink) are counted while they reconnect (their
+    /// backoff is at most 5 s); a session opened then joins its sender's books at its hello.
+    #[arg(long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
+    pub unannounced_grace: Duration,
     /// Stop after this long (default: until SIGINT/SIGTERM).
     #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
     pub duration: Option<Duration>,

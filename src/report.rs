@@ -387,6 +387,9 @@ pub fn attach_verdict(
             let t = &v.totals;
             let mut sink = counters_json(t);
             sink["sink_session"] = json!(session);
+            // Its datagrams that arrived but found no session slot: invalid table_full at the
+            // sink, neither received nor lost.
+            sink["rx_invalid"] = json!(v.refused);
             sink["complete"] = json!(v.complete);
             sink["flows"] = Value::Array(
                 v.flows
@@ -409,7 +412,7 @@ pub fn attach_verdict(
             };
             summary["sink"] = sink;
             format!(
-                "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}",
+                "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}{}",
                 t.packets,
                 t.lost,
                 loss_percent(t.packets, t.lost),
@@ -418,6 +421,14 @@ pub fn attach_verdict(
                 t.kernel_drops,
                 t.send_failed,
                 latency_text(&v.latency, &v.clock),
+                if v.refused > 0 {
+                    format!(
+                        ", {} arrived but not counted (the sink's session table was full: invalid table_full)",
+                        v.refused
+                    )
+                } else {
+                    String::new()
+                },
                 if v.complete {
                     ""
                 } else {

@@ -34,7 +34,14 @@ pub fn errno_class(errno: i32) -> usize {
 }
 
 /// Reasons a received datagram is not counted as traffic (also the `reason` label values).
-pub const INVALID_LABELS: [&str; 5] = ["short", "magic", "version", "flow_id", "table_full"];
+pub const INVALID_LABELS: [&str; 6] = [
+    "short",
+    "magic",
+    "version",
+    "flow_id",
+    "table_full",
+    "unannounced",
+];
 
 /// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
 pub const LATENCY_BOUNDS_NS: [u64; 19] = [
@@ -254,8 +261,8 @@ counter_set! {
         target_milli_pps:,
         /// Sender: zero-copy notifications that report a copy.
         zc_copied:,
-        /// Sink: invalid datagrams by reason.
-        invalid: 5,
+        /// Sink: invalid datagrams by reason ([`INVALID_LABELS`]).
+        invalid: 6,
         /// Sink: datagrams the kernel dropped on this socket (`SO_RXQ_OVFL`).
         kernel_drops:,
         /// Sink: multishot receives ended because the buffer ring ran dry.

@@ -10,12 +10,15 @@
 //! link down and up, blackhole
 //! and prohibit routes (`routes.rs`); SIGKILL and SIGSTOP/SIGCONT of either side
 //! (`signals.rs`); foreign, zero-length, truncated, oversized and 1 M random datagrams
-//! (`invalid.rs`); a metrics endpoint under abuse (`abuse.rs`). Sends refused by a full tbf
+//! (`invalid.rs`); a metrics endpoint under abuse (`abuse.rs`); control-less runs booked as one
+//! sender each and forged floods beside an authenticated sender (`admission.rs`). Sends refused by a full tbf
 //! qdisc (ENOBUFS through IP_RECVERR) are covered in `tests/pairing.rs`
 //! (`sends_refused_by_a_full_qdisc_are_failed_sends_not_loss`).
 
 #[path = "faults/abuse.rs"]
 mod abuse;
+#[path = "faults/admission.rs"]
+mod admission;
 mod common;
 #[path = "faults/invalid.rs"]
 mod invalid;

@@ -217,7 +217,7 @@ fn sessions_are_logged_as_they_start_and_end_and_rates_skip_idle_gaps() {
     assert_ok(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let count = |needle: &str| stderr.lines().filter(|l| l.contains(needle)).count();
-    assert_eq!(count("sink: new session of 127.0.0.1:"), 1, "{stderr}");
+    assert_eq!(count("sink: new session of 127.0.0.1/"), 1, "{stderr}");
     assert_eq!(count("ended: idle for --session-idle"), 1, "{stderr}");
     assert_eq!(count("ended: the sender said goodbye"), 1, "{stderr}");
     let sink = summaries(&out).sink.unwrap();

@@ -10,7 +10,7 @@ use crate::say;
 use std::{
     net::SocketAddr,
     sync::{
-        Arc,
+        Arc, Condvar, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -76,6 +76,11 @@ pub struct LinkState {
     /// Connections dropped because a frame from the sink failed its integrity check, in the
     /// order of [`INTEGRITY_REASONS`].
     integrity_failures: [AtomicU64; INTEGRITY_REASONS.len()],
+    /// The sender's first connection attempt has an outcome (hello answered, refused or
+    /// unreachable); set with `awaits` by a sender that talks to a sink.
+    answered: Mutex<bool>,
+    answered_now: Condvar,
+    awaits: AtomicBool,
 }
 
 /// The integrity failures a sender counts (`FrameError::integrity_label`).
@@ -87,6 +92,9 @@ impl Default for LinkState {
             refused: AtomicBool::new(false),
             control_rtt_ns: AtomicU64::new(u64::MAX),
             integrity_failures: Default::default(),
+            answered: Mutex::new(false),
+            answered_now: Condvar::new(),
+            awaits: AtomicBool::new(false),
         }
     }
 }
@@ -110,6 +118,27 @@ impl LinkState {
             .map(|(reason, n)| ((*reason).to_string(), n.load(Ordering::Relaxed).into()))
             .collect::<serde_json::Map<_, _>>()
             .into()
+    }
+
+    fn answer(&self) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        *answered = true;
+        self.answered_now.notify_all();
+    }
+
+    /// Waits up to `limit` for the sender's first connection attempt, so its hello reaches the
+    /// sink before its first datagram (a sink with a secret counts only the datagrams of senders
+    /// that said hello). Returns false when it gave up waiting; true at once without a link.
+    pub fn wait_first_answer(&self, limit: Duration) -> bool {
+        if !self.awaits.load(Ordering::Relaxed) {
+            return true;
+        }
+        let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        let (answered, _) = self
+            .answered_now
+            .wait_timeout_while(answered, limit, |a| !*a)
+            .unwrap_or_else(|e| e.into_inner());
+        *answered
     }
 }
 
@@ -266,6 +295,7 @@ pub fn start(
             });
             let mut config = ClientConfig::new(addr);
             config.secret = secret;
+            state.awaits.store(true, Ordering::Relaxed);
             let client = ControlClient::start(config, view, Box::new(move |e| event(e, &state)));
             started.verdict = VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
                 let goodbye = Goodbye {
@@ -288,6 +318,9 @@ pub fn start(
 }
 
 pub(super) fn event(e: ClientEvent, state: &LinkState) {
+    if !matches!(e, ClientEvent::Clock { .. }) {
+        state.answer();
+    }
     match e {
         ClientEvent::Connected {
             addr,
@@ -491,6 +524,7 @@ pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
             })
             .collect(),
         clock: clock_of(v.clock.as_ref()),
+        refused: v.totals.rx_invalid,
     }
 }
 
@@ -544,7 +578,11 @@ impl SinkBooks for Books {
             sink_session: self.sink_session.clone(),
             name: name.into(),
             epoch,
-            totals: flow_verdict(&v.totals),
+            // The run's datagrams that arrived but found no slot (per run, not per flow).
+            totals: FlowVerdict {
+                rx_invalid: v.refused,
+                ..flow_verdict(&v.totals)
+            },
             flows: v.flows.iter().map(|(f, c)| (*f, flow_verdict(c))).collect(),
             latency_p50_ns: v.latency.p50_ns,
             latency_p99_ns: v.latency.p99_ns,

@@ -371,7 +371,21 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
         return tcp::sink(args);
     }
     let common = args.common;
-    let config = sink_config(args.listen, &args.tuning, args.duration, common.hugepages)?;
+    let secret = read_secret(args.secret_file.as_deref())?;
+    // With a secret, only senders that said an authenticated hello are counted by default,
+    // once those that were sending before this sink started have had time to reconnect.
+    let refuse_from = if secret.is_some() && !args.accept_unannounced {
+        crate::clock::monotonic_ns().saturating_add(args.unannounced_grace.as_nanos() as u64)
+    } else {
+        u64::MAX
+    };
+    let config = sink_config(
+        args.listen,
+        &args.tuning,
+        args.duration,
+        common.hugepages,
+        refuse_from,
+    )?;
     let mut notes = String::new();
     let queues = planned(
         "sink",
@@ -380,7 +394,6 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
     )?;
     let exported = args.tuning.metrics_flows.min(config.max_flows);
     let metrics = common.metrics;
-    let secret = read_secret(args.secret_file.as_deref())?;
     if secret.is_none() && !args.listen.ip().is_loopback() && !args.insecure_control {
         return Err(Error::Unsupported(format!(
             "the sink listens on {} (not loopback) but has no secret for its control channel; give it --secret-file FILE (make one with `head -c32 /dev/urandom | base64 > FILE`) or accept unauthenticated senders with --insecure-control",
@@ -436,7 +449,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
         random_epoch(),
         common.hugepages,
     )?;
-    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages)?;
+    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX)?;
     // The sink's classes of the mix's lengths are claimed now, so their series exist from the
     // first scrape.
     for class in configs.iter().take(1).flat_map(|(c, _)| &c.sizes.classes) {

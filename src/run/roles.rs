@@ -13,7 +13,7 @@ use crate::{
         SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker, mix::SizePlan,
         parts::PartMarks,
     },
-    sink::books::MAX_SEND_LAG,
+    sink::books::{Admission, MAX_SEND_LAG},
     sink::{
         INVALID_TABLE_FULL, SinkConfig, SinkOutcome, SinkShared, SinkWorker,
         registry::{FlowReport, Registry},
@@ -314,6 +314,7 @@ pub fn sink_config(
     t: &SinkTuning,
     duration: Option<Duration>,
     hugepages: bool,
+    refuse_unannounced_from_ns: u64,
 ) -> Result<SinkConfig, Error> {
     let buffers = rx_buffers(t.rx_buffers, UDP_RX_BUFFERS)?;
     if t.max_flows == 0 || t.max_flows > 65_536 {
@@ -328,8 +329,21 @@ pub fn sink_config(
             t.max_sessions
         )));
     }
+    let max_unannounced = t
+        .max_unannounced_sessions
+        .unwrap_or(t.max_sessions.div_ceil(2));
+    if max_unannounced > t.max_sessions {
+        return Err(Error::Usage(format!(
+            "--max-unannounced-sessions {max_unannounced} is more than --max-sessions {}; use 0 to {} (the rest are reserved for senders that said hello)",
+            t.max_sessions, t.max_sessions
+        )));
+    }
     Ok(SinkConfig {
         max_sessions: t.max_sessions,
+        admission: Admission {
+            max_unannounced,
+            refuse_unannounced_from_ns,
+        },
         session_idle: t.session_idle,
         listen,
         gro: !t.no_gro,
@@ -463,7 +477,7 @@ impl SinkSet {
             .zip(rx)
             .find(|(_, r)| r.worker.invalid[INVALID_TABLE_FULL] > 0)?;
         Some(format!(
-            "sink: queue {} session table full ({} sessions): datagrams of new sessions count as invalid table_full; raise --max-sessions or lower --session-idle",
+            "sink: queue {} session table full ({} sessions): datagrams of new sessions count as invalid table_full; raise --max-sessions (or, for senders without a hello, --max-unannounced-sessions) or lower --session-idle",
             q.queue, self.max_sessions
         ))
     }

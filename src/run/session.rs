@@ -51,6 +51,9 @@ const TICK: Duration = Duration::from_millis(20);
 const EVENTS_EVERY_NS: u64 = 500_000_000;
 /// How long a goodbye waits for the sink's verdict.
 pub const GOODBYE_WAIT: Duration = Duration::from_secs(3);
+/// How long a sender waits for its control channel's first answer before its first send:
+/// the connect timeout, so a sink that is simply down costs nothing (refused at once).
+const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// A started run: senders, sinks or both.
 pub struct Session {
@@ -126,6 +129,11 @@ impl Session {
             s.group.release();
         }
         if let Some(s) = &self.senders {
+            if !self.link.wait_first_answer(HELLO_WAIT) {
+                say!(
+                    "control: no answer from the sink within {HELLO_WAIT:?}; sending anyway (a sink with a secret counts datagrams only after this sender's hello)"
+                );
+            }
             s.group.release();
         }
         let start = clock::monotonic_ns();

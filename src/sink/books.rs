@@ -17,6 +17,15 @@
 //! idle for `--session-idle` is closed; its tail after the last packet, up to the sender's last
 //! progress report, is `unconfirmed`: its fate is unknown, so it is neither lost nor nothing.
 //!
+//! **Admission**: a session opened by a sender run that said hello (`ToWorker::Announce`) is
+//! *announced*; one opened by data alone is *unannounced*. Unannounced sessions hold at most
+//! `max_unannounced` slots ([`Admission`]), so the rest of the table is reserved for announced
+//! senders and forged datagrams (random epochs, flows, ports) can never take it; a sink with a
+//! secret refuses them outright once its start-up grace is over. A refused datagram
+//! arrived, so it is never lost: it counts as invalid (`unannounced` or `table_full`), and an
+//! announced run whose datagrams were refused while it ran does not claim the sequence numbers
+//! its books never saw as lost (its stated start is dropped, its refusals go to its verdict).
+//!
 //! **Latency** is taken here, after the session lookup, because each session holds its sender
 //! run's clock correction (`latency_clock`): the sink's clock minus the sender's, 0 on the same
 //! kernel, or the control channel's estimate, set by a `ToWorker::Clock` for the session's
@@ -28,7 +37,9 @@
 
 use std::net::SocketAddr;
 
-use super::mailbox::{CloseCause, FromWorker, Mailbox, SessionKey, SessionView, ToWorker};
+use super::mailbox::{
+    CloseCause, EpochRefusals, FromWorker, Mailbox, SessionKey, SessionView, ToWorker,
+};
 use crate::{
     proto::{
         header::extend_seq,
@@ -48,6 +59,8 @@ const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
 /// Epochs whose clock correction waits for sessions still to come (the oldest is overwritten).
 pub(crate) const CLOCK_EPOCHS: usize = 1024;
+/// Announced sender runs a worker remembers (the oldest is overwritten).
+pub(crate) const ANNOUNCED_EPOCHS: usize = 1024;
 const DEFERRED_CLOSES: usize = 4096;
 
 /// One session's state.
@@ -76,7 +89,27 @@ struct Session {
     progress: Option<(u64, u64)>,
     /// The sink's clock minus the sender's, in ns; `None`: unknown, no latency samples.
     correction: Option<i64>,
+    /// Its sender run said hello (it holds no unannounced slot).
+    announced: bool,
     dirty: bool,
+}
+
+/// Who may open a session: how many slots sessions opened by data alone may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Most slots unannounced sessions hold; the rest are reserved for announced senders.
+    pub max_unannounced: usize,
+    /// From this monotonic time on, unannounced datagrams get no slot at all (a sink with a
+    /// secret, by default, after a grace for the senders that were running before it started);
+    /// `u64::MAX`: never.
+    pub refuse_unannounced_from_ns: u64,
+}
+
+/// A sender run that said hello, as one worker knows it.
+#[derive(Clone, Copy, Debug)]
+struct Announced {
+    epoch: u32,
+    refusals: EpochRefusals,
 }
 
 /// Why a packet was not counted.
@@ -84,8 +117,10 @@ struct Session {
 pub enum Refused {
     /// The flow id is outside `0..max_flows`.
     FlowId,
-    /// Every session slot is taken.
+    /// Every session slot it may take is taken.
     TableFull,
+    /// Its sender never said hello, and the sink books only senders that did.
+    Unannounced,
 }
 
 /// One valid packet, as the worker parsed it.
@@ -147,6 +182,14 @@ pub struct Books {
     /// Clock corrections by epoch, for the epochs' sessions still to come.
     clocks: Vec<(u32, i64)>,
     clocks_next: usize,
+    admission: Admission,
+    /// Live sessions that are not announced.
+    unannounced_live: usize,
+    /// Sender runs that said hello, with what was refused of them.
+    announced: Vec<Announced>,
+    announced_next: usize,
+    /// Monotonic ns of the latest refused datagram (0: none yet).
+    last_refusal_ns: u64,
 }
 
 fn hash(key: SessionKey) -> usize {
@@ -177,6 +220,7 @@ impl Books {
                     last_ns: 0,
                     progress: None,
                     correction: None,
+                    announced: false,
                     dirty: false,
                 })
                 .collect(),
@@ -195,6 +239,85 @@ impl Books {
             last_slot: EMPTY,
             clocks: Vec::with_capacity(CLOCK_EPOCHS),
             clocks_next: 0,
+            admission: Admission {
+                max_unannounced: capacity,
+                refuse_unannounced_from_ns: u64::MAX,
+            },
+            unannounced_live: 0,
+            announced: Vec::with_capacity(ANNOUNCED_EPOCHS),
+            announced_next: 0,
+            last_refusal_ns: 0,
+        }
+    }
+
+    /// The same books under `admission` (without: every slot open to every session).
+    pub fn with_admission(mut self, admission: Admission) -> Books {
+        self.admission = admission;
+        self
+    }
+
+    /// Where sender run `epoch` is in the announced list, if it said hello.
+    fn announced_at(&self, epoch: u32) -> Option<usize> {
+        self.announced.iter().position(|a| a.epoch == epoch)
+    }
+
+    /// What was refused of sender run `epoch`.
+    fn refusals(&self, epoch: u32) -> EpochRefusals {
+        self.announced_at(epoch)
+            .map(|i| self.announced[i].refusals)
+            .unwrap_or_default()
+    }
+
+    /// Counts a datagram of `key` the books refused at monotonic `now_ns` (after `record`
+    /// said why): an announced run's own refusals go to its verdict.
+    pub fn note_refusal(&mut self, key: SessionKey, now_ns: u64) {
+        self.last_refusal_ns = now_ns.max(1);
+        if let Some(i) = self.announced_at(key.epoch) {
+            let r = &mut self.announced[i].refusals;
+            r.packets += 1;
+            r.uncertain = true;
+        }
+    }
+
+    /// Opens a session for `p`'s key if the admission allows it.
+    fn open(&mut self, p: &Packet) -> Result<u32, Refused> {
+        match self.announced_at(p.key.epoch) {
+            Some(_) => self.insert(p.key, p.source, true).ok_or(Refused::TableFull),
+            None if p.now_ns >= self.admission.refuse_unannounced_from_ns => {
+                Err(Refused::Unannounced)
+            }
+            None if self.unannounced_live >= self.admission.max_unannounced => {
+                Err(Refused::TableFull)
+            }
+            None => self
+                .insert(p.key, p.source, false)
+                .ok_or(Refused::TableFull),
+        }
+    }
+
+    /// Sender run `epoch` said hello; its first send was at monotonic `since_ns`.
+    fn announce(&mut self, epoch: u32, since_ns: u64) {
+        if self.announced_at(epoch).is_none() {
+            let entry = Announced {
+                epoch,
+                refusals: EpochRefusals {
+                    packets: 0,
+                    uncertain: self.last_refusal_ns != 0 && self.last_refusal_ns >= since_ns,
+                },
+            };
+            if self.announced.len() < ANNOUNCED_EPOCHS {
+                self.announced.push(entry);
+            } else {
+                self.announced[self.announced_next] = entry;
+                self.announced_next = (self.announced_next + 1) % ANNOUNCED_EPOCHS;
+            }
+        }
+        for &slot in &self.live {
+            let s = &mut self.sessions[slot as usize];
+            if s.key.epoch == epoch && !s.announced {
+                s.announced = true;
+                self.unannounced_live -= 1;
+            }
         }
     }
 
@@ -240,8 +363,16 @@ impl Books {
         }
     }
 
-    fn insert(&mut self, key: SessionKey, source: Option<SocketAddr>) -> Option<u32> {
+    fn insert(
+        &mut self,
+        key: SessionKey,
+        source: Option<SocketAddr>,
+        announced: bool,
+    ) -> Option<u32> {
         let slot = self.free.pop()?;
+        // Datagrams of its run were refused: its head may be among them, so the start its
+        // sender stated is not taken (the sequence numbers before its first are not lost).
+        let uncertain = self.refusals(key.epoch).uncertain;
         let mask = self.index.len() - 1;
         let mut at = hash(key) & mask;
         while self.index[at] != EMPTY {
@@ -254,7 +385,7 @@ impl Books {
         let hint = self
             .pending
             .iter()
-            .find(|(k, _)| *k == key)
+            .find(|(k, _)| *k == key && !uncertain)
             .map(|(_, start)| *start);
         let correction = self
             .clocks
@@ -278,7 +409,9 @@ impl Books {
         s.source = source;
         s.progress = None;
         s.correction = correction;
+        s.announced = announced;
         s.dirty = true;
+        self.unannounced_live += usize::from(!announced);
         Some(slot)
     }
 
@@ -301,7 +434,9 @@ impl Books {
         if let Some(pos) = self.live.iter().position(|&s| s == slot) {
             self.live.swap_remove(pos);
         }
-        self.sessions[slot as usize].generation = 0;
+        let s = &mut self.sessions[slot as usize];
+        s.generation = 0;
+        self.unannounced_live -= usize::from(!s.announced);
         self.free.push(slot);
         self.last_slot = EMPTY;
     }
@@ -317,7 +452,7 @@ impl Books {
         } else {
             match self.find(p.key) {
                 Some(at) => self.index[at],
-                None => self.insert(p.key, p.source).ok_or(Refused::TableFull)?,
+                None => self.open(&p)?,
             }
         };
         self.last_slot = slot;
@@ -404,6 +539,7 @@ impl Books {
     /// outbox at once, or once its tail has arrived or gone quiet (see `retry_closes`).
     pub fn apply(&mut self, message: ToWorker, mailbox: &Mailbox, now: u64) {
         match message {
+            ToWorker::Start { key, .. } if self.refusals(key.epoch).uncertain => {}
             ToWorker::Start { key, start } => match self.find(key) {
                 Some(at) => {
                     let s = &mut self.sessions[self.index[at] as usize];
@@ -450,6 +586,7 @@ impl Books {
                     }
                 }
             }
+            ToWorker::Announce { epoch, since_ns } => self.announce(epoch, since_ns),
             ToWorker::Close { key, end, failed } => {
                 self.pending.retain(|(k, _)| *k != key);
                 self.pending_next = 0;
@@ -467,7 +604,8 @@ impl Books {
                     }
                     // The outbox holds one answer per session slot plus room for these.
                     None => {
-                        let _ = mailbox.outbox.push(FromWorker::NotMine { key });
+                        let refusals = self.refusals(key.epoch);
+                        let _ = mailbox.outbox.push(FromWorker::NotMine { key, refusals });
                     }
                 }
             }

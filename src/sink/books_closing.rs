@@ -28,6 +28,7 @@ impl Books {
         mailbox: &Mailbox,
     ) {
         let slot = self.index[at];
+        let refusals = self.refusals(self.sessions[slot as usize].key.epoch);
         let s = &mut self.sessions[slot as usize];
         s.tracker.finish();
         fold(s, &mut self.per_flow, &mut self.counted_drops);
@@ -71,6 +72,7 @@ impl Books {
             counters: s.counters,
             active_ns: (s.first_ns, s.last_ns),
             cause,
+            refusals,
         };
         let _ = mailbox.outbox.push(answer);
         if let Some(shared) = mailbox.sessions.get(slot as usize) {

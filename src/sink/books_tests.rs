@@ -512,3 +512,109 @@ impl Packet {
         }
     }
 }
+
+fn announce(b: &mut Books, mailbox: &Mailbox, epoch: u32, since_ns: u64) {
+    b.apply(ToWorker::Announce { epoch, since_ns }, mailbox, 0);
+}
+
+#[test]
+fn unannounced_sessions_keep_to_their_share_and_announced_ones_find_the_reserved_slots() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 8, false).with_admission(Admission {
+        max_unannounced: 2,
+        refuse_unannounced_from_ns: u64::MAX,
+    });
+    // A flood of forged runs takes its two slots, then finds no more.
+    for epoch in 100..110 {
+        let got = b.record(packet(epoch, 0, 0, 0));
+        assert_eq!(got.is_ok(), epoch < 102, "epoch {epoch}");
+        if let Err(why) = got {
+            assert_eq!(why, Refused::TableFull);
+        }
+    }
+    // An announced run takes the two slots the flood could not.
+    announce(&mut b, &mailbox, 7, 0);
+    b.record(packet(7, 0, 0, 0)).unwrap();
+    b.record(packet(7, 1, 0, 0)).unwrap();
+    assert_eq!(b.record(packet(7, 2, 0, 0)), Err(Refused::TableFull));
+    assert_eq!(b.live(), 4);
+    // An unannounced run that says hello later gives its share back.
+    announce(&mut b, &mailbox, 100, 0);
+    assert_eq!(b.unannounced_live, 1);
+    b.sweep(Some(u64::MAX), &mailbox);
+    assert_eq!((b.live(), b.unannounced_live), (0, 0));
+    b.record(packet(110, 0, 0, 0)).unwrap();
+    b.record(packet(111, 0, 0, 0)).unwrap();
+    assert_eq!(b.record(packet(112, 0, 0, 0)), Err(Refused::TableFull));
+}
+
+#[test]
+fn with_a_secret_unannounced_datagrams_are_refused_and_a_run_refused_on_its_way_states_no_start() {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 8, false).with_admission(Admission {
+        max_unannounced: 2,
+        refuse_unannounced_from_ns: 0,
+    });
+    assert_eq!(b.record(packet(5, 0, 0, 0)), Err(Refused::Unannounced));
+    b.note_refusal(key(5, 0), 50);
+    // A run that said hello before the refusal (its first send at 60 ns) states its start.
+    announce(&mut b, &mailbox, 6, 60);
+    b.apply(
+        ToWorker::Start {
+            key: key(6, 0),
+            start: 0,
+        },
+        &mailbox,
+        0,
+    );
+    // One whose first send came before it (at 40 ns) may have lost its head to the refusal.
+    announce(&mut b, &mailbox, 5, 40);
+    b.apply(
+        ToWorker::Start {
+            key: key(5, 0),
+            start: 0,
+        },
+        &mailbox,
+        0,
+    );
+    for epoch in [5, 6] {
+        b.record(packet(epoch, 0, 3, 0)).unwrap();
+        b.record(packet(epoch, 0, 4, 0)).unwrap();
+    }
+    b.sweep(None, &mailbox);
+    let mut lost = Vec::new();
+    while let Some(m) = mailbox.outbox.pop() {
+        if let FromWorker::Closed {
+            key,
+            counters,
+            refusals,
+            ..
+        } = m
+        {
+            lost.push((
+                key.epoch,
+                counters.packets,
+                counters.lost,
+                refusals.uncertain,
+            ));
+        }
+    }
+    lost.sort_unstable();
+    assert_eq!(lost, vec![(5, 2, 0, true), (6, 2, 3, false)]);
+}
+
+#[test]
+fn the_announced_list_keeps_the_latest_runs() {
+    let mailbox = Mailbox::new(2);
+    let mut b = Books::new(2, 4, false).with_admission(Admission {
+        max_unannounced: 0,
+        refuse_unannounced_from_ns: 0,
+    });
+    for epoch in 0..ANNOUNCED_EPOCHS as u32 + 1 {
+        announce(&mut b, &mailbox, 1000 + epoch, 0);
+    }
+    assert_eq!(b.record(packet(1000, 0, 0, 0)), Err(Refused::Unannounced));
+    b.record(packet(1001, 0, 0, 0)).unwrap();
+    b.record(packet(1000 + ANNOUNCED_EPOCHS as u32, 0, 0, 0))
+        .unwrap();
+}

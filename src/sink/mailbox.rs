@@ -45,6 +45,10 @@ pub enum ToWorker {
     /// The sessions of sender run `epoch` correct their latency by `correction` ns (the sink's
     /// clock minus the sender's: 0 on the same kernel, else the control channel's estimate).
     Clock { epoch: u32, correction: i64 },
+    /// Sender run `epoch` said hello (authenticated, where the sink has a secret): its sessions
+    /// take the slots reserved for announced senders. `since_ns`: the monotonic time of its
+    /// first send, as its hello tells, so datagrams refused before then are not its head.
+    Announce { epoch: u32, since_ns: u64 },
 }
 
 /// Why a worker closed a session.
@@ -73,9 +77,25 @@ pub enum FromWorker {
         counters: SessionCounters,
         active_ns: (u64, u64),
         cause: CloseCause,
+        /// What the worker refused of the session's sender run.
+        refusals: EpochRefusals,
     },
     /// The worker was asked to close `key` and never saw it.
-    NotMine { key: SessionKey },
+    NotMine {
+        key: SessionKey,
+        /// What the worker refused of the key's sender run.
+        refusals: EpochRefusals,
+    },
+}
+
+/// What a worker could not book of one announced sender run (epoch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpochRefusals {
+    /// Its datagrams that arrived after its hello and found no free slot (`table_full`).
+    pub packets: u64,
+    /// Datagrams were refused while its run was on (before its hello, or for want of a slot):
+    /// any of its sequence numbers the books never saw may have arrived, so they are not lost.
+    pub uncertain: bool,
 }
 
 /// A worker's inbox, outbox and session slots.

@@ -35,7 +35,7 @@ use hdrhistogram::Histogram;
 use socket2::Socket;
 
 use self::{
-    books::{Books, LatencySample, Packet, Refused},
+    books::{Admission, Books, LatencySample, Packet, Refused},
     circulation::Circulation,
     mailbox::{Mailbox, SessionKey},
     recv_memory::{
@@ -59,6 +59,8 @@ const INVALID_SHORT: usize = 0;
 const INVALID_FLOW_ID: usize = 3;
 /// Index of the `table_full` reason in `WorkerCounters::invalid`.
 pub const INVALID_TABLE_FULL: usize = 4;
+/// Index of the `unannounced` reason in `WorkerCounters::invalid`.
+pub const INVALID_UNANNOUNCED: usize = 5;
 /// Everything one sink worker needs, resolved before start.
 #[derive(Clone, Debug)]
 pub struct SinkConfig {
@@ -74,6 +76,8 @@ pub struct SinkConfig {
     pub max_flows: usize,
     /// Sessions (sender, epoch, flow) one worker's table holds.
     pub max_sessions: usize,
+    /// Which of them sessions opened by data alone (no hello) may take.
+    pub admission: Admission,
     /// A session without packets for this long is closed and its slot reused.
     pub session_idle: Duration,
     /// Stop after this long.
@@ -88,6 +92,17 @@ pub struct SinkConfig {
     pub steer_queues: Option<u32>,
     /// The size classes, shared by every queue of this sink.
     pub sizes: Arc<sizes::SizeTable>,
+}
+
+/// Catches `books` up with `socket`'s kernel drop counter, last seen as `last_drops`.
+fn catch_up_drops(socket: &Socket, last_drops: &mut u32, books: &mut Books) {
+    if let Some(total) = net::socket_drops(socket) {
+        let new = (total as u32).wrapping_sub(*last_drops);
+        if new != 0 && new < 1 << 31 {
+            *last_drops = total as u32;
+            books.add_kernel_drops(u64::from(new));
+        }
+    }
 }
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
@@ -253,7 +268,8 @@ impl SinkWorker {
         Ok(SinkWorker {
             engine,
             socket,
-            books: Books::new(config.max_sessions, config.max_flows, config.gro),
+            books: Books::new(config.max_sessions, config.max_flows, config.gro)
+                .with_admission(config.admission),
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             counters: WorkerCounters::default(),
             latency,
@@ -357,7 +373,22 @@ impl SinkWorker {
                 },
                 drops_behind,
             };
-            match self.books.record(packet) {
+            let mut booked = self.books.record(packet);
+            if matches!(booked, Err(Refused::Unannounced | Refused::TableFull))
+                && !self.shared.mailbox.inbox.is_empty()
+            {
+                // Its sender's hello may wait in the inbox (drained at the publish cadence):
+                // apply what senders said, then look again.
+                catch_up_drops(&self.socket, &mut self.last_drops, &mut self.books);
+                while let Some(message) = self.shared.mailbox.inbox.pop() {
+                    self.books.apply(message, &self.shared.mailbox, now_ns);
+                }
+                booked = self.books.record(packet);
+            }
+            if booked.is_err() {
+                self.books.note_refusal(packet.key, now_ns);
+            }
+            match booked {
                 Ok(sample) => {
                     valid = true;
                     match sample {
@@ -373,6 +404,7 @@ impl SinkWorker {
                 }
                 Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
                 Err(Refused::TableFull) => self.counters.invalid[INVALID_TABLE_FULL] += 1,
+                Err(Refused::Unannounced) => self.counters.invalid[INVALID_UNANNOUNCED] += 1,
             }
         }
         run.flush(&mut self.latency);
@@ -383,13 +415,7 @@ impl SinkWorker {
     /// only carries the count as it was when the datagram was queued, so drops after the last
     /// datagram read (a dropped tail) show nowhere else before the run ends.
     fn refresh_drops(&mut self) {
-        if let Some(total) = net::socket_drops(&self.socket) {
-            let new = (total as u32).wrapping_sub(self.last_drops);
-            if new != 0 && new < 1 << 31 {
-                self.last_drops = total as u32;
-                self.books.add_kernel_drops(u64::from(new));
-            }
-        }
+        catch_up_drops(&self.socket, &mut self.last_drops, &mut self.books);
     }
 
     /// Applies what senders said since the last call (never blocks: a lock-free queue). Before

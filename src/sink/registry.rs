@@ -1,7 +1,8 @@
 //! The sink's books per sender, kept beside the workers (never on them): what each sender said
 //! on the control channel (or the in-process `pair` sender), the sessions the workers closed,
 //! and the live sessions they publish. Senders are known by the name they give on the control
-//! channel, or by the source address of a sender without one. A sender restarted under the same
+//! channel; a sender run without one is known by its source IP and its epoch (`IP/epoch`), so
+//! one run is one sender however many flows, queues and source ports it uses. A sender restarted under the same
 //! name is a new session (epoch) of the same sender, so its series continue. Each sender run's
 //! clock (`latency_clock`: the sink's own, an estimated offset, or unknown) is kept here and
 //! sent to the workers whenever its correction changes, so their books correct that run's
@@ -19,7 +20,7 @@ use std::{
 
 use super::{
     SinkShared,
-    mailbox::{FromWorker, SessionKey, ToWorker},
+    mailbox::{EpochRefusals, FromWorker, SessionKey, ToWorker},
     sizes::{ClassCount, SizeTable},
 };
 use crate::{
@@ -77,6 +78,9 @@ pub struct RunVerdict {
     pub sizes: Vec<ClassCount>,
     /// How its latency relates to its clock.
     pub clock: LatencyClock,
+    /// Its datagrams that arrived after its hello but found no slot in a sink queue's session
+    /// table (counted as invalid `table_full`, never as received or lost).
+    pub refused: u64,
 }
 
 /// One sender's books, as the reporter shows them.
@@ -110,6 +114,8 @@ struct Epoch {
     /// What the Goodbye of each flow was answered with: a Goodbye repeated on a new connection
     /// (the verdict was lost on the way) gets the same answer, and nothing is booked twice.
     answered: HashMap<u32, SessionCounters>,
+    /// The refusals the answered Goodbyes reported, for a repeated one.
+    answered_refused: u64,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +128,8 @@ struct SenderBook {
 struct Waiting {
     answers: usize,
     found: Option<SessionCounters>,
+    /// Each answering worker's refusals of the run.
+    refusals: Vec<(usize, EpochRefusals)>,
 }
 
 #[derive(Debug, Default)]
@@ -255,6 +263,7 @@ impl Registry {
             ended: false,
             clock: hello.clock.clone(),
             answered: HashMap::new(),
+            answered_refused: 0,
         });
         epoch.clock = LatencyClock::at_hello(Some(&epoch.clock), hello.clock.clone());
         let correction = epoch.clock.correction_ns();
@@ -266,6 +275,11 @@ impl Registry {
         }
         let predates = epoch.sink_predates;
         drop(inner);
+        // Announced before its clock and starts, so its sessions are announced when they open.
+        self.broadcast(ToWorker::Announce {
+            epoch: hello.epoch,
+            since_ns: clock::monotonic_ns().saturating_sub(hello.elapsed_ns),
+        });
         if let Some(correction) = correction {
             self.broadcast(ToWorker::Clock {
                 epoch: hello.epoch,
@@ -371,6 +385,17 @@ impl Registry {
             });
             if done || clock::monotonic_ns() >= deadline {
                 verdict.complete = done;
+                let refusals = run_refusals(flows.iter().filter_map(|f| {
+                    inner.waiting.get(&SessionKey {
+                        epoch,
+                        flow: f.flow,
+                    })
+                }));
+                let earlier = inner.epochs.get(&epoch).map_or(0, |e| e.answered_refused);
+                verdict.refused = refusals.packets.max(earlier);
+                if let Some(e) = inner.epochs.get_mut(&epoch) {
+                    e.answered_refused = verdict.refused;
+                }
                 for f in flows {
                     let key = SessionKey {
                         epoch,
@@ -383,7 +408,7 @@ impl Registry {
                             let definitive = match w.found {
                                 Some(c) => Some(c),
                                 None if w.answers >= self.workers.len() => {
-                                    Some(self.never_seen(&mut inner, epoch, f))
+                                    Some(self.never_seen(&mut inner, epoch, f, refusals.uncertain))
                                 }
                                 None => None,
                             };
@@ -414,8 +439,15 @@ impl Registry {
     }
 
     /// A flow no worker ever saw a packet of: everything it sent from where the sink could
-    /// have seen it is lost, less its failed sends. Booked under its sender.
-    fn never_seen(&self, inner: &mut Inner, epoch: u32, f: &FlowReport) -> SessionCounters {
+    /// have seen it is lost, less its failed sends, or unconfirmed when datagrams were refused
+    /// while its run was on (they may have been its own). Booked under its sender.
+    fn never_seen(
+        &self,
+        inner: &mut Inner,
+        epoch: u32,
+        f: &FlowReport,
+        refused: bool,
+    ) -> SessionCounters {
         let Some(e) = inner.epochs.get(&epoch) else {
             return SessionCounters::default();
         };
@@ -426,8 +458,10 @@ impl Registry {
             next_at_hello
         };
         let sent = f.next_seq.saturating_sub(from);
+        let missing = sent.saturating_sub(f.failed);
         let counters = SessionCounters {
-            lost: sent.saturating_sub(f.failed),
+            lost: if refused { 0 } else { missing },
+            unconfirmed: if refused { missing } else { 0 },
             send_failed: f.failed.min(sent),
             ..SessionCounters::default()
         };
@@ -442,9 +476,10 @@ impl Registry {
         for (w, worker) in self.workers.iter().enumerate() {
             while let Some(answer) = worker.mailbox.outbox.pop() {
                 match answer {
-                    FromWorker::NotMine { key } => {
+                    FromWorker::NotMine { key, refusals } => {
                         if let Some(wait) = inner.waiting.get_mut(&key) {
                             wait.answers += 1;
+                            wait.refusals.push((w, refusals));
                         }
                     }
                     FromWorker::Closed {
@@ -455,6 +490,7 @@ impl Registry {
                         counters,
                         active_ns,
                         cause,
+                        refusals,
                     } => {
                         if let Some(g) = inner.closed_generation[w].get_mut(slot as usize) {
                             *g = (*g).max(generation);
@@ -462,6 +498,7 @@ impl Registry {
                         if let Some(wait) = inner.waiting.get_mut(&key) {
                             wait.answers += 1;
                             wait.found = Some(counters);
+                            wait.refusals.push((w, refusals));
                         }
                         let name = self.sender_of(inner, key.epoch, source);
                         let book = inner.senders.entry(name).or_default();
@@ -480,7 +517,7 @@ impl Registry {
     fn sender_of(&self, inner: &Inner, epoch: u32, source: Option<SocketAddr>) -> String {
         let name = match inner.epochs.get(&epoch) {
             Some(e) => e.name.clone(),
-            None => source.map_or_else(|| "unknown".to_string(), |s| s.to_string()),
+            None => unannounced_name(epoch, source),
         };
         self.book_name(inner, &name)
     }
@@ -507,6 +544,7 @@ impl Registry {
                     ended: false,
                     clock: LatencyClock::default(),
                     answered: HashMap::new(),
+                    answered_refused: 0,
                 },
             );
         }
@@ -514,6 +552,32 @@ impl Registry {
             e.span = span_union(e.span, span);
         }
     }
+}
+
+/// The name of a sender run that never said hello: its source IP and epoch (never its port:
+/// each of its flows may come from a port of its own).
+pub(crate) fn unannounced_name(epoch: u32, source: Option<SocketAddr>) -> String {
+    match source {
+        Some(s) => format!("{}/{epoch:08x}", s.ip()),
+        None => format!("unknown/{epoch:08x}"),
+    }
+}
+
+/// A run's refusals over every worker: each worker's count once (its answers for the run's
+/// flows all carry the same count), summed; uncertain if any worker was.
+fn run_refusals<'a>(waits: impl Iterator<Item = &'a Waiting>) -> EpochRefusals {
+    let mut per_worker: BTreeMap<usize, EpochRefusals> = BTreeMap::new();
+    for (w, r) in waits.flat_map(|wait| wait.refusals.iter()) {
+        let e = per_worker.entry(*w).or_default();
+        e.packets = e.packets.max(r.packets);
+        e.uncertain |= r.uncertain;
+    }
+    per_worker
+        .values()
+        .fold(EpochRefusals::default(), |acc, r| EpochRefusals {
+            packets: acc.packets + r.packets,
+            uncertain: acc.uncertain || r.uncertain,
+        })
 }
 
 mod reports;

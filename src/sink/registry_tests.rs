@@ -83,7 +83,7 @@ fn restarts_under_one_name_add_up_and_goodbye_gives_the_tail() {
 }
 
 #[test]
-fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_address() {
+fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_ip_and_epoch() {
     let shared = worker();
     let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
     let mut books = Books::new(64, 16, false);
@@ -113,12 +113,94 @@ fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_address() 
     let v = bye.join().unwrap();
     assert_eq!((v.totals.lost, v.totals.send_failed), (48, 2));
     books.record(packet(99, 0)).unwrap();
+    // The same run's next flow from another source port is the same sender.
+    books
+        .record(Packet {
+            key: SessionKey { epoch: 99, flow: 1 },
+            source: Some("10.9.0.2:4001".parse().unwrap()),
+            ..packet(99, 0)
+        })
+        .unwrap();
     round(&mut books, &shared);
     let rows = registry.rows(true);
-    assert!(
-        rows.iter()
-            .any(|r| r.name == "10.9.0.2:4000" && r.counters.packets == 1)
+    let unnamed: Vec<_> = rows.iter().filter(|r| r.name != "s").collect();
+    assert_eq!(unnamed.len(), 1, "{rows:?}");
+    assert_eq!(
+        (unnamed[0].name.as_str(), unnamed[0].counters.packets),
+        ("10.9.0.2/00000063", 2)
     );
+}
+
+/// Plays the sink's worker loop for one refused packet: applies the inbox, tries again, and
+/// notes a refusal that stands.
+fn record_or_refuse(books: &mut Books, shared: &SinkShared, p: Packet) -> bool {
+    let mut booked = books.record(p);
+    if booked.is_err() && !shared.mailbox.inbox.is_empty() {
+        round(books, shared);
+        booked = books.record(p);
+    }
+    if booked.is_err() {
+        books.note_refusal(p.key, p.now_ns);
+    }
+    booked.is_ok()
+}
+
+#[test]
+fn refused_datagrams_of_an_announced_run_are_never_lost_and_its_verdict_counts_them() {
+    use crate::sink::books::Admission;
+    let shared = worker();
+    let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
+    // Two slots, none for unannounced sessions, and those refused outright (a secret).
+    let mut books = Books::new(2, 16, false).with_admission(Admission {
+        max_unannounced: 0,
+        refuse_unannounced_from_ns: 0,
+    });
+    let flows = |next| {
+        (0..3)
+            .map(|flow| FlowReport {
+                flow,
+                first_seq: 0,
+                next_seq: next,
+                failed: 0,
+            })
+            .collect::<Vec<_>>()
+    };
+    // A forged datagram before the hello is refused as unannounced.
+    assert!(!record_or_refuse(&mut books, &shared, packet(40, 0)));
+    registry.hello(
+        None,
+        &Hello {
+            name: "legit".into(),
+            epoch: 7,
+            flows: flows(0),
+            elapsed_ns: 0,
+            step: 0,
+            clock: LatencyClock::same_clock(),
+        },
+    );
+    // The hello still waits in the inbox: the worker finds it on the first refusal.
+    for seq in 0..10 {
+        for flow in 0..3 {
+            let p = Packet {
+                key: SessionKey { epoch: 7, flow },
+                now_ns: 2 + seq,
+                ..packet(7, seq)
+            };
+            // Flows 0 and 1 take the two slots; flow 2 finds none.
+            assert_eq!(record_or_refuse(&mut books, &shared, p), flow < 2);
+        }
+    }
+    let r = Arc::clone(&registry);
+    let bye = std::thread::spawn(move || r.goodbye(7, &flows(10), Duration::from_secs(5)));
+    while !bye.is_finished() {
+        round(&mut books, &shared);
+        std::thread::yield_now();
+    }
+    let v = bye.join().unwrap();
+    assert_eq!(v.refused, 10);
+    assert_eq!((v.totals.packets, v.totals.lost), (20, 0));
+    // The flow that arrived but found no slot is unconfirmed, not lost.
+    assert_eq!(v.totals.unconfirmed, 10);
 }
 
 #[test]
