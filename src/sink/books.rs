@@ -37,9 +37,7 @@
 
 use std::net::SocketAddr;
 
-use super::mailbox::{
-    CloseCause, EpochRefusals, FromWorker, Mailbox, SessionKey, SessionView, ToWorker,
-};
+use super::mailbox::{CloseCause, EpochRefusals, Mailbox, SessionKey, SessionView, ToWorker};
 use crate::{
     proto::{
         header::extend_seq,
@@ -168,8 +166,11 @@ pub struct Books {
     per_flow: Vec<RxFlow>,
     pending: Vec<(SessionKey, u64)>,
     pending_next: usize,
-    /// Goodbyes waiting for their tail: key, end, failed, deadline.
+    /// Goodbyes waiting for their tail (or, with no session yet, for their head): key, end,
+    /// failed, when the goodbye arrived.
     deferred: Vec<(SessionKey, u64, u64, u64)>,
+    /// Monotonic ns at the start of the latest look at the socket that found no datagram.
+    empty_look_ns: u64,
     next_generation: u64,
     socket_drops: u64,
     charged_drops: u64,
@@ -247,6 +248,7 @@ impl Books {
             announced: Vec::with_capacity(ANNOUNCED_EPOCHS),
             announced_next: 0,
             last_refusal_ns: 0,
+            empty_look_ns: 0,
         }
     }
 
@@ -602,11 +604,14 @@ impl Books {
                             self.deferred.push((key, end, failed, now));
                         }
                     }
-                    // The outbox holds one answer per session slot plus room for these.
-                    None => {
-                        let refusals = self.refusals(key.epoch);
-                        let _ = mailbox.outbox.push(FromWorker::NotMine { key, refusals });
+                    // No session yet: its datagrams may still sit in the socket, unread while
+                    // this worker was not running, so it is not disowned before the socket was
+                    // seen empty (or quiet) after this goodbye (see `retry_closes`).
+                    None if self.deferred.len() < DEFERRED_CLOSES => {
+                        self.deferred.push((key, end, failed, now));
                     }
+                    // The outbox holds one answer per session slot plus room for these.
+                    None => self.disown(key, mailbox),
                 }
             }
         }

@@ -4,7 +4,7 @@
 //! goodbye, unconfirmed) and answers into the outbox.
 
 use super::{Books, chargeable, fold};
-use crate::sink::mailbox::{CloseCause, FromWorker, Mailbox};
+use crate::sink::mailbox::{CloseCause, FromWorker, Mailbox, SessionKey};
 
 /// A goodbye whose tail has not all arrived waits until its flow has been quiet this long
 /// since the goodbye and its last packet, as of the worker's latest look at its socket (a
@@ -81,6 +81,17 @@ impl Books {
         self.remove(at);
     }
 
+    /// Answers a goodbye for `key`, which this worker has no session of.
+    pub(super) fn disown(&self, key: SessionKey, mailbox: &Mailbox) {
+        let refusals = self.refusals(key.epoch);
+        let _ = mailbox.outbox.push(FromWorker::NotMine { key, refusals });
+    }
+
+    /// The worker's look at its socket that started at monotonic `at_ns` found no datagram.
+    pub fn looked_empty(&mut self, at_ns: u64) {
+        self.empty_look_ns = at_ns;
+    }
+
     /// Goodbyes wait for their tail.
     pub fn closing(&self) -> bool {
         !self.deferred.is_empty()
@@ -93,7 +104,14 @@ impl Books {
         while i < self.deferred.len() {
             let (key, end, failed, arrived) = self.deferred[i];
             let Some(at) = self.find(key) else {
-                self.deferred.swap_remove(i);
+                // No session of its own (never opened, or closed meanwhile): disowned once the
+                // socket was seen empty after the goodbye, or quiet for as long as a tail.
+                if self.empty_look_ns >= arrived || now >= arrived.saturating_add(CLOSE_QUIET_NS) {
+                    self.deferred.swap_remove(i);
+                    self.disown(key, mailbox);
+                } else {
+                    i += 1;
+                }
                 continue;
             };
             let s = &self.sessions[self.index[at] as usize];

@@ -1,6 +1,7 @@
 //! Unit tests of the sink's books: every count is checked against what the test sent.
 
 use super::*;
+use crate::sink::mailbox::FromWorker;
 use crate::stats::{Latency, latency_cell};
 
 fn key(epoch: u32, flow: u32) -> SessionKey {
@@ -208,6 +209,58 @@ fn goodbye_makes_a_dropped_tail_lost_exactly() {
         &mailbox,
         u64::MAX,
     );
+    // A second goodbye for it is disowned once the socket was seen empty after it came.
+    assert!(mailbox.outbox.pop().is_none());
+    b.looked_empty(u64::MAX);
+    b.retry_closes(u64::MAX, &mailbox);
+    assert!(matches!(
+        mailbox.outbox.pop(),
+        Some(FromWorker::NotMine { .. })
+    ));
+}
+
+#[test]
+fn a_goodbye_before_the_first_datagram_waits_for_the_datagrams_still_in_the_socket() {
+    // The worker was not running (stopped, or behind) while its sender sent everything and
+    // said goodbye: the goodbye is applied before any datagram of the flow was read.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.apply(
+        ToWorker::Close {
+            key: key(8, 0),
+            end: 20,
+            failed: 0,
+        },
+        &mailbox,
+        1_000,
+    );
+    // Not disowned while the socket was last seen empty before the goodbye came ...
+    b.looked_empty(500);
+    b.retry_closes(1_100, &mailbox);
+    assert!(mailbox.outbox.pop().is_none());
+    // ... and its datagrams, read afterwards, are its own: 9 received, and once its flow went
+    // quiet the rest lost.
+    for seq in 0..9 {
+        b.record(packet(8, 0, seq, 0)).unwrap();
+    }
+    b.looked_empty(2_000);
+    b.retry_closes(1_000 + 300_000_000, &mailbox);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost), (9, 11));
+    // A goodbye for a flow that never shows up is disowned after the next empty look.
+    b.apply(
+        ToWorker::Close {
+            key: key(9, 0),
+            end: 5,
+            failed: 0,
+        },
+        &mailbox,
+        400_000_000,
+    );
+    b.retry_closes(400_000_000, &mailbox);
+    assert!(mailbox.outbox.pop().is_none());
+    b.looked_empty(400_000_000);
+    b.retry_closes(400_000_000, &mailbox);
     assert!(matches!(
         mailbox.outbox.pop(),
         Some(FromWorker::NotMine { .. })

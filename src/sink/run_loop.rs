@@ -113,6 +113,9 @@ impl Job for SinkWorker {
                 }
                 self.reap()
             };
+            if !got {
+                self.books.looked_empty(now);
+            }
             if got {
                 let t = clock::monotonic_ns();
                 if self.first_packet_ns == 0 {
