@@ -1,9 +1,14 @@
 //! `ringblast search` against a known bottleneck: a tbf qdisc at 20 Mbit/s on the sender's veth
-//! between two namespaces this test creates. With 64-byte payloads tbf sees 106-byte frames, so
-//! the true limit is 20e6 / 8 / 106 ≈ 23 585 pps; the NDR found must lie within 5 % below it
-//! (tbf's 8 KiB bucket lets a trial run a little above it), the PDR at or above the NDR, and the
-//! whole search must finish within 60 s with short trials. `--max-time` running out exits 1.
-//! With `--metrics`, each trial serves its one-step verdict, scraped from the sink's side.
+//! between two namespaces this test creates. tbf charges each packet its whole frame: the
+//! 64-byte payload (ringblast's header is inside it) + UDP 8 + IP 20 + Ethernet 14 = 106 bytes,
+//! read back from the qdisc's own byte and packet counters, so the true limit is
+//! 20e6 / 8 / 106 ≈ 23 585 pps. A trial of `d` seconds can pass a little above it, by what the
+//! 8 KiB bucket and the 8 KiB queue hold (16 KiB / 106 B / d). The NDR found must lie within 5 %
+//! below the limit and at most `--precision` above what a final-length trial can pass, be
+//! backed by a final-length trial, and hold in a run at that rate that the qdisc drops nothing
+//! of; the PDR lies at or above the NDR, and the whole search converges within its
+//! `--max-time` with short trials. `--max-time` running out exits 1. With `--metrics`, each
+//! trial serves its one-step verdict, scraped from the sink's side.
 
 mod common;
 
@@ -20,6 +25,28 @@ fn search(lab: &Lab, secret: &str, args: &[&str]) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
+}
+
+/// The tbf qdisc's own counters on `dev` in `ns`: (bytes sent, packets sent, packets dropped).
+fn qdisc_counters(ns: &str, dev: &str) -> (u64, u64, u64) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let words: Vec<&str> = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Sent "))
+        .unwrap_or_else(|| panic!("no Sent line: {text}"))
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|w| !w.is_empty())
+        .collect();
+    // Sent B bytes P pkt (dropped D, overlimits O requeues R)
+    let after = |key: &str| -> u64 {
+        let at = words.iter().position(|w| *w == key).unwrap();
+        words[at + 1].parse().unwrap()
+    };
+    (after("Sent"), words[3].parse().unwrap(), after("dropped"))
 }
 
 #[test]
@@ -52,14 +79,29 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let mut sink = Command::new("ip")
         .args(["netns", "exec", &lab.rx, bin(), "sink", "--interval", "0"])
         .args(["--listen", "10.213.0.2:7600", "--secret-file", &secret])
-        .args(["--duration", "100s"])
+        .args(["--duration", "200s"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     wait_bound(Some(&lab.rx), 7600);
 
-    let out = search(&lab, &secret, &["--trial", "500ms", "--final-trial", "1s"]);
+    let (_, _, dropped_before) = qdisc_counters(&lab.tx, &lab.tx_dev);
+    let budget = 60.0;
+    let final_s = 2.0;
+    let precision = 0.005;
+    let out = search(
+        &lab,
+        &secret,
+        &[
+            "--trial",
+            "500ms",
+            "--final-trial",
+            "2s",
+            "--max-time",
+            "60s",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -74,7 +116,11 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     );
     let trials = lines.iter().filter(|v| v["type"] == "trial").count() as u64;
     assert_eq!(u(last, "trials"), trials, "{last}");
-    assert!(last["duration_s"].as_f64().unwrap() < 60.0, "{last}");
+    assert!(last["duration_s"].as_f64().unwrap() <= budget, "{last}");
+    assert_eq!(
+        last["phases_s"].as_array().unwrap().last(),
+        Some(&final_s.into())
+    );
     let results = last["results"].as_array().unwrap();
     assert_eq!(results.len(), 2, "NDR and PDR: {last}");
     let tbf_pps = 20e6 / 8.0 / 106.0;
@@ -87,6 +133,57 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     );
     assert!(pdr >= ndr, "PDR {pdr} below NDR {ndr}: {last}");
     assert!(u(&results[0], "upper_pps") as f64 >= ndr, "{last}");
+    assert!(results.iter().all(|r| r["converged"] == true), "{last}");
+    // The trials that back the NDR: a final-length pass, and a final-length failure above it.
+    let trial_line = |key: &str| {
+        let n = u(&results[0], key);
+        lines
+            .iter()
+            .find(|v| v["type"] == "trial" && v["trial"] == n)
+            .unwrap_or_else(|| panic!("no trial {n}: {stdout}"))
+    };
+    let (lower, upper) = (trial_line("lower_trial"), trial_line("upper_trial"));
+    assert_eq!(lower["duration_s"], final_s, "{lower}");
+    assert_eq!(u(lower, "lost"), 0, "{lower}");
+    assert_eq!(u(lower, "rate_pps") as f64, ndr, "{lower}");
+    assert_eq!(results[0]["lower_duration_s"], final_s, "{last}");
+    assert_eq!(upper["duration_s"], final_s, "{upper}");
+    assert!(u(upper, "lost") > 0, "{upper}");
+    assert!(last["contradictions"].is_u64(), "{last}");
+    // The qdisc dropped what the trials above the limit offered beyond it.
+    let (_, _, dropped_after) = qdisc_counters(&lab.tx, &lab.tx_dev);
+    assert!(
+        dropped_after > dropped_before,
+        "the search never passed the limit"
+    );
+
+    // A final-length run at the NDR: the qdisc drops nothing, and its counters say what each
+    // packet costs it, hence what a final-length trial can pass.
+    let (bytes0, packets0, dropped0) = qdisc_counters(&lab.tx, &lab.tx_dev);
+    let confirm = Command::new("ip")
+        .args(["netns", "exec", &lab.tx, bin(), "send", "--json"])
+        .args(["--to", "10.213.0.2:7600", "--secret-file", &secret])
+        .args(["--size", "64", "--interval", "0", "--duration", "2s"])
+        .args(["--rate", &format!("{ndr}pps")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&confirm);
+    let send = summaries(&confirm).send.unwrap();
+    let (bytes1, packets1, dropped1) = qdisc_counters(&lab.tx, &lab.tx_dev);
+    assert_eq!(dropped1, dropped0, "tbf dropped packets at the NDR: {send}");
+    assert!(packets1 - packets0 >= u(&send, "tx_packets"), "{send}");
+    let frame = (bytes1 - bytes0) as f64 / (packets1 - packets0) as f64;
+    assert!(
+        (frame - 106.0).abs() < 2.0,
+        "tbf charges {frame} bytes a packet"
+    );
+    let bucket_and_queue = 2.0 * 8192.0;
+    let final_pps = (20e6 / 8.0 + bucket_and_queue / final_s) / frame;
+    assert!(
+        ndr <= final_pps * (1.0 + precision),
+        "NDR {ndr} above what a {final_s}s trial passes, {final_pps:.0}pps: {last}"
+    );
     // Trials above the bottleneck are refused at the sender's qdisc: reported as such.
     assert!(
         lines

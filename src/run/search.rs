@@ -1,18 +1,56 @@
-//! `ringblast search`: the NDR/PDR throughput search (MLRsearch-like, one pass). Each trial is
-//! a separate `ringblast send` run of this same binary, so it is its own sender run with its own
-//! epoch, and its loss is the remote sink's exact verdict over the control channel for that run.
+//! `ringblast search`: the NDR/PDR throughput search, duration-aware in the manner of MLRsearch
+//! (draft-ietf-bmwg-mlrsearch). Each trial is a separate `ringblast send` run of this same
+//! binary, so it is its own sender run with its own epoch, and its loss is the remote sink's
+//! exact verdict over the control channel for that run.
 //!
 //! A trial's loss ratio counts every packet offered that did not arrive: lost, dropped by the
 //! sink's kernel, or refused at the sender (a failed send: the sender could not offer that rate,
-//! and the trial says so). For each loss ratio (ascending, so each search starts from the
-//! previous one's lower bound) the interval [lower, upper] is bisected with short trials
-//! (`--trial`) until its relative width is at most `--precision`; the lower bound is then
-//! confirmed with a full-length trial (`--final-trial`), and a lower bound that fails it becomes
-//! the upper bound and the search goes on. A trial that contradicts an earlier one at the same
-//! duration (loss above the ratio below a rate that passed) is measured again, never averaged;
-//! a ratio whose upper bound a later ratio's trial passed is searched again, once, from there.
+//! and the trial says so). A trial passes a loss ratio when its loss ratio is at most that.
+//!
+//! **Why durations matter.** A bottleneck with a queue (a tbf with a 20 ms queue, a NIC ring)
+//! absorbs a fixed excess, so a short trial passes a little above the rate a long one sustains:
+//! through tbf at 2 066 pps, 1 s trials pass at 2 100 pps and 3 s trials fail there. Loss only
+//! grows with the rate and with the duration, so a pass says something about trials at most as
+//! fast and at most as long, and a failure about trials at least as fast and at least as long.
+//! The search keeps every trial and derives the bounds for a loss ratio and a duration `d` from
+//! them (MLRsearch's relevant bounds):
+//! - the upper bound is the lowest rate any trial failed at, whatever its duration: a short
+//!   failure bounds every longer trial, and a long failure caps every shorter pass;
+//! - the lower bound for `d` is the highest rate below that upper bound that a trial of at least
+//!   `d` passed. A pass shorter than `d` is no lower bound for `d`, and no pass counts above a
+//!   failure, so a short trial's pass can never undo a longer trial's failure. (Undoing it, and
+//!   bisecting on with short trials just below each final-trial failure, made the one-pass
+//!   search of before cycle until `--max-time` ran out.)
+//!
+//! **Phases.** Trial durations grow geometrically, at most 4× a phase, from `--trial` to
+//! `--final-trial`; the width goal is `--precision` in the last phase and doubles for each
+//! phase before it (MLRsearch's intermediate phases): the cheap short phases find the
+//! neighbourhood and the long ones only refine it, with one or two trials each when the short
+//! trials told the truth. A phase starts from the earlier phases' bounds: it re-measures the
+//! earlier lower bound at its own duration; where that fails, it steps down from the new upper
+//! bound by its width goal, doubling the step on each further failure (MLRsearch's external
+//! search), and then bisects to its width goal; from a lower bound far below the upper one it
+//! climbs by a step that doubles instead. The first phase starts at the rate the sink received
+//! in the unpaced trial. The last phase also measures at the final
+//! duration an upper bound that only a shorter trial backs (MLRsearch too re-measures bounds at
+//! the final duration): a failure is then backed at the final duration, and a pass exposes a
+//! short failure that was a stall. So a converged NDR or PDR is backed by a final-duration trial
+//! that passed, and its upper bound by a final-duration failure (a shorter one only when the
+//! search did not converge; none when it is the highest rate searched). The JSON names them.
+//!
+//! **Contradictions.** Two trials contradict each other when, for some searched loss ratio, one
+//! passed at a rate and duration both at least those of the other's failure. A new trial that
+//! contradicts an earlier one is measured again at once, never averaged: the re-measurement
+//! stands, and the first measurement and every earlier trial the re-measurement still
+//! contradicts are set aside (kept in the log, used for no bound), so the bounds come from a
+//! consistent set of trials. The summary counts contradictions. The ratios are searched in
+//! ascending order, each reusing every trial so far; a ratio whose bounds a later trial set
+//! aside is searched again, once.
 
-use std::{process::Command, time::Duration};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use serde_json::{Value, json};
 
@@ -59,6 +97,53 @@ impl Trial {
         } else {
             self.lost as f64 / self.offered as f64
         }
+    }
+
+    fn passes(&self, ratio: f64) -> bool {
+        self.ratio() <= ratio
+    }
+
+    /// The rate the sink received at.
+    fn received_pps(&self) -> f64 {
+        self.offered.saturating_sub(self.lost) as f64 / self.duration.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether `self` and `other` cannot both be true for some of `ratios`: one passed at a
+    /// rate and a duration both at least those the other failed at.
+    fn contradicts(&self, other: &Trial, ratios: &[f64]) -> bool {
+        let beats =
+            |pass: &Trial, fail: &Trial| pass.rate >= fail.rate && pass.duration >= fail.duration;
+        ratios
+            .iter()
+            .any(|&r| match (self.passes(r), other.passes(r)) {
+                (true, false) => beats(self, other),
+                (false, true) => beats(other, self),
+                _ => false,
+            })
+    }
+}
+
+/// Where trials come from: `ringblast send` runs, or a model in the unit tests.
+trait Measurer {
+    /// Runs one trial at `rate` (`None`: unpaced) for `duration`.
+    fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error>;
+    /// Time spent since the search started.
+    fn elapsed(&self) -> Duration;
+}
+
+/// Trials as `ringblast send` child processes.
+struct SendRuns<'a> {
+    plan: &'a SearchPlan,
+    started: Instant,
+}
+
+impl Measurer for SendRuns<'_> {
+    fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error> {
+        run_trial(self.plan, rate, duration)
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 }
 
@@ -107,41 +192,238 @@ fn run_trial(plan: &SearchPlan, rate: Option<f64>, duration: Duration) -> Result
     })
 }
 
-struct Searcher<'a> {
-    plan: &'a SearchPlan,
-    trials: Vec<Trial>,
-    started: std::time::Instant,
+/// A bound and the trial behind it (`None`: the edge of the searched range, no trial).
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    rate: f64,
+    trial: Option<usize>,
 }
 
-impl Searcher<'_> {
-    fn out_of_time(&self) -> bool {
-        self.started.elapsed() >= self.plan.max_time
+/// The relative width of `[lower, upper]`.
+fn width(lower: f64, upper: f64) -> f64 {
+    (upper - lower) / upper
+}
+
+/// The trial durations of the phases: from `trial` to `final_trial`, growing geometrically by
+/// at most 4× a phase; a `trial` at least as long as `final_trial` makes one phase.
+fn phase_durations(trial: Duration, final_trial: Duration) -> Vec<Duration> {
+    let growth = final_trial.as_secs_f64() / trial.as_secs_f64().max(1e-3);
+    if growth <= 1.0 {
+        return vec![final_trial];
+    }
+    let steps = (growth.log(4.0) - 1e-9).ceil().max(1.0) as i32;
+    let mut durations: Vec<Duration> = (0..steps)
+        .map(|i| trial.mul_f64(growth.powf(f64::from(i) / f64::from(steps))))
+        .collect();
+    durations.push(final_trial);
+    durations
+}
+
+struct Searcher<'a, M: Measurer> {
+    plan: &'a SearchPlan,
+    measurer: M,
+    trials: Vec<Trial>,
+    /// Whether each trial counts for bounds (false: set aside by a contradiction).
+    live: Vec<bool>,
+    contradictions: u64,
+    phases: Vec<Duration>,
+}
+
+impl<M: Measurer> Searcher<'_, M> {
+    fn live_trials(&self) -> impl Iterator<Item = (usize, &Trial)> {
+        self.trials
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| self.live[i])
     }
 
-    /// Measures `rate` for `duration`, printing the trial; re-measures once a result that
-    /// contradicts an earlier trial of the same length for `ratio`.
-    fn measure(&mut self, rate: f64, duration: Duration, ratio: f64) -> Result<Trial, Error> {
-        let mut t = self.record(run_trial(self.plan, Some(rate), duration)?, "")?;
-        let contradicted = t.ratio() > ratio
-            && self
-                .trials
-                .iter()
-                .any(|o| o.duration == duration && o.rate > rate && o.ratio() <= ratio);
-        if contradicted {
-            t = self.record(
-                run_trial(self.plan, Some(rate), duration)?,
-                " (re-measured: an earlier trial at a higher rate passed)",
-            )?;
+    /// The lowest rate a trial of any duration failed `ratio` at (the longest such trial backs
+    /// it), or the highest rate searched.
+    fn upper(&self, ratio: f64, max: f64) -> Bound {
+        let mut best = Bound {
+            rate: max,
+            trial: None,
+        };
+        for (i, t) in self.live_trials().filter(|(_, t)| !t.passes(ratio)) {
+            let longer = best
+                .trial
+                .is_some_and(|b| t.duration > self.trials[b].duration);
+            if t.rate < best.rate || (t.rate == best.rate && (best.trial.is_none() || longer)) {
+                best = Bound {
+                    rate: t.rate,
+                    trial: Some(i),
+                };
+            }
         }
-        Ok(t)
+        best
     }
 
-    fn record(&mut self, t: Trial, note: &str) -> Result<Trial, Error> {
+    /// The highest rate below `upper` that a trial of at least `at_least` passed `ratio` at.
+    fn lower(&self, ratio: f64, upper: Bound, at_least: Duration) -> Option<Bound> {
+        self.live_trials()
+            .filter(|(_, t)| t.passes(ratio) && t.duration >= at_least)
+            .filter(|(_, t)| t.rate < upper.rate || (upper.trial.is_none() && t.rate <= upper.rate))
+            .max_by(|a, b| a.1.rate.total_cmp(&b.1.rate))
+            .map(|(i, t)| Bound {
+                rate: t.rate,
+                trial: Some(i),
+            })
+    }
+
+    /// Whether no rate passes `ratio`: the lowest rate searched failed.
+    fn floor_failed(&self, upper: Bound) -> bool {
+        upper.trial.is_some() && upper.rate <= self.plan.min_rate
+    }
+
+    /// Whether `ratio`'s bounds meet the goal: a final-duration pass within `--precision` of a
+    /// final-duration failure (or of the highest rate searched), or a failure at the lowest.
+    fn settled(&self, ratio: f64, max: f64) -> bool {
+        let upper = self.upper(ratio, max);
+        let final_trial = self.plan.final_trial;
+        self.floor_failed(upper)
+            || self
+                .lower(ratio, upper, final_trial)
+                .is_some_and(|l| width(l.rate, upper.rate) <= self.plan.precision)
+                && upper
+                    .trial
+                    .is_none_or(|u| self.trials[u].duration >= final_trial)
+    }
+
+    fn fits(&self, duration: Duration) -> bool {
+        self.measurer.elapsed() + duration <= self.plan.max_time
+    }
+
+    /// One phase for `ratio`: narrows its bounds at `duration` to `goal`; with `last`, also
+    /// backs the upper bound at this duration. `Ok(false)`: `--max-time` ran out first.
+    fn phase(
+        &mut self,
+        ratio: f64,
+        max: f64,
+        phase: usize,
+        goal: f64,
+        last: bool,
+    ) -> Result<bool, Error> {
+        let duration = self.phases[phase];
+        let mut step = goal;
+        let mut climb = goal;
+        let mut resumed = false;
+        loop {
+            let upper = self.upper(ratio, max);
+            if self.floor_failed(upper) {
+                return Ok(true);
+            }
+            let rate = match self.lower(ratio, upper, duration) {
+                Some(l) if width(l.rate, upper.rate) <= goal => match upper.trial {
+                    Some(u) if last && self.trials[u].duration < duration => upper.rate,
+                    _ => return Ok(true),
+                },
+                Some(l) => {
+                    // Bisect, but climb from a lower bound far below the upper one (the unpaced
+                    // rate) by a step that doubles: MLRsearch's external search, upwards.
+                    let rate = ((l.rate + upper.rate) / 2.0).min(l.rate * (1.0 + climb));
+                    climb *= 2.0;
+                    rate
+                }
+                None => {
+                    // Resume from the earlier phases' lower bound (a shorter pass), once; then
+                    // step down from the upper bound, doubling the step.
+                    let earlier = if resumed {
+                        None
+                    } else {
+                        self.lower(ratio, upper, Duration::ZERO)
+                    };
+                    resumed = true;
+                    let rate = earlier.map_or_else(
+                        || {
+                            let below = upper.rate * (1.0 - step);
+                            step = (step * 2.0).min(0.5);
+                            upper
+                                .trial
+                                .map_or(below, |u| below.min(self.trials[u].received_pps()))
+                        },
+                        |e| e.rate,
+                    );
+                    rate.max(self.plan.min_rate)
+                }
+            };
+            if !self.fits(duration) {
+                return Ok(false);
+            }
+            self.measure(Some(rate), duration, Some(phase))?;
+        }
+    }
+
+    /// Measures `rate` (`None`: unpaced) for `duration`; a trial that contradicts an earlier one
+    /// is measured again, and the re-measurement sets aside what it contradicts.
+    fn measure(
+        &mut self,
+        rate: Option<f64>,
+        duration: Duration,
+        phase: Option<usize>,
+    ) -> Result<(), Error> {
+        let first = self.run_trial(rate, duration, phase, None)?;
+        if !self.contradicted_by(first).is_empty() {
+            self.contradictions += 1;
+            self.live[first] = false;
+            self.run_trial(rate, duration, phase, Some(first))?;
+        }
+        Ok(())
+    }
+
+    /// The live trials before trial `i` that it contradicts.
+    fn contradicted_by(&self, i: usize) -> Vec<usize> {
+        let t = &self.trials[i];
+        self.live_trials()
+            .filter(|&(j, o)| j < i && t.contradicts(o, &self.plan.loss_ratios))
+            .map(|(j, _)| j)
+            .collect()
+    }
+
+    /// Runs, records and prints one trial; a re-measurement (of trial `remeasure_of`) sets aside
+    /// the trials it contradicts.
+    fn run_trial(
+        &mut self,
+        rate: Option<f64>,
+        duration: Duration,
+        phase: Option<usize>,
+        remeasure_of: Option<usize>,
+    ) -> Result<usize, Error> {
+        let t = self.measurer.measure(rate, duration)?;
+        let i = self.trials.len();
         self.trials.push(t);
+        self.live.push(true);
+        let contradicts = self.contradicted_by(i);
+        if remeasure_of.is_some() {
+            for &j in &contradicts {
+                self.live[j] = false;
+            }
+        }
+        let numbers = |v: &[usize]| {
+            v.iter()
+                .map(|j| (j + 1).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let note = match (remeasure_of, contradicts.is_empty()) {
+            (None, true) => String::new(),
+            (None, false) => format!(
+                " (contradicts trial {}: measuring again)",
+                numbers(&contradicts)
+            ),
+            (Some(first), true) => {
+                format!(" (re-measure of trial {}, which it sets aside)", first + 1)
+            }
+            (Some(first), false) => format!(
+                " (re-measure of trial {}; it stands and sets aside trials {}, {})",
+                first + 1,
+                first + 1,
+                numbers(&contradicts)
+            ),
+        };
         let limited = t.failed > 0;
         say!(
             "search: trial {}: {:.0}pps for {:.1}s: offered {}, lost {} (ratio {:.6}){}{note}",
-            self.trials.len(),
+            i + 1,
             t.rate,
             t.duration.as_secs_f64(),
             t.offered,
@@ -157,54 +439,37 @@ impl Searcher<'_> {
             }
         );
         if self.plan.json {
-            crate::output::json_line(&json!({"type": "trial", "trial": self.trials.len(),
+            let ids: Vec<usize> = contradicts.iter().map(|j| j + 1).collect();
+            crate::output::json_line(&json!({"type": "trial", "trial": i + 1,
                 "rate_pps": t.rate.round() as u64, "duration_s": t.duration.as_secs_f64(),
                 "achieved_pps": t.achieved.round() as u64, "offered": t.offered, "lost": t.lost,
-                "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": limited}));
+                "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": limited,
+                "phase": phase.map(|p| p + 1), "contradicts": ids,
+                "remeasure_of": remeasure_of.map(|j| j + 1)}));
         }
-        Ok(t)
+        Ok(i)
     }
 
-    /// The highest rate with loss ratio at most `ratio`, between `lower` and `upper`.
-    fn search(
-        &mut self,
-        ratio: f64,
-        mut lower: f64,
-        mut upper: f64,
-    ) -> Result<(f64, f64, bool), Error> {
-        let p = self.plan;
-        loop {
-            while (upper - lower) / upper > p.precision {
-                if self.out_of_time() {
-                    return Ok((lower, upper, false));
-                }
-                let mid = (lower + upper) / 2.0;
-                if self.measure(mid, p.trial, ratio)?.ratio() <= ratio {
-                    lower = mid;
-                } else {
-                    upper = mid;
-                }
-            }
-            if self.out_of_time() {
-                return Ok((lower, upper, false));
-            }
-            if lower <= p.min_rate && self.measure(lower, p.final_trial, ratio)?.ratio() > ratio {
-                // Even the lowest rate loses too much.
-                return Ok((0.0, lower, true));
-            }
-            let confirmed = self
-                .trials
+    /// `ratio`'s bounds as they stand: the lower bound at the longest duration that has one.
+    fn found(&self, ratio: f64, max: f64, trials: usize) -> Found {
+        let upper = self.upper(ratio, max);
+        let lower = if self.floor_failed(upper) {
+            None
+        } else {
+            self.phases
                 .iter()
-                .any(|t| t.duration == p.final_trial && t.rate == lower && t.ratio() <= ratio);
-            if lower <= p.min_rate
-                || confirmed
-                || self.measure(lower, p.final_trial, ratio)?.ratio() <= ratio
-            {
-                return Ok((lower, upper, true));
-            }
-            // The full-length trial failed: that rate is an upper bound now.
-            upper = lower;
-            lower = (lower * (1.0 - 4.0 * p.precision)).max(p.min_rate);
+                .rev()
+                .find_map(|&d| self.lower(ratio, upper, d))
+        };
+        let backing = |b: Option<usize>| b.map(|i| (i + 1, self.trials[i].duration));
+        Found {
+            ratio,
+            lower: lower.map_or(0.0, |l| l.rate),
+            lower_trial: backing(lower.and_then(|l| l.trial)),
+            upper: upper.rate,
+            upper_trial: backing(upper.trial),
+            converged: self.settled(ratio, max),
+            trials,
         }
     }
 }
@@ -213,18 +478,29 @@ impl Searcher<'_> {
 struct Found {
     ratio: f64,
     lower: f64,
+    /// The trial that backs the lower bound (number, duration); `None`: no trial passed.
+    lower_trial: Option<(usize, Duration)>,
     upper: f64,
+    /// The trial that backs the upper bound; `None`: the highest rate searched.
+    upper_trial: Option<(usize, Duration)>,
     converged: bool,
     trials: usize,
 }
 
 impl Found {
     fn say(&self) {
+        let backed = |b: Option<(usize, Duration)>, none: &str| {
+            b.map_or(format!(" ({none})"), |(n, d)| {
+                format!(" (trial {n}, {:.1}s)", d.as_secs_f64())
+            })
+        };
         say!(
-            "search: loss ratio {}: {:.0}pps to {:.0}pps{}",
+            "search: loss ratio {}: {:.0}pps{} to {:.0}pps{}{}",
             self.ratio,
             self.lower,
+            backed(self.lower_trial, "no trial passed"),
             self.upper,
+            backed(self.upper_trial, "the highest rate searched"),
             if self.converged {
                 ""
             } else {
@@ -234,36 +510,50 @@ impl Found {
     }
 
     fn json(&self) -> Value {
+        let number = |b: Option<(usize, Duration)>| b.map(|(n, _)| n);
+        let seconds = |b: Option<(usize, Duration)>| b.map(|(_, d)| d.as_secs_f64());
         json!({"loss_ratio": self.ratio, "lower_pps": self.lower.round() as u64,
             "upper_pps": self.upper.round() as u64, "trials": self.trials,
-            "converged": self.converged})
+            "converged": self.converged,
+            "lower_trial": number(self.lower_trial), "lower_duration_s": seconds(self.lower_trial),
+            "upper_trial": number(self.upper_trial), "upper_duration_s": seconds(self.upper_trial)})
     }
-}
-
-/// The highest rate below `max` that some trial passed at `f`'s loss ratio above `f`'s upper
-/// bound: the bound that trial contradicts.
-fn passed_above(trials: &[Trial], f: &Found, max: f64) -> Option<f64> {
-    trials
-        .iter()
-        .filter(|t| t.rate > f.upper && t.rate < max && t.ratio() <= f.ratio)
-        .map(|t| t.rate)
-        .reduce(f64::max)
 }
 
 /// Runs the search; `Ok(true)` when every ratio converged, `Ok(false)` when `--max-time` ran
 /// out (the caller exits 1).
 pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
+    let runs = SendRuns {
+        plan,
+        started: Instant::now(),
+    };
+    let (_, found) = search(plan, runs, Vec::new())?;
+    Ok(found.iter().all(|f| f.converged))
+}
+
+/// The search over `measurer`, starting from `earlier` trials (none but in the unit tests); the
+/// searcher as it ended and each ratio's bounds.
+fn search<'a, M: Measurer>(
+    plan: &'a SearchPlan,
+    measurer: M,
+    earlier: Vec<Trial>,
+) -> Result<(Searcher<'a, M>, Vec<Found>), Error> {
+    let phases = phase_durations(plan.trial, plan.final_trial);
     let mut s = Searcher {
         plan,
-        trials: Vec::new(),
-        started: std::time::Instant::now(),
+        measurer,
+        live: vec![true; earlier.len()],
+        trials: earlier,
+        contradictions: 0,
+        phases,
     };
     let max = match plan.max_rate {
         Some(m) => m,
         None => {
-            let t = run_trial(plan, None, plan.trial)?;
-            s.record(t, " (unpaced: the highest rate searched)")?
-                .achieved
+            s.measure(None, plan.trial, None)?;
+            let top = s.trials.last().map_or(0.0, |t| t.achieved);
+            say!("search: the unpaced trial reached {top:.0}pps: the highest rate searched");
+            top
         }
     };
     if max <= plan.min_rate {
@@ -272,56 +562,50 @@ pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
             plan.min_rate
         )));
     }
-    let mut found: Vec<Found> = Vec::new();
-    let mut converged = true;
-    let mut lower = plan.min_rate;
-    for &ratio in &plan.loss_ratios {
-        let before = s.trials.len();
-        // Once time ran out, a larger ratio's bounds are what is known: at least the last lower.
-        let (lo, up, done) = if converged {
-            s.search(ratio, lower, max)?
-        } else {
-            (lower, max, false)
-        };
-        converged &= done;
-        lower = lo.max(plan.min_rate);
-        let f = Found {
-            ratio,
-            lower: lo,
-            upper: up,
-            converged: done,
-            trials: s.trials.len() - before,
-        };
-        f.say();
-        found.push(f);
-    }
-    // A later ratio's trials may have passed an earlier ratio above its upper bound (a trial
-    // that lost on a host that stalled): that bound is contradicted, and the ratio is searched
-    // again, once, from the highest rate that passed it.
-    for f in &mut found {
-        if !converged {
+    let last = s.phases.len() - 1;
+    let mut spent = vec![0; plan.loss_ratios.len()];
+    let mut in_time = true;
+    for sweep in 0..2 {
+        for (k, &ratio) in plan.loss_ratios.iter().enumerate() {
+            if !in_time || s.settled(ratio, max) && sweep > 0 {
+                continue;
+            }
+            if sweep > 0 {
+                say!(
+                    "search: loss ratio {ratio}: a later trial set aside its bounds; searching again"
+                );
+            }
+            let before = s.trials.len();
+            for phase in 0..=last {
+                let goal = plan.precision * f64::from(1u32 << (last - phase).min(20));
+                in_time = s.phase(ratio, max, phase, goal, phase == last)?;
+                if !in_time {
+                    break;
+                }
+            }
+            spent[k] += s.trials.len() - before;
+            if sweep == 0 {
+                s.found(ratio, max, spent[k]).say();
+            }
+        }
+        if !in_time || plan.loss_ratios.iter().all(|&r| s.settled(r, max)) {
             break;
         }
-        let Some(from) = passed_above(&s.trials, f, max) else {
-            continue;
-        };
-        say!(
-            "search: loss ratio {}: a later trial passed at {from:.0}pps, above the upper bound {:.0}pps; searching again from there",
-            f.ratio,
-            f.upper
-        );
-        let before = s.trials.len();
-        let (lo, up, done) = s.search(f.ratio, from, max)?;
-        converged &= done;
-        (f.lower, f.upper, f.converged) = (lo, up, done);
-        f.trials += s.trials.len() - before;
-        f.say();
     }
-    let results: Vec<Value> = found.iter().map(Found::json).collect();
-    let duration_s = s.started.elapsed().as_secs_f64();
+    let found: Vec<Found> = plan
+        .loss_ratios
+        .iter()
+        .zip(&spent)
+        .map(|(&r, &n)| s.found(r, max, n))
+        .collect();
+    let converged = found.iter().all(|f| f.converged);
+    let elapsed = s.measurer.elapsed();
     if plan.json {
+        let results: Vec<Value> = found.iter().map(Found::json).collect();
+        let phases: Vec<f64> = s.phases.iter().map(Duration::as_secs_f64).collect();
         crate::output::json_line(&json!({"type": "search", "results": results,
-            "trials": s.trials.len(), "duration_s": (duration_s * 1000.0).round() / 1000.0}));
+            "trials": s.trials.len(), "duration_s": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+            "contradictions": s.contradictions, "phases_s": phases}));
     }
     if !converged {
         say!(
@@ -330,7 +614,7 @@ pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
             s.trials.len()
         );
     }
-    Ok(converged)
+    Ok((s, found))
 }
 
 /// `ringblast search`: checks the sender's options once, then runs the search.
@@ -390,51 +674,261 @@ pub(super) fn command(args: crate::cli::SearchArgs) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    fn trial(rate: f64, offered: u64, lost: u64) -> Trial {
+    /// A tbf-like bottleneck: `capacity` pps forever, plus a queue that absorbs `queue` packets
+    /// of excess, so a trial of `d` seconds passes up to `capacity + queue / d`. Each trial
+    /// costs its duration and `overhead` (a process start) on a simulated clock. The trials
+    /// numbered in `stalls` (0-based, in the model's order) lose 59 packets more, as on a host
+    /// that stalled.
+    struct Tbf {
+        capacity: f64,
+        queue: f64,
+        unpaced: f64,
+        overhead: Duration,
+        clock: Duration,
+        measured: usize,
+        stalls: Vec<usize>,
+    }
+
+    impl Tbf {
+        /// The issue's bottleneck: 4 Mbit/s with 242-byte frames, a 20 ms queue.
+        fn issue() -> Tbf {
+            Tbf {
+                capacity: 4e6 / 8.0 / 242.0,
+                queue: 41.0,
+                unpaced: 200_000.0,
+                overhead: Duration::from_millis(300),
+                clock: Duration::ZERO,
+                measured: 0,
+                stalls: Vec::new(),
+            }
+        }
+
+        /// The highest rate a trial of `d` passes at with no loss.
+        fn sustains(&self, d: Duration) -> f64 {
+            self.capacity + self.queue / d.as_secs_f64()
+        }
+    }
+
+    impl Measurer for Tbf {
+        fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error> {
+            let rate = rate.unwrap_or(self.unpaced);
+            let d = duration.as_secs_f64();
+            let offered = (rate * d).round() as u64;
+            let excess = ((rate - self.capacity) * d - self.queue).max(0.0).ceil() as u64;
+            let stall = if self.stalls.contains(&self.measured) {
+                59
+            } else {
+                0
+            };
+            self.measured += 1;
+            self.clock += duration + self.overhead;
+            Ok(Trial {
+                rate,
+                duration,
+                offered,
+                lost: (excess + stall).min(offered),
+                failed: 0,
+                achieved: rate,
+            })
+        }
+
+        fn elapsed(&self) -> Duration {
+            self.clock
+        }
+    }
+
+    fn plan(trial: f64, final_trial: f64, max_time: f64) -> SearchPlan {
+        SearchPlan {
+            send_args: Vec::new(),
+            loss_ratios: vec![0.0, 0.005],
+            min_rate: 1000.0,
+            max_rate: None,
+            precision: 0.005,
+            trial: Duration::from_secs_f64(trial),
+            final_trial: Duration::from_secs_f64(final_trial),
+            max_time: Duration::from_secs_f64(max_time),
+            json: false,
+        }
+    }
+
+    fn trial(rate: f64, duration: f64, offered: u64, lost: u64) -> Trial {
         Trial {
             rate,
-            duration: Duration::from_millis(500),
+            duration: Duration::from_secs_f64(duration),
             offered,
             lost,
-            failed: lost,
+            failed: 0,
             achieved: rate,
         }
     }
 
     #[test]
-    fn a_later_trial_that_passed_above_an_upper_bound_contradicts_it() {
-        let ndr = Found {
-            ratio: 0.0,
-            lower: 18069.0,
-            upper: 18158.0,
-            converged: true,
-            trials: 9,
-        };
-        // The failed CI run's trials: 18158 lost 59 while the host stalled; the PDR search
-        // later passed 20974, 22607 and 22698 with nothing lost, and lost at 22789.
-        let trials = [
-            trial(23878.0, 74637, 62754),
-            trial(18158.0, 9080, 59),
-            trial(18069.0, 9035, 0),
-            trial(20974.0, 10487, 0),
-            trial(22607.0, 11304, 0),
-            trial(22698.0, 11349, 0),
-            trial(22789.0, 11395, 115),
+    fn phases_grow_at_most_4x_to_the_final_trial() {
+        let secs = |v: Vec<Duration>| v.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>();
+        let d = Duration::from_secs_f64;
+        assert_eq!(secs(phase_durations(d(1.0), d(3.0))), [1.0, 3.0]);
+        assert_eq!(secs(phase_durations(d(0.5), d(2.0))), [0.5, 2.0]);
+        assert_eq!(secs(phase_durations(d(2.0), d(1.0))), [1.0]);
+        let long = secs(phase_durations(d(1.0), d(30.0)));
+        assert_eq!(long.len(), 4, "{long:?}");
+        assert!(
+            long.windows(2).all(|w| w[1] / w[0] <= 4.0 + 1e-9),
+            "{long:?}"
+        );
+    }
+
+    #[test]
+    fn contradictions_are_against_loss_growing_with_rate_and_duration() {
+        let r = [0.0, 0.005];
+        let pass_3s = trial(2080.0, 3.0, 6240, 0);
+        // A short pass above a long failure is what a queue does: no contradiction.
+        assert!(!trial(2100.0, 1.0, 2100, 0).contradicts(&trial(2090.0, 3.0, 6270, 40), &r));
+        // A failure at or below a rate where a trial as long or longer passed is one.
+        assert!(trial(2070.0, 1.0, 2070, 59).contradicts(&pass_3s, &r));
+        assert!(trial(2080.0, 3.0, 6240, 59).contradicts(&pass_3s, &r));
+        // So is a pass at or above a shorter or equal trial's failure.
+        assert!(pass_3s.contradicts(&trial(2075.0, 1.0, 2075, 20), &r));
+        // Below the pass, or failing only a ratio the other fails too: none.
+        assert!(!trial(2090.0, 3.0, 6270, 59).contradicts(&pass_3s, &r));
+        let pdr_pass = trial(2085.0, 3.0, 6255, 10);
+        assert!(!pdr_pass.contradicts(&trial(2090.0, 3.0, 6270, 59), &r));
+    }
+
+    /// The issue's run: `--trial 1s --final-trial 3s --max-time 95s` through a 2 066 pps tbf
+    /// with a 20 ms queue. Its 1 s trials pass at ~2 100 pps and its 3 s trials fail there. The
+    /// one-pass search of before spent the whole 95 s (61 trials on this model) without
+    /// converging, cycling between 3 s failures and 1 s passes just below them.
+    #[test]
+    fn short_passes_above_a_long_failure_do_not_keep_the_search_from_converging() {
+        let plan = plan(1.0, 3.0, 95.0);
+        let model = Tbf::issue();
+        let final_trial = plan.final_trial;
+        let sustained = model.sustains(final_trial);
+        let (s, found) = search(&plan, model, Vec::new()).unwrap();
+        assert!(found.iter().all(|f| f.converged), "{:?}", s.trials);
+        let elapsed = s.measurer.elapsed();
+        assert!(elapsed <= plan.max_time, "{elapsed:?}");
+        assert!(s.trials.len() <= 12, "{} trials", s.trials.len());
+        let ndr = &found[0];
+        // The case arose: 1 s trials passed above the 3 s failure that bounds the NDR.
+        assert!(
+            s.trials
+                .iter()
+                .any(|t| t.duration < final_trial && t.passes(0.0) && t.rate > ndr.upper),
+            "{:?}",
+            s.trials
+        );
+        // A final-duration pass backs the NDR, a final-duration failure its upper bound.
+        let (n, d) = ndr.lower_trial.unwrap();
+        assert_eq!(d, final_trial);
+        assert!(s.trials[n - 1].passes(0.0) && s.live[n - 1]);
+        assert_eq!(s.trials[n - 1].rate, ndr.lower);
+        let (n, d) = ndr.upper_trial.unwrap();
+        assert_eq!(d, final_trial);
+        assert!(!s.trials[n - 1].passes(0.0));
+        // Never above what a final-duration trial sustains, within the precision.
+        assert!(ndr.lower <= sustained, "{} > {sustained}", ndr.lower);
+        assert!(
+            ndr.lower >= sustained * (1.0 - plan.precision),
+            "{}",
+            ndr.lower
+        );
+        assert!(width(ndr.lower, ndr.upper) <= plan.precision);
+        // The PDR: where a 3 s trial loses 0.5 %, (3C + Q) / (3 - 0.015).
+        let pdr = &found[1];
+        let pdr_rate = (3.0 * Tbf::issue().capacity + 41.0) / (3.0 - 0.015);
+        assert!(
+            pdr.lower >= ndr.lower && pdr.lower <= pdr_rate,
+            "{}",
+            pdr.lower
+        );
+        assert!(
+            pdr.lower >= pdr_rate * (1.0 - plan.precision),
+            "{}",
+            pdr.lower
+        );
+        assert_eq!(pdr.lower_trial.unwrap().1, final_trial);
+        assert_eq!(s.contradictions, 0);
+    }
+
+    /// With the default `--final-trial 30s` the NDR is within 1 % of the capacity, and the
+    /// search fits the default 10 minutes.
+    #[test]
+    fn with_30s_final_trials_the_ndr_is_within_1_percent_of_capacity() {
+        let plan = plan(1.0, 30.0, 600.0);
+        let capacity = Tbf::issue().capacity;
+        let (s, found) = search(&plan, Tbf::issue(), Vec::new()).unwrap();
+        assert!(found.iter().all(|f| f.converged), "{:?}", s.trials);
+        let ndr = found[0].lower;
+        assert!(
+            (ndr - capacity).abs() <= 0.01 * capacity,
+            "NDR {ndr} against {capacity}"
+        );
+        assert_eq!(found[0].lower_trial.unwrap().1, plan.final_trial);
+        assert!(s.measurer.elapsed() <= plan.max_time);
+    }
+
+    /// A failed CI run's trials (0.5 s each): 18 158 pps lost 59 packets while the host
+    /// stalled, below rates up to 22 698 pps that later passed. The final phase measures that
+    /// short failure at the final duration; the pass contradicts it, is measured again and
+    /// sets it aside, and the NDR is found above it.
+    #[test]
+    fn a_stalled_short_failure_is_exposed_measured_again_and_set_aside() {
+        let mut plan = plan(0.5, 1.0, 60.0);
+        plan.max_rate = Some(23878.0);
+        let earlier = vec![
+            trial(23878.0, 0.5, 11939, 9000),
+            trial(18158.0, 0.5, 9080, 59),
+            trial(18069.0, 0.5, 9035, 0),
         ];
-        assert_eq!(passed_above(&trials, &ndr, 23878.0), Some(22698.0));
-        // A loss ratio of 0.005 is passed by 22789's 1 % loss at no rate above 22789.
-        let pdr = Found {
-            ratio: 0.005,
-            lower: 22698.0,
-            upper: 22789.0,
-            ..ndr
+        let model = Tbf {
+            capacity: 22750.0,
+            queue: 0.0,
+            ..Tbf::issue()
         };
-        assert_eq!(passed_above(&trials, &pdr, 23878.0), None);
-        // Nothing at or above `max` counts (the unpaced first trial is the top of the range).
-        let high = Found {
-            upper: 22000.0,
-            ..ndr
+        let (s, found) = search(&plan, model, earlier).unwrap();
+        assert!(found.iter().all(|f| f.converged), "{:?}", s.trials);
+        assert_eq!(s.contradictions, 1);
+        assert!(!s.live[1], "the stalled trial is set aside");
+        let ndr = &found[0];
+        assert!(
+            ndr.lower <= 22750.0 && ndr.lower >= 22750.0 * (1.0 - plan.precision),
+            "{}",
+            ndr.lower
+        );
+        // Never averaged: the set-aside trial keeps its own loss, and every live trial at
+        // 18 158 pps is a clean pass.
+        assert_eq!(s.trials[1].lost, 59);
+        assert!(
+            s.live_trials()
+                .filter(|(_, t)| t.rate == 18158.0)
+                .all(|(_, t)| t.lost == 0)
+        );
+    }
+
+    /// A new trial that fails below an earlier, longer pass is measured again: the
+    /// re-measurement stands, the failure is set aside and counted, the pass stays.
+    #[test]
+    fn a_failure_below_a_longer_pass_is_measured_again_and_counted() {
+        let plan = plan(1.0, 3.0, 95.0);
+        let model = Tbf {
+            stalls: vec![0],
+            ..Tbf::issue()
         };
-        assert_eq!(passed_above(&trials, &high, 22600.0), None);
+        let mut s = Searcher {
+            plan: &plan,
+            measurer: model,
+            trials: vec![trial(2060.0, 3.0, 6180, 0)],
+            live: vec![true],
+            contradictions: 0,
+            phases: phase_durations(plan.trial, plan.final_trial),
+        };
+        s.measure(Some(2050.0), plan.trial, Some(0)).unwrap();
+        assert_eq!(s.contradictions, 1);
+        assert_eq!(s.trials.len(), 3);
+        assert_eq!(s.live, [true, false, true]);
+        assert_eq!((s.trials[1].lost, s.trials[2].lost), (59, 0));
+        let upper = s.upper(0.0, 3000.0);
+        assert!(upper.trial.is_none(), "no failure stands: {upper:?}");
     }
 }
