@@ -30,7 +30,7 @@ pub struct Metric {
 macro_rules! metrics {
     ($($ident:ident = $name:literal, $kind:ident, $labels:literal, $help:literal;)*) => {
         $(#[doc = $help] pub const $ident: &str = $name;)*
-        /// Every metric, for `describe` and the README table.
+        /// Every metric, for `describe` and the table in docs/metrics.md.
         pub const ALL: &[Metric] = &[$(Metric { name: $name, kind: Kind::$kind, labels: $labels, help: $help }),*];
     };
 }
@@ -159,14 +159,14 @@ mod tests {
 }
 
 #[cfg(test)]
-mod readme {
+mod docs {
     #[test]
-    fn the_readme_table_lists_every_metric() {
-        let readme = include_str!("../../README.md");
+    fn the_metrics_page_table_lists_every_metric() {
+        let page = include_str!("../../docs/metrics.md");
         for m in super::ALL {
             assert!(
-                readme.contains(&format!("| `{}` |", m.name)),
-                "README lacks {}",
+                page.contains(&format!("| `{}` |", m.name)),
+                "docs/metrics.md lacks {}",
                 m.name
             );
         }
