@@ -63,6 +63,9 @@ expected=(
   /usr/share/man/man1/ringblast-topo.1.gz
   /usr/share/doc/ringblast/examples/sink.toml
   /usr/share/doc/ringblast/examples/send-example.toml
+  /usr/share/doc/ringblast/README.md
+  /usr/share/doc/ringblast/docs/traffic.md
+  /usr/share/doc/ringblast/docs/metrics.md
   /usr/share/ringblast/dashboards/ringblast.json
   /usr/share/ringblast/prometheus/rules.yml
   /usr/share/ringblast/prometheus/prometheus.yml

@@ -279,7 +279,7 @@ pub struct SinkTuning {
     #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
     pub metrics_flows: usize,
     /// Sessions (sender, epoch, flow) each sink queue tracks at once (memory is allocated at
-    /// start: see the README); packets of a session beyond it count as invalid `table_full`.
+    /// start: see docs/pairing.md); packets of a session beyond it count as invalid `table_full`.
     #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
     pub max_sessions: usize,
     /// Of --max-sessions, the slots each sink queue gives sessions opened by data alone, from

@@ -51,7 +51,7 @@ use crate::{
 pub const MAX_SEND_LAG: u64 = WINDOW / 2;
 /// Bytes of memory one session takes (tracker bitmap included).
 pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
-// The README states about 2.6 KiB per session (2.5 KiB before the size classes): keep it true.
+// docs/pairing.md states about 2.6 KiB per session (2.5 KiB before the size classes): keep it true.
 const _: () = assert!(SESSION_BYTES <= 2_700);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;

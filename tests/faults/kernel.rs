@@ -100,7 +100,7 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
     );
     // One dropped buffer held 1 to 8 datagrams (the sender's GSO trains), and the kernel was
     // the only one to drop: everything missing lies within that. Which share of it is shown
-    // as kernel drops rather than lost is the heuristic the README bounds (a gap that opens
+    // as kernel drops rather than lost is the heuristic docs/testing.md bounds (a gap that opens
     // before the sink has read the moved drop counter is counted lost).
     let missing = kd + u(&sink, "rx_lost");
     assert!(
