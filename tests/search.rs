@@ -157,21 +157,28 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         "the search never passed the limit"
     );
 
-    // A final-length run at the NDR: the qdisc drops nothing, and its counters say what each
-    // packet costs it, hence what a final-length trial can pass.
+    // A final-length run one precision step (0.5 %) below the NDR: the qdisc drops nothing, and
+    // its counters say what each packet costs it, hence what a final-length trial can pass. Not
+    // at the NDR itself: a 2 s trial there passes only while tbf's bucket and queue absorb the
+    // excess over its rate, which a re-run at that edge does not always repeat (33 of 47 000
+    // dropped in one run); a 30 s final trial amortises that edge, a 2 s one cannot.
+    let confirm_pps = (ndr * 0.995).floor();
     let (bytes0, packets0, dropped0) = qdisc_counters(&lab.tx, &lab.tx_dev);
     let confirm = Command::new("ip")
         .args(["netns", "exec", &lab.tx, bin(), "send", "--json"])
         .args(["--to", "10.213.0.2:7600", "--secret-file", &secret])
         .args(["--size", "64", "--interval", "0", "--duration", "2s"])
-        .args(["--rate", &format!("{ndr}pps")])
+        .args(["--rate", &format!("{confirm_pps}pps")])
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_ok(&confirm);
     let send = summaries(&confirm).send.unwrap();
     let (bytes1, packets1, dropped1) = qdisc_counters(&lab.tx, &lab.tx_dev);
-    assert_eq!(dropped1, dropped0, "tbf dropped packets at the NDR: {send}");
+    assert_eq!(
+        dropped1, dropped0,
+        "tbf dropped packets just below the NDR: {send}"
+    );
     assert!(packets1 - packets0 >= u(&send, "tx_packets"), "{send}");
     let frame = (bytes1 - bytes0) as f64 / (packets1 - packets0) as f64;
     assert!(

@@ -140,7 +140,9 @@ sink)
   uname -r >"$out/kernel"
   hostname >"$out/hostname"
   snapshot hosts_sink before
-  start udp_sink sink --listen "$LAB_ADDR:7000" --no-gro --secret-file "$secret" --json
+  # It also counts the sender's run without a control channel (no_control), which a sink with
+  # a secret refuses unless told to accept unannounced senders.
+  start udp_sink sink --listen "$LAB_ADDR:7000" --no-gro --secret-file "$secret" --accept-unannounced --json
   udp_pid=$pid
   start tcp_sink sink --proto tcp --listen "$LAB_ADDR:7100" --secret-file "$secret" --json
   tcp_pid=$pid
