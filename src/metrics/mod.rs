@@ -180,18 +180,20 @@ pub fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) {
 /// the bound node, whether hugepages back it, and its resident pages per node (none when they
 /// could not be counted: unknown is no number).
 pub fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) {
+    // The bound node goes last: a scrape that shows it shows the queue's other gauges set (a
+    // gauge reads 0 between its registration and its first set).
     for (q, m) in queues.iter().zip(memory) {
         let (role, queue) = (role.to_string(), q.queue.to_string());
-        gauge!(names::QUEUE_MEMORY_BOUND_NODE, "role" => role.clone(), "queue" => queue.clone())
-            .set(f64::from(m.bound_node));
-        let huge = f64::from(u8::from(m.hugepages == HugePages::Used));
-        gauge!(names::QUEUE_MEMORY_HUGEPAGES, "role" => role.clone(), "queue" => queue.clone())
-            .set(huge);
         for (node, pages) in m.pages.iter().flat_map(|p| &p.by_node) {
             gauge!(names::QUEUE_MEMORY_PAGES, "role" => role.clone(), "queue" => queue.clone(),
                 "node" => node.to_string())
             .set(*pages as f64);
         }
+        let huge = f64::from(u8::from(m.hugepages == HugePages::Used));
+        gauge!(names::QUEUE_MEMORY_HUGEPAGES, "role" => role.clone(), "queue" => queue.clone())
+            .set(huge);
+        gauge!(names::QUEUE_MEMORY_BOUND_NODE, "role" => role.clone(), "queue" => queue.clone())
+            .set(f64::from(m.bound_node));
     }
 }
 
