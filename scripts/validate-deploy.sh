@@ -127,7 +127,7 @@ ringblast_tx_schedule_step ringblast_tx_schedule_steps ringblast_tx_step_packets
 ringblast_tx_size_packets_total ringblast_tx_size_bytes_total ringblast_rx_size_packets_total ringblast_rx_size_bytes_total
 """.split())
 SINK_KEYS = {"listen", "queues", "duration", "json", "metrics", "secret_file", "insecure_control", "max_sessions",
-             "session_idle", "max_senders"}
+             "session_idle", "max_senders", "max_unannounced_sessions", "accept_unannounced", "unannounced_grace"}
 SEND_KEYS = {"to", "rate", "size", "duration", "count", "queues", "flows", "batch", "gso", "json", "metrics",
              "cpus", "node", "name", "secret_file", "control"}
 SECRET_CREDENTIAL = "LoadCredential=secret:/etc/ringblast/secret"
