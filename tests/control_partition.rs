@@ -7,30 +7,11 @@
 
 mod common;
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use common::{proc::Proc, *};
 
 const PORT: u16 = 7000;
-
-fn nft(ns: &str, rules: &str) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("nft (apt-get install nftables)");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "nft -f: {rules}");
-}
 
 /// The packets the partition's two drop rules counted.
 fn partition_drops(ns: &str) -> u64 {

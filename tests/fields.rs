@@ -5,33 +5,9 @@
 
 mod common;
 
-use std::{
-    io::Write,
-    process::{Command, Stdio},
-};
+use std::process::Command;
 
 use common::*;
-
-fn nft(ns: &str, rules: &str) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nft (apt-get install nftables)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft -f: {}\n{rules}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn counter(ns: &str, name: &str) -> u64 {
     let out = Command::new("ip")

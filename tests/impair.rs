@@ -11,25 +11,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
-
-fn nft(ns: &str, rules: &str) -> bool {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("nft (apt-get install nftables)");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    child.wait().is_ok_and(|s| s.success())
-}
 
 /// The packet counts of the drop rules in `ns`, in rule order.
 fn dropped(ns: &str) -> Vec<u64> {
@@ -52,14 +36,14 @@ fn dropped(ns: &str) -> Vec<u64> {
 fn duplicated_and_lossy_path_is_counted_exactly() {
     let _guard = traffic_lock();
     let lab = Lab::create("i", 204);
-    assert!(nft(
+    nft(
         &lab.tx,
-        "table ip rbimpair {\n chain out {\n type filter hook output priority 0; policy accept;\n udp dport 7000 dup to 10.204.0.2\n }\n}\n"
-    ));
-    assert!(nft(
+        "table ip rbimpair {\n chain out {\n type filter hook output priority 0; policy accept;\n udp dport 7000 dup to 10.204.0.2\n }\n}\n",
+    );
+    nft(
         &lab.rx,
-        "table ip rbimpair {\n chain in {\n type filter hook input priority 0; policy accept;\n udp dport 7000 @th,224,32 == 19999 counter drop\n udp dport 7000 numgen random mod 10 == 0 counter drop\n }\n}\n"
-    ));
+        "table ip rbimpair {\n chain in {\n type filter hook input priority 0; policy accept;\n udp dport 7000 @th,224,32 == 19999 counter drop\n udp dport 7000 numgen random mod 10 == 0 counter drop\n }\n}\n",
+    );
     let (send, sink) = lab.run(
         7000,
         &["--listen", "10.204.0.2:7000", "--duration", "4s"],

@@ -333,3 +333,26 @@ pub fn snmp(ns: &str, proto: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {names}"));
     values.split_whitespace().nth(at).unwrap().parse().unwrap()
 }
+
+/// Loads an nft ruleset into namespace `ns`; a rule nft refuses fails the test with its reason.
+pub fn nft(ns: &str, rules: &str) {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nft (apt-get install nftables)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft -f: {}\n{rules}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -43,28 +43,6 @@ pub fn sh(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Loads an nft ruleset into namespace `ns`.
-pub fn nft(ns: &str, rules: &str) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nft (apt-get install nftables)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft -f: {}\n{rules}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Packets counted by the named nft counter `name` of table `ip table` in `ns`.
 pub fn nft_counter(ns: &str, table: &str, name: &str) -> u64 {
     let text = sh(&[
