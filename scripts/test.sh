@@ -94,7 +94,7 @@ RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cm
 # operation and receive mode with real packets. The unpaced pair tests stay release-only: a debug
 # sink cannot keep up with an unpaced sender, and those tests measure a release build's behaviour.
 echo "== cargo test (debug build): unit tests, CLI, environment failures, send ops and rx modes"
-cargo test --lib --test cli --test envfail --test ops -- --test-threads=2
+cargo test --lib --test cli --test envfail --test ops -- --test-threads=2 --include-ignored
 echo "== lab: Debian 12's 6.1 kernel under QEMU TCG (a two-node guest, two guests as two hosts) and this kernel (docs/lab.md)"
 bash scripts/lab.sh
 echo "== soak: separate sender and sink, 3 minutes at 20 kpps (RSS, fds, threads, counts)"
