@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// The metrics endpoint `pair` uses by default, and the documented port for every role.
-pub const DEFAULT_METRICS: &str = "127.0.0.1:9977";
+pub(crate) const DEFAULT_METRICS: &str = "127.0.0.1:9977";
 
 /// io_uring UDP traffic generator and sink with per-NUMA-node rings.
 #[derive(Debug, Parser)]
@@ -20,12 +20,12 @@ pub const DEFAULT_METRICS: &str = "127.0.0.1:9977";
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Send UDP traffic to a sink.
     Send(SendArgs),
     /// Receive, check and count ringblast traffic.
@@ -43,13 +43,13 @@ pub enum Command {
 
 /// `ringblast generate` (hidden).
 #[derive(Debug, Clone, Args)]
-pub struct GenerateArgs {
+pub(crate) struct GenerateArgs {
     /// What to write.
     #[arg(value_enum)]
-    pub kind: crate::generate::Artifact,
+    pub(crate) kind: crate::generate::Artifact,
     /// Write files into this directory (printing their paths) instead of to stdout.
     #[arg(long)]
-    pub dir: Option<std::path::PathBuf>,
+    pub(crate) dir: Option<std::path::PathBuf>,
 }
 
 /// `ADDR:PORT` or `HOST:PORT` (resolved once, first address wins), for `--to`.
@@ -85,39 +85,39 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 /// Where workers run and how the run reports, shared by every role.
 #[derive(Debug, Clone, Args)]
-pub struct CommonArgs {
+pub(crate) struct CommonArgs {
     /// Worker threads (queues), one io_uring each.
     #[arg(long, default_value_t = 1, env = "RINGBLAST_QUEUES")]
-    pub queues: usize,
+    pub(crate) queues: usize,
     /// CPUs for the queues (e.g. `0-3,8`); always wins over NIC locality.
     #[arg(long, env = "RINGBLAST_CPUS")]
-    pub cpus: Option<String>,
+    pub(crate) cpus: Option<String>,
     /// NUMA node for the queues; always wins over NIC locality.
     #[arg(long, env = "RINGBLAST_NODE")]
-    pub node: Option<u32>,
+    pub(crate) node: Option<u32>,
     /// Print JSON Lines on stdout (interval lines and a final summary).
     #[arg(long, env = "RINGBLAST_JSON")]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Serve Prometheus metrics on ADDR:PORT (documented default port 9977).
     #[arg(long, env = "RINGBLAST_METRICS")]
-    pub metrics: Option<SocketAddr>,
+    pub(crate) metrics: Option<SocketAddr>,
     /// Back packet memory with 2 MiB pages when available (the start-up `memory` lines say
     /// whether they were used or it fell back to normal pages).
     #[arg(long, env = "RINGBLAST_HUGEPAGES")]
-    pub hugepages: bool,
+    pub(crate) hugepages: bool,
     /// Read options from this TOML file (keys are long option names); flags and RINGBLAST_*
     /// variables override it.
     #[arg(long, env = "RINGBLAST_CONFIG")]
-    pub config: Option<std::path::PathBuf>,
+    pub(crate) config: Option<std::path::PathBuf>,
     /// Refuse to start when the exporter would publish more series than this.
     #[arg(long, default_value_t = 10_000, env = "RINGBLAST_MAX_SERIES")]
-    pub max_series: usize,
+    pub(crate) max_series: usize,
     /// Keep serving metrics this long after the run ends, so the final values get scraped.
     #[arg(long, value_parser = parse_duration_or_zero, default_value = "0", env = "RINGBLAST_METRICS_LINGER")]
-    pub metrics_linger: Duration,
+    pub(crate) metrics_linger: Duration,
     /// Seconds between report lines (0 = only the summary).
     #[arg(long, default_value = "1s", value_parser = parse_duration_or_zero, env = "RINGBLAST_INTERVAL")]
-    pub interval: Duration,
+    pub(crate) interval: Duration,
 }
 
 fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
@@ -129,10 +129,10 @@ fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
 
 /// Traffic shape options shared by `send` and `pair`.
 #[derive(Debug, Clone, Args)]
-pub struct TrafficArgs {
+pub(crate) struct TrafficArgs {
     /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate of UDP payload (`800Mbit`).
     #[arg(long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
-    pub rate: Rate,
+    pub(crate) rate: Rate,
     /// UDP payload bytes per packet (a number), or a mix of Ethernet frame sizes: `imix` (64,
     /// 570 and 1518-byte frames, 7:4:1) or `FRAME:WEIGHT,...` (e.g. `64:28,570:16,1518:4`).
     /// Frames convert to UDP payload as F − 46 over IPv4 and F − 66 over IPv6 (64 → 18 B),
@@ -140,79 +140,79 @@ pub struct TrafficArgs {
     /// 18 to 31 B carry an 18-byte compact header that gives up the timestamp (no latency
     /// sample) and sends the sequence number's low 32 bits.
     #[arg(long, default_value = "64", value_parser = parse_size_spec, env = "RINGBLAST_SIZE")]
-    pub size: SizeSpec,
+    pub(crate) size: SizeSpec,
     /// Stop after this long (`10s`, `2m`).
     #[arg(long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Stop after this many packets in total (`1M`).
     #[arg(long, value_parser = parse_count, env = "RINGBLAST_COUNT")]
-    pub count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
     #[arg(long, env = "RINGBLAST_FLOWS")]
-    pub flows: Option<u32>,
+    pub(crate) flows: Option<u32>,
     /// A staircase of rates instead of --rate: `RATE:DURATION,...` (e.g.
     /// `100kpps:10s,200kpps:10s`); the run lasts the whole schedule, each step is reported on
     /// its own (`"type":"step"` with --json).
     #[arg(long, conflicts_with_all = ["rate", "ramp", "duration"], env = "RINGBLAST_RATE_STEPS")]
-    pub rate_steps: Option<String>,
+    pub(crate) rate_steps: Option<String>,
     /// A linear ramp instead of --rate: `FROM:TO:OVER` (e.g. `10kpps:100kpps:10s`), reported
     /// per second.
     #[arg(long, conflicts_with_all = ["rate", "duration"], env = "RINGBLAST_RAMP")]
-    pub ramp: Option<String>,
+    pub(crate) ramp: Option<String>,
     /// IPv4 TOS / IPv6 traffic class byte of every packet (0-255 or 0x00-0xff).
     #[arg(long, conflicts_with = "dscp", value_parser = crate::net::fields::parse_tos, env = "RINGBLAST_TOS")]
-    pub tos: Option<u8>,
+    pub(crate) tos: Option<u8>,
     /// DSCP of every packet (0-63; the TOS byte's upper six bits, ECN 0).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..64), env = "RINGBLAST_DSCP")]
-    pub dscp: Option<u8>,
+    pub(crate) dscp: Option<u8>,
     /// IPv4 TTL / IPv6 hop limit of every packet (1-255).
     #[arg(long, visible_alias = "hop-limit", value_parser = clap::value_parser!(u8).range(1..), env = "RINGBLAST_TTL")]
-    pub ttl: Option<u8>,
+    pub(crate) ttl: Option<u8>,
     /// Source ports of the flows, `LO-HI`: flow f uses LO + f mod (HI−LO+1) (shown at start).
     #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_SRC_PORTS")]
-    pub src_ports: Option<(u16, u16)>,
+    pub(crate) src_ports: Option<(u16, u16)>,
     /// Destination ports of the flows, `LO-HI`: flow f uses LO + (f div S) mod (HI−LO+1), S
     /// the number of source ports (the receiver must listen on, or redirect, every one).
     #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_DST_PORTS")]
-    pub dst_ports: Option<(u16, u16)>,
+    pub(crate) dst_ports: Option<(u16, u16)>,
     /// Payload after the header: `zero`, `random` or `pattern:HEX`, written into the send
     /// buffers once at start (no per-packet work).
     #[arg(long, default_value = "zero", value_parser = parse_payload, env = "RINGBLAST_PAYLOAD")]
-    pub payload: PayloadFill,
+    pub(crate) payload: PayloadFill,
     /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
     /// `--rate`; 1 spaces every packet evenly.
     #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]
-    pub burst: u64,
+    pub(crate) burst: u64,
     /// SQEs submitted per io_uring_enter.
     #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
-    pub batch: u32,
+    pub(crate) batch: u32,
     /// Sends in flight per queue (default: twice --batch).
     #[arg(long, env = "RINGBLAST_WINDOW")]
-    pub window: Option<u32>,
+    pub(crate) window: Option<u32>,
     /// UDP GSO: packets per send (each with its own header); 1 = off.
     #[arg(long, default_value_t = 1, env = "RINGBLAST_GSO")]
-    pub gso: u16,
+    pub(crate) gso: u16,
     /// The io_uring send operation (default: send for UDP, write-fixed for TCP).
     #[arg(long, value_enum, env = "RINGBLAST_SEND_OP")]
-    pub send_op: Option<SendOp>,
+    pub(crate) send_op: Option<SendOp>,
     /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
     #[arg(long, default_value_t = 0, hide = true)]
-    pub first_seq: u64,
+    pub(crate) first_seq: u64,
     /// Ethernet frame size in bytes, FCS included (pktgen/TRex style), instead of `--size`:
     /// the UDP payload is F − 46 over IPv4 and F − 66 over IPv6 (14 Ethernet + 4 FCS + IP + 8
     /// UDP). The smallest frame is 64 bytes (IPv4) or 84 (IPv6); frames below 78 (IPv4) or 98
     /// (IPv6) carry the compact header (no timestamp).
     #[arg(long, conflicts_with = "size", value_parser = parse_size, env = "RINGBLAST_FRAME_SIZE")]
-    pub frame_size: Option<usize>,
+    pub(crate) frame_size: Option<usize>,
     /// Send datagrams larger than the path MTU; each leaves as several IP fragments (counted).
     #[arg(long, env = "RINGBLAST_ALLOW_FRAGMENTS")]
-    pub allow_fragments: bool,
+    pub(crate) allow_fragments: bool,
     /// Show the L1 wire rate in live lines (frames plus preamble, SFD and inter-frame gap).
     #[arg(long, env = "RINGBLAST_WIRE_RATE")]
-    pub wire_rate: bool,
+    pub(crate) wire_rate: bool,
     /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI).
     #[arg(long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
-    pub min_rate_ratio: Option<f64>,
+    pub(crate) min_rate_ratio: Option<f64>,
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -226,37 +226,37 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 
 /// `ringblast send`.
 #[derive(Debug, Clone, Args)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// Destination ADDR:PORT or HOST:PORT.
     #[arg(long, env = "RINGBLAST_TO", value_parser = parse_destination)]
-    pub to: SocketAddr,
+    pub(crate) to: SocketAddr,
     /// Name this sender gives the sink (default: the hostname and the queue plan); a sender
     /// restarted under the same name continues the same series at the sink.
     #[arg(long, env = "RINGBLAST_NAME")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The control channel to the sink: `auto` (TCP to the --to address), `off` or ADDR:PORT.
     #[arg(long, default_value = "auto", value_parser = parse_control, env = "RINGBLAST_CONTROL")]
-    pub control: ControlTarget,
+    pub(crate) control: ControlTarget,
     /// File holding the secret shared with the sink (HMAC-SHA256 authentication).
     #[arg(long, env = "RINGBLAST_SECRET_FILE")]
-    pub secret_file: Option<std::path::PathBuf>,
+    pub(crate) secret_file: Option<std::path::PathBuf>,
     /// Traffic shape.
     #[command(flatten)]
-    pub traffic: TrafficArgs,
+    pub(crate) traffic: TrafficArgs,
     /// TCP: protocol, connections and pattern.
     #[command(flatten)]
-    pub tcp: crate::cli_tcp::TcpSendArgs,
+    pub(crate) tcp: crate::cli_tcp::TcpSendArgs,
     /// Placement and reporting.
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub(crate) common: CommonArgs,
 }
 
 /// Receive-side options shared by `sink` and `pair`.
 #[derive(Debug, Clone, Args)]
-pub struct SinkTuning {
+pub(crate) struct SinkTuning {
     /// Do not ask for UDP GRO (count datagrams one by one).
     #[arg(long, env = "RINGBLAST_NO_GRO")]
-    pub no_gro: bool,
+    pub(crate) no_gro: bool,
     /// How sink queues wait while traffic flows: batch (32 completions or 50 µs; a TCP sink
     /// instead polls while completions keep coming and sleeps after 50 µs without one), spin
     /// (never sleeps, one core per queue; UDP receives inline as below, back to back), sleep
@@ -264,48 +264,48 @@ pub struct SinkTuning {
     /// no poll armed while traffic flows, so the sending core pays for no wake-up; 50 µs sleeps
     /// when the socket is empty).
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
-    pub rx_wait: RxWait,
+    pub(crate) rx_wait: RxWait,
     /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512
     /// of 64 KiB, of which a UDP sink keeps about 4 MiB of received data circulating (all 512
     /// for single datagrams, 64 for full GRO buffers) so the kernel's copies stay in cache; TCP
     /// 64 of 32 KiB, a 2 MiB ring that stays in cache while the sink copies every byte it reads
     /// into it].
     #[arg(long, env = "RINGBLAST_RX_BUFFERS")]
-    pub rx_buffers: Option<u16>,
+    pub(crate) rx_buffers: Option<u16>,
     /// Flow ids 0..N are tracked per queue; others count as invalid.
     #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
-    pub max_flows: usize,
+    pub(crate) max_flows: usize,
     /// Flow ids 0..N get their own metric series per sink queue; the rest are summed as "other".
     #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
-    pub metrics_flows: usize,
+    pub(crate) metrics_flows: usize,
     /// Sessions (sender, epoch, flow) each sink queue tracks at once (memory is allocated at
     /// start: see docs/pairing.md); packets of a session beyond it count as invalid `table_full`.
     #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
-    pub max_sessions: usize,
+    pub(crate) max_sessions: usize,
     /// Of --max-sessions, the slots each sink queue gives sessions opened by data alone, from
     /// senders that never said hello on the control channel (--control off, an unreachable
     /// control port, a wrong secret, forged datagrams); the other slots are reserved for
     /// senders that said hello. Their datagrams beyond it count as invalid `table_full`
     /// [default: half of --max-sessions, rounded up].
     #[arg(long, env = "RINGBLAST_MAX_UNANNOUNCED_SESSIONS")]
-    pub max_unannounced_sessions: Option<usize>,
+    pub(crate) max_unannounced_sessions: Option<usize>,
     /// A session without packets for this long is closed and its slot reused.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
-    pub session_idle: Duration,
+    pub(crate) session_idle: Duration,
     /// Senders with their own `sender` metric series and JSON entry; the rest are summed as
     /// "other".
     #[arg(long, default_value_t = 64, env = "RINGBLAST_MAX_SENDERS")]
-    pub max_senders: usize,
+    pub(crate) max_senders: usize,
     /// How datagrams are spread over the sink's queues: flow (a BPF program on the
     /// SO_REUSEPORT group reads the ringblast header, so one sender's flows alternate over the
     /// queues) or hash (the kernel's 4-tuple hash). Foreign datagrams always use the hash.
     #[arg(long, value_enum, default_value = "flow", env = "RINGBLAST_STEER")]
-    pub steer: Steer,
+    pub(crate) steer: Steer,
 }
 
 /// How a sink's `SO_REUSEPORT` group picks a queue for each datagram (`--steer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Steer {
+pub(crate) enum Steer {
     /// By the ringblast header's epoch and flow id (`net::steer`).
     Flow,
     /// By the kernel's 4-tuple hash.
@@ -315,7 +315,7 @@ pub enum Steer {
 /// Where a sender's control channel goes: `auto` (TCP to the `--to` address), `off`, or
 /// `ADDR:PORT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ControlTarget {
+pub(crate) enum ControlTarget {
     /// TCP to the `--to` address and port.
     Auto,
     /// No control channel.
@@ -336,119 +336,119 @@ fn parse_control(s: &str) -> Result<ControlTarget, String> {
 
 /// `ringblast sink`.
 #[derive(Debug, Clone, Args)]
-pub struct SinkArgs {
+pub(crate) struct SinkArgs {
     /// Listen ADDR:PORT (UDP for traffic, TCP on the same port for the control channel).
     #[arg(long, env = "RINGBLAST_LISTEN")]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// File holding the secret shared with the senders (HMAC-SHA256 authentication); required
     /// off loopback unless --insecure-control.
     #[arg(long, env = "RINGBLAST_SECRET_FILE")]
-    pub secret_file: Option<std::path::PathBuf>,
+    pub(crate) secret_file: Option<std::path::PathBuf>,
     /// Accept control connections without a secret on a non-loopback address.
     #[arg(long, env = "RINGBLAST_INSECURE_CONTROL")]
-    pub insecure_control: bool,
+    pub(crate) insecure_control: bool,
     /// With --secret-file, also count datagrams of senders that never said an authenticated
     /// hello (within --max-unannounced-sessions). Without it such a sink counts them as invalid
     /// `unannounced` once --unannounced-grace has passed; a sink without a secret always counts
     /// them (within --max-unannounced-sessions).
     #[arg(long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
-    pub accept_unannounced: bool,
+    pub(crate) accept_unannounced: bool,
     /// With --secret-file: for this long after start the sink still counts datagrams of senders
     /// that have not said hello (within --max-unannounced-sessions), so senders that were
     /// running before it started (restarted sink) are counted while they reconnect (their
     /// backoff is at most 5 s); a session opened then joins its sender's books at its hello.
     #[arg(long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
-    pub unannounced_grace: Duration,
+    pub(crate) unannounced_grace: Duration,
     /// Stop after this long (default: until SIGINT/SIGTERM).
     #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Share the UDP port with another process that holds it with `SO_REUSEPORT` (another
     /// sink): the kernel then splits the flows between the two. Without it, a port held by
     /// anyone else is refused (exit 3).
     #[arg(long, env = "RINGBLAST_SHARE_PORT")]
-    pub share_port: bool,
+    pub(crate) share_port: bool,
     /// Receive tuning.
     #[command(flatten)]
-    pub tuning: SinkTuning,
+    pub(crate) tuning: SinkTuning,
     /// TCP: protocol and connection cap.
     #[command(flatten)]
-    pub tcp: crate::cli_tcp::TcpSinkArgs,
+    pub(crate) tcp: crate::cli_tcp::TcpSinkArgs,
     /// Placement and reporting.
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub(crate) common: CommonArgs,
 }
 
 /// `ringblast pair`: the embedded default is `--rate max --size 64 --duration 10s`.
 #[derive(Debug, Clone, Args)]
-pub struct PairArgs {
+pub(crate) struct PairArgs {
     /// Traffic shape.
     #[command(flatten)]
-    pub traffic: TrafficArgs,
+    pub(crate) traffic: TrafficArgs,
     /// Receive tuning.
     #[command(flatten)]
-    pub tuning: SinkTuning,
+    pub(crate) tuning: SinkTuning,
     /// TCP: protocol, connections and pattern.
     #[command(flatten)]
-    pub tcp: crate::cli_tcp::TcpSendArgs,
+    pub(crate) tcp: crate::cli_tcp::TcpSendArgs,
     /// Placement and reporting (the sink gets the same number of queues on other CPUs).
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub(crate) common: CommonArgs,
     /// Loopback address to use (`127.0.0.1` or `::1`).
     #[arg(long, default_value = "127.0.0.1")]
-    pub address: std::net::IpAddr,
+    pub(crate) address: std::net::IpAddr,
     /// Do not start the metrics endpoint (pair serves 127.0.0.1:9977 by default).
     #[arg(long)]
-    pub no_metrics: bool,
+    pub(crate) no_metrics: bool,
 }
 
 /// `ringblast search`: trials are `ringblast send` runs against the sink at `--to`, each its
 /// own sender run (epoch) judged by the sink's exact verdict over the control channel.
 #[derive(Debug, Clone, Args)]
-pub struct SearchArgs {
+pub(crate) struct SearchArgs {
     /// The sink's ADDR:PORT (its control channel on the same port).
     #[arg(long, value_parser = parse_destination)]
-    pub to: SocketAddr,
+    pub(crate) to: SocketAddr,
     /// Packet size as for `send --size` (a payload size, `imix` or a frame mix).
     #[arg(long, default_value = "64")]
-    pub size: String,
+    pub(crate) size: String,
     /// Loss ratios to find the highest rate for (0 = NDR, 0.005 = PDR).
     #[arg(long, default_value = "0,0.005", value_delimiter = ',', value_parser = parse_loss_ratio)]
-    pub loss_ratios: Vec<f64>,
+    pub(crate) loss_ratios: Vec<f64>,
     /// The lowest rate searched.
     #[arg(long, default_value = "1kpps", value_parser = parse_rate)]
-    pub min_rate: Rate,
+    pub(crate) min_rate: Rate,
     /// The highest rate searched (default: the unpaced rate measured in a first trial).
     #[arg(long, value_parser = parse_rate)]
-    pub max_rate: Option<Rate>,
+    pub(crate) max_rate: Option<Rate>,
     /// Relative width of the final interval (0.005 = 0.5 %).
     #[arg(long, default_value = "0.005", value_parser = parse_ratio)]
-    pub precision: f64,
+    pub(crate) precision: f64,
     /// Length of the short trials.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub trial: Duration,
+    pub(crate) trial: Duration,
     /// Length of the trial that confirms each lower bound.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub final_trial: Duration,
+    pub(crate) final_trial: Duration,
     /// Give up (exit 1) after this long.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
-    pub max_time: Duration,
+    pub(crate) max_time: Duration,
     /// Sender queues per trial.
     #[arg(long, default_value_t = 1)]
-    pub queues: usize,
+    pub(crate) queues: usize,
     /// File holding the secret shared with the sink.
     #[arg(long)]
-    pub secret_file: Option<std::path::PathBuf>,
+    pub(crate) secret_file: Option<std::path::PathBuf>,
     /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Serve each trial's Prometheus metrics on ADDR:PORT: a trial is a one-step run, so its
     /// target, achieved rate and the sink's verdict show in the dashboard's schedule row.
     #[arg(long)]
-    pub metrics: Option<SocketAddr>,
+    pub(crate) metrics: Option<SocketAddr>,
     /// With --metrics: keep each trial's metrics up this long after the trial, so its verdict
     /// is scraped (the scrape interval; it adds to the search's time).
     #[arg(long, value_parser = parse_duration_or_zero, default_value = "0")]
-    pub metrics_linger: Duration,
+    pub(crate) metrics_linger: Duration,
 }
 
 fn parse_loss_ratio(s: &str) -> Result<f64, String> {
@@ -462,17 +462,17 @@ fn parse_loss_ratio(s: &str) -> Result<f64, String> {
 
 /// `ringblast topo`.
 #[derive(Debug, Clone, Args)]
-pub struct TopoArgs {
+pub(crate) struct TopoArgs {
     /// Show the placement for traffic to this ADDR:PORT (finds the egress NIC).
     #[arg(long)]
-    pub to: Option<SocketAddr>,
+    pub(crate) to: Option<SocketAddr>,
     /// Queues to place.
     #[arg(long, default_value_t = 1)]
-    pub queues: usize,
+    pub(crate) queues: usize,
     /// Explicit CPUs.
     #[arg(long)]
-    pub cpus: Option<String>,
+    pub(crate) cpus: Option<String>,
     /// Explicit node.
     #[arg(long)]
-    pub node: Option<u32>,
+    pub(crate) node: Option<u32>,
 }

@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 
 /// Transport protocol of a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Proto {
+pub(crate) enum Proto {
     /// UDP datagrams (the default).
     #[default]
     Udp,
@@ -16,7 +16,7 @@ pub enum Proto {
 
 /// What a TCP sender does on its connections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum Pattern {
+pub(crate) enum Pattern {
     /// Bulk streams of records (default).
     #[default]
     Stream,
@@ -30,35 +30,35 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 /// TCP options of `send` and `pair`.
 #[derive(Debug, Clone, Args)]
-pub struct TcpSendArgs {
+pub(crate) struct TcpSendArgs {
     /// Transport: `udp` datagrams or `tcp` streams of records (each --size bytes).
     #[arg(long, value_enum, default_value = "udp", env = "RINGBLAST_PROTO")]
-    pub proto: Proto,
+    pub(crate) proto: Proto,
     /// TCP connections per queue (default 1).
     #[arg(long, env = "RINGBLAST_CONNS")]
-    pub conns: Option<u32>,
+    pub(crate) conns: Option<u32>,
     /// TCP traffic pattern: `stream` or `rr` (request/response).
     #[arg(long, value_enum, default_value = "stream", env = "RINGBLAST_PATTERN")]
-    pub pattern: Pattern,
+    pub(crate) pattern: Pattern,
     /// rr: request record bytes, header included (at least 36).
     #[arg(long, value_parser = parse_size, env = "RINGBLAST_REQUEST_SIZE")]
-    pub request_size: Option<usize>,
+    pub(crate) request_size: Option<usize>,
     /// rr: response record bytes, header included (32 to 16 KiB).
     #[arg(long, value_parser = parse_size, env = "RINGBLAST_RESPONSE_SIZE")]
-    pub response_size: Option<usize>,
+    pub(crate) response_size: Option<usize>,
     /// rr: requests outstanding per connection (1 to 64).
     #[arg(long, env = "RINGBLAST_DEPTH")]
-    pub depth: Option<u32>,
+    pub(crate) depth: Option<u32>,
 }
 
 /// TCP options of `sink`.
 #[derive(Debug, Clone, Args)]
-pub struct TcpSinkArgs {
+pub(crate) struct TcpSinkArgs {
     /// Transport: `udp` datagrams or `tcp` streams of records.
     #[arg(long, value_enum, default_value = "udp", env = "RINGBLAST_PROTO")]
-    pub proto: Proto,
+    pub(crate) proto: Proto,
     /// TCP connections each sink queue holds at once; more are accepted and closed at once
     /// (counted as refused).
     #[arg(long, default_value_t = 1024, env = "RINGBLAST_MAX_CONNS")]
-    pub max_conns: u32,
+    pub(crate) max_conns: u32,
 }

@@ -30,18 +30,18 @@ fn now_ns(clock: ClockId) -> u64 {
 
 /// Nanoseconds on the monotonic clock.
 #[inline]
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     now_ns(ClockId::CLOCK_MONOTONIC)
 }
 
 /// Nanoseconds since the Unix epoch.
 #[inline]
-pub fn realtime_ns() -> u64 {
+pub(crate) fn realtime_ns() -> u64 {
     now_ns(ClockId::CLOCK_REALTIME)
 }
 
 /// The environment variable of the test clock skew (see the module documentation).
-pub const TEST_SKEW_ENV: &str = "RINGBLAST_TEST_CLOCK_SKEW_NS";
+pub(crate) const TEST_SKEW_ENV: &str = "RINGBLAST_TEST_CLOCK_SKEW_NS";
 
 static TEST_SKEW_NS: OnceLock<Option<i64>> = OnceLock::new();
 static BOOT_ID: OnceLock<Option<String>> = OnceLock::new();
@@ -71,13 +71,13 @@ pub fn init_test_skew() -> Result<(), Error> {
 
 /// The test clock skew, if the hook is set (read once; an unreadable value counts as unset
 /// where `init_test_skew` did not run first).
-pub fn test_skew_ns() -> Option<i64> {
+pub(crate) fn test_skew_ns() -> Option<i64> {
     *TEST_SKEW_NS.get_or_init(|| parse_skew(std::env::var_os(TEST_SKEW_ENV)).unwrap_or(None))
 }
 
 /// The sink's realtime clock: [`realtime_ns`], moved by the test skew when that hook is set.
 #[inline]
-pub fn sink_realtime_ns() -> u64 {
+pub(crate) fn sink_realtime_ns() -> u64 {
     let now = realtime_ns();
     match test_skew_ns() {
         Some(skew) => now.saturating_add_signed(skew),
@@ -86,7 +86,7 @@ pub fn sink_realtime_ns() -> u64 {
 }
 
 /// This kernel's boot id (`/proc/sys/kernel/random/boot_id`, read once), if readable.
-pub fn boot_id() -> Option<&'static str> {
+pub(crate) fn boot_id() -> Option<&'static str> {
     BOOT_ID
         .get_or_init(|| {
             std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -99,7 +99,7 @@ pub fn boot_id() -> Option<&'static str> {
 
 /// Whether a sender that gave `sender_boot_id` runs on this kernel, so its realtime clock is
 /// this one (never under the test skew, which stands for another host).
-pub fn same_kernel(sender_boot_id: Option<&str>) -> bool {
+pub(crate) fn same_kernel(sender_boot_id: Option<&str>) -> bool {
     test_skew_ns().is_none() && sender_boot_id.is_some() && sender_boot_id == boot_id()
 }
 
@@ -109,7 +109,7 @@ pub fn launch_ns() -> u64 {
 }
 
 /// Milliseconds from launch to monotonic instant `ns`, rounded to µs.
-pub fn ms_since_launch(ns: u64) -> f64 {
+pub(crate) fn ms_since_launch(ns: u64) -> f64 {
     (ns.saturating_sub(launch_ns()) as f64 / 1e3).round() / 1e3
 }
 

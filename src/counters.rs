@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A worker's own counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Counters<const N: usize>(pub [u64; N]);
+pub(crate) struct Counters<const N: usize>(pub [u64; N]);
 
 impl<const N: usize> Default for Counters<N> {
     fn default() -> Self {
@@ -18,25 +18,25 @@ impl<const N: usize> Default for Counters<N> {
 impl<const N: usize> Counters<N> {
     /// Adds `v` to counter `k`.
     #[inline]
-    pub fn add(&mut self, k: impl Into<usize>, v: u64) {
+    pub(crate) fn add(&mut self, k: impl Into<usize>, v: u64) {
         self.0[k.into()] += v;
     }
 
     /// Subtracts `v` from gauge `k`.
     #[inline]
-    pub fn sub(&mut self, k: impl Into<usize>, v: u64) {
+    pub(crate) fn sub(&mut self, k: impl Into<usize>, v: u64) {
         let k = k.into();
         self.0[k] = self.0[k].saturating_sub(v);
     }
 
     /// Counter `k`.
     #[inline]
-    pub fn get(&self, k: impl Into<usize>) -> u64 {
+    pub(crate) fn get(&self, k: impl Into<usize>) -> u64 {
         self.0[k.into()]
     }
 
     /// Adds every counter of `other` (totals over queues).
-    pub fn merge(&mut self, other: &Counters<N>) {
+    pub(crate) fn merge(&mut self, other: &Counters<N>) {
         for (a, b) in self.0.iter_mut().zip(other.0) {
             *a += b;
         }
@@ -45,7 +45,7 @@ impl<const N: usize> Counters<N> {
 
 /// The shared mirror of a worker's [`Counters`] (single writer).
 #[derive(Debug)]
-pub struct SharedCounters<const N: usize>([AtomicU64; N]);
+pub(crate) struct SharedCounters<const N: usize>([AtomicU64; N]);
 
 impl<const N: usize> Default for SharedCounters<N> {
     fn default() -> Self {
@@ -55,14 +55,14 @@ impl<const N: usize> Default for SharedCounters<N> {
 
 impl<const N: usize> SharedCounters<N> {
     /// Stores every counter.
-    pub fn publish(&self, v: &Counters<N>) {
+    pub(crate) fn publish(&self, v: &Counters<N>) {
         for (a, x) in self.0.iter().zip(v.0) {
             a.store(x, Relaxed);
         }
     }
 
     /// Loads every counter.
-    pub fn load(&self) -> Counters<N> {
+    pub(crate) fn load(&self) -> Counters<N> {
         Counters(std::array::from_fn(|i| self.0[i].load(Relaxed)))
     }
 }
@@ -77,7 +77,7 @@ macro_rules! counter_array {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[repr(usize)]
-        pub enum $kind { $($(#[$vm])* $var),* }
+        pub(crate) enum $kind { $($(#[$vm])* $var),* }
 
         impl From<$kind> for usize {
             fn from(k: $kind) -> usize {
@@ -86,11 +86,11 @@ macro_rules! counter_array {
         }
 
         /// JSON keys of the counters, in index order.
-        pub const $keys: &[&str] = &[$($key),*];
+        pub(crate) const $keys: &[&str] = &[$($key),*];
         /// A worker's own counters.
-        pub type $plain = $crate::counters::Counters<{ $keys.len() }>;
+        pub(crate) type $plain = $crate::counters::Counters<{ $keys.len() }>;
         /// The counters as the reporter reads them.
-        pub type $shared = $crate::counters::SharedCounters<{ $keys.len() }>;
+        pub(crate) type $shared = $crate::counters::SharedCounters<{ $keys.len() }>;
     };
 }
 

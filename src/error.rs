@@ -12,11 +12,11 @@ use std::io;
 use thiserror::Error;
 
 /// Exit status for a usage error (bad flag, value or config).
-pub const EXIT_USAGE: i32 = 2;
+pub(crate) const EXIT_USAGE: i32 = 2;
 /// Exit status for an environment that cannot run the job.
-pub const EXIT_UNSUPPORTED: i32 = 3;
+pub(crate) const EXIT_UNSUPPORTED: i32 = 3;
 /// Exit status for a failure while running.
-pub const EXIT_RUNTIME: i32 = 1;
+pub(crate) const EXIT_RUNTIME: i32 = 1;
 
 /// Everything that can stop a ringblast run.
 #[derive(Debug, Error)]
@@ -64,7 +64,7 @@ impl Error {
     ///
     /// Running out of file descriptors is an environment failure, not a run-time one: it
     /// becomes [`Error::NoFiles`] with the limit and the fix.
-    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         match source.raw_os_error() {
             Some(libc::EMFILE) => Error::NoFiles {
                 context: context.into(),
@@ -94,22 +94,19 @@ impl Error {
 }
 
 /// The soft and hard `RLIMIT_NOFILE` of this process.
-pub fn nofile_limits() -> (u64, u64) {
+pub(crate) fn nofile_limits() -> (u64, u64) {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap_or((0, 0))
 }
 
 /// "too many open files (RLIMIT_NOFILE is 8, hard 8); raise it with `ulimit -n N` ...", with
 /// `need` as N when known.
-pub fn nofile_hint(need: Option<u64>) -> String {
+pub(crate) fn nofile_hint(need: Option<u64>) -> String {
     let (soft, hard) = nofile_limits();
     let n = need.map_or_else(|| "4096".to_string(), |n| n.to_string());
     format!(
         "RLIMIT_NOFILE is {soft} (hard limit {hard}); raise it with `ulimit -n {n}` (systemd: LimitNOFILE={n}, docker: --ulimit nofile={n})"
     )
 }
-
-/// Shorthand for results in this crate.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 /// Cases per fuzz loop.
-pub fn cases() -> u64 {
+pub(crate) fn cases() -> u64 {
     std::env::var("RINGBLAST_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -35,18 +35,18 @@ fn run_seed() -> u64 {
 
 /// The generator of the loop `name`: the run's seed mixed with the loop's own `constant`.
 /// Prints the seed first, so that a failure can be replayed.
-pub fn rng(name: &str, constant: u64) -> SmallRng {
+pub(crate) fn rng(name: &str, constant: u64) -> SmallRng {
     let seed = run_seed();
     eprintln!("fuzz {name}: seed {seed} (replay with RINGBLAST_FUZZ_SEED={seed})");
     SmallRng::seed_from_u64(seed ^ constant)
 }
 
 /// One of `items`.
-pub fn pick<'a, T: ?Sized>(rng: &mut SmallRng, items: &[&'a T]) -> &'a T {
+pub(crate) fn pick<'a, T: ?Sized>(rng: &mut SmallRng, items: &[&'a T]) -> &'a T {
     items[rng.random_range(0..items.len())]
 }
 
 /// `len` random bytes.
-pub fn bytes(rng: &mut SmallRng, len: usize) -> Vec<u8> {
+pub(crate) fn bytes(rng: &mut SmallRng, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.random()).collect()
 }

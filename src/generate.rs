@@ -16,7 +16,7 @@ use crate::{cli::Cli, error::Error};
 
 /// What `ringblast generate` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Artifact {
+pub(crate) enum Artifact {
     /// Completions for bash (`/usr/share/bash-completion/completions/ringblast`).
     CompleteBash,
     /// Completions for zsh (`/usr/share/zsh/vendor-completions/_ringblast`).
@@ -69,7 +69,7 @@ fn visible(cmd: &clap::Command) -> clap::Command {
 }
 
 /// Renders `artifact` (for `man`, the top-level page) into bytes.
-pub fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
+pub(crate) fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
     let mut cmd = command();
     let mut out = Vec::new();
     match artifact.shell() {
@@ -82,7 +82,7 @@ pub fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
 }
 
 /// Writes `artifact` into `dir` and returns the paths written.
-pub fn write_to(artifact: Artifact, dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
+pub(crate) fn write_to(artifact: Artifact, dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
     let context = || format!("writing into {}", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| Error::io(context(), e))?;
     let mut cmd = command();
@@ -117,7 +117,7 @@ fn man(cmd: clap::Command) -> clap_mangen::Man {
 
 /// `ringblast generate`: to stdout, or into `dir` (printing each path written). A closed pipe
 /// (`| head`) ends quietly.
-pub fn run(artifact: Artifact, dir: Option<&Path>) -> Result<(), Error> {
+pub(crate) fn run(artifact: Artifact, dir: Option<&Path>) -> Result<(), Error> {
     let bytes = match dir {
         Some(dir) => write_to(artifact, dir)?
             .iter()

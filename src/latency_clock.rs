@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// Which of the three a sender run's latency is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ClockKind {
+pub(crate) enum ClockKind {
     /// The sender runs on the sink's kernel: offset 0, error 0.
     SameClock,
     /// The offset was estimated over the control channel and is taken off every sample.
@@ -20,7 +20,7 @@ pub enum ClockKind {
 
 impl ClockKind {
     /// The name in JSON (`same_clock`, `offset_corrected`, `unknown`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ClockKind::SameClock => "same_clock",
             ClockKind::OffsetCorrected => "offset_corrected",
@@ -30,26 +30,26 @@ impl ClockKind {
 }
 
 /// Why a sender run that never said hello has no clock estimate.
-pub const NO_CONTROL: &str =
+pub(crate) const NO_CONTROL: &str =
     "no clock estimate: no control channel from this sender; --control off, or it never connected";
 /// Why a sender run that said hello has no clock estimate yet.
-pub const NO_ESTIMATE_YET: &str =
+pub(crate) const NO_ESTIMATE_YET: &str =
     "no clock estimate yet: no clock exchange with this sender has completed";
 
 /// What a sink knows of one sender run's clock.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LatencyClock {
+pub(crate) struct LatencyClock {
     /// Same clock, corrected, or unknown.
-    pub kind: ClockKind,
+    pub(crate) kind: ClockKind,
     /// The sink's clock minus the sender's, in ns (0 unless corrected).
-    pub offset_ns: i64,
+    pub(crate) offset_ns: i64,
     /// How far the true offset can be from `offset_ns`, in ns (0 unless corrected).
-    pub error_bound_ns: u64,
+    pub(crate) error_bound_ns: u64,
     /// The round trip of the control exchange the offset comes from (on the same clock: the
     /// smallest round trip the sender reported), if one completed.
-    pub control_rtt_ns: Option<u64>,
+    pub(crate) control_rtt_ns: Option<u64>,
     /// Why it is unknown (empty otherwise).
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl Default for LatencyClock {
@@ -60,7 +60,7 @@ impl Default for LatencyClock {
 
 impl LatencyClock {
     /// Unknown, because of `reason`.
-    pub fn unknown(reason: impl Into<String>) -> LatencyClock {
+    pub(crate) fn unknown(reason: impl Into<String>) -> LatencyClock {
         LatencyClock {
             kind: ClockKind::Unknown,
             offset_ns: 0,
@@ -71,7 +71,7 @@ impl LatencyClock {
     }
 
     /// The sink's own clock.
-    pub fn same_clock() -> LatencyClock {
+    pub(crate) fn same_clock() -> LatencyClock {
         LatencyClock {
             kind: ClockKind::SameClock,
             reason: String::new(),
@@ -80,7 +80,7 @@ impl LatencyClock {
     }
 
     /// An estimated offset.
-    pub fn corrected(offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) -> LatencyClock {
+    pub(crate) fn corrected(offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) -> LatencyClock {
         LatencyClock {
             kind: ClockKind::OffsetCorrected,
             offset_ns,
@@ -92,7 +92,7 @@ impl LatencyClock {
 
     /// The clock of a run that just said hello: `fresh`, unless the run already has a known
     /// clock from an earlier connection (a reconnect keeps its estimate).
-    pub fn at_hello(current: Option<&LatencyClock>, fresh: LatencyClock) -> LatencyClock {
+    pub(crate) fn at_hello(current: Option<&LatencyClock>, fresh: LatencyClock) -> LatencyClock {
         match current {
             Some(c) if c.kind != ClockKind::Unknown && fresh.kind == ClockKind::Unknown => {
                 c.clone()
@@ -103,7 +103,7 @@ impl LatencyClock {
 
     /// Takes the sender's estimate: a run on the same clock keeps offset 0 and notes only the
     /// smallest round trip. Returns whether the correction changed.
-    pub fn estimated(&mut self, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) -> bool {
+    pub(crate) fn estimated(&mut self, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) -> bool {
         if self.kind == ClockKind::SameClock {
             self.control_rtt_ns = Some(self.control_rtt_ns.map_or(rtt_ns, |r| r.min(rtt_ns)));
             return false;
@@ -115,7 +115,7 @@ impl LatencyClock {
 
     /// The clock of a sender with several runs: its latest run's with a known clock (its
     /// samples are the ones that carry the latest correction), else its latest run's.
-    pub fn latest<'a>(runs: impl IntoIterator<Item = &'a LatencyClock>) -> LatencyClock {
+    pub(crate) fn latest<'a>(runs: impl IntoIterator<Item = &'a LatencyClock>) -> LatencyClock {
         let runs: Vec<&LatencyClock> = runs.into_iter().collect();
         runs.iter()
             .rev()
@@ -125,13 +125,13 @@ impl LatencyClock {
     }
 
     /// What to take off each sample (sink clock minus sender clock), unless unknown.
-    pub fn correction_ns(&self) -> Option<i64> {
+    pub(crate) fn correction_ns(&self) -> Option<i64> {
         (self.kind != ClockKind::Unknown).then_some(self.offset_ns)
     }
 
     /// Words for people after a latency text: `(clock offset +5.002s ±120us corrected)`,
     /// `(same clock)`, or the reason it is unknown.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self.kind {
             ClockKind::SameClock => "(same clock)".into(),
             ClockKind::OffsetCorrected => format!(

@@ -5,25 +5,25 @@
 //! The binary is a thin shell over [`run::execute`]; everything is reachable from tests.
 
 pub mod cli;
-pub mod cli_tcp;
+pub(crate) mod cli_tcp;
 pub mod clock;
 pub mod config {
     //! Units and configuration files.
     pub mod file;
     #[cfg(test)]
     mod fuzz;
-    pub mod units;
+    pub(crate) mod units;
 }
-pub mod control;
-pub mod counters;
+pub(crate) mod control;
+pub(crate) mod counters;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;
-pub mod generate;
-pub mod latency_clock;
-pub mod mem;
-pub mod metrics;
-pub mod net;
+pub(crate) mod generate;
+pub(crate) mod latency_clock;
+pub(crate) mod mem;
+pub(crate) mod metrics;
+pub(crate) mod net;
 pub mod output;
 pub mod pacing;
 pub mod proto {
@@ -31,16 +31,16 @@ pub mod proto {
     #[cfg(test)]
     mod fuzz;
     pub mod header;
-    pub mod record;
+    pub(crate) mod record;
     pub mod seq;
 }
-pub mod report;
-pub mod ring;
+pub(crate) mod report;
+pub(crate) mod ring;
 pub mod run;
-pub mod schedule;
-pub mod sender;
+pub(crate) mod schedule;
+pub(crate) mod sender;
 pub mod sink;
-pub mod stamp;
-pub mod stats;
-pub mod topology;
-pub mod worker;
+pub(crate) mod stamp;
+pub(crate) mod stats;
+pub(crate) mod topology;
+pub(crate) mod worker;

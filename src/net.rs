@@ -5,9 +5,9 @@
 //! segment with `UDP_SEGMENT`. Sink sockets share the listen address with `SO_REUSEPORT`, ask for
 //! `UDP_GRO` and for the kernel's drop counter with `SO_RXQ_OVFL`.
 
-pub mod claim;
-pub mod fields;
-pub mod steer;
+pub(crate) mod claim;
+pub(crate) mod fields;
+pub(crate) mod steer;
 
 use std::{
     io,
@@ -21,9 +21,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::error::Error;
 
 /// Receive buffer asked for on sink sockets (forced when permitted).
-pub const SINK_RCVBUF: usize = 8 << 20;
+pub(crate) const SINK_RCVBUF: usize = 8 << 20;
 /// Send buffer asked for on sender sockets.
-pub const SEND_SNDBUF: usize = 4 << 20;
+pub(crate) const SEND_SNDBUF: usize = 4 << 20;
 
 fn new_udp(addr: &SocketAddr) -> Result<Socket, Error> {
     Socket::new(Domain::for_address(*addr), Type::DGRAM, Some(Protocol::UDP))
@@ -34,14 +34,15 @@ fn opt(what: &str, r: nix::Result<()>) -> Result<(), Error> {
     r.map_err(|e| Error::io(format!("setsockopt {what}"), io::Error::from(e)))
 }
 
+#[cfg(test)]
 /// A connected sender socket for one flow, with `IP_RECVERR` and optional GSO segment size.
-pub fn sender_socket(to: SocketAddr, gso_segment: Option<u16>) -> Result<Socket, Error> {
+pub(crate) fn sender_socket(to: SocketAddr, gso_segment: Option<u16>) -> Result<Socket, Error> {
     sender_socket_with(to, gso_segment, |_| Ok(()))
 }
 
 /// As [`sender_socket`], with `prepare` run on the socket before it connects (header fields,
 /// a fixed source port: `net::fields`).
-pub fn sender_socket_with(
+pub(crate) fn sender_socket_with(
     to: SocketAddr,
     gso_segment: Option<u16>,
     prepare: impl FnOnce(&Socket) -> Result<(), Error>,
@@ -74,7 +75,7 @@ pub fn sender_socket_with(
 /// The path MTU towards `to`: `IP_MTU` of a connected socket for IPv4; for IPv6 (no safe
 /// getter for `IPV6_MTU` here) the MTU of the interface the route goes out of. `None` if it
 /// cannot be read.
-pub fn path_mtu(to: SocketAddr) -> Option<u32> {
+pub(crate) fn path_mtu(to: SocketAddr) -> Option<u32> {
     match to {
         SocketAddr::V4(_) => {
             let sock = new_udp(&to).ok()?;
@@ -96,15 +97,15 @@ pub fn path_mtu(to: SocketAddr) -> Option<u32> {
 
 /// Options for sink sockets.
 #[derive(Clone, Copy, Debug)]
-pub struct SinkSocketOptions {
+pub(crate) struct SinkSocketOptions {
     /// Ask for `UDP_GRO` so coalesced segments arrive in one buffer.
-    pub gro: bool,
+    pub(crate) gro: bool,
     /// Share the address with other workers (`SO_REUSEPORT`).
-    pub reuse_port: bool,
+    pub(crate) reuse_port: bool,
 }
 
 /// A bound sink socket with `SO_RXQ_OVFL`, a large receive buffer and optional GRO.
-pub fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result<Socket, Error> {
+pub(crate) fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result<Socket, Error> {
     let sock = new_udp(&listen)?;
     if opts.reuse_port {
         sock.set_reuse_port(true)
@@ -139,7 +140,7 @@ pub fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result<Socket
 
 /// The kernel's drop counter of `sock` (`/proc/net/udp{,6}`, `drops` column), read once at the
 /// end of a run so drops after the last received datagram are counted too.
-pub fn socket_drops(sock: &Socket) -> Option<u64> {
+pub(crate) fn socket_drops(sock: &Socket) -> Option<u64> {
     let link = std::fs::read_link(format!("/proc/self/fd/{}", sock.as_raw_fd())).ok()?;
     let inode = link
         .to_str()?

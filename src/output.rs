@@ -16,7 +16,7 @@ static JSON_ON_STDOUT: AtomicBool = AtomicBool::new(false);
 static CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Gives stdout to JSON Lines (`--json`): human lines move to stderr.
-pub fn json_on_stdout(json: bool) {
+pub(crate) fn json_on_stdout(json: bool) {
     JSON_ON_STDOUT.store(json, Relaxed);
 }
 
@@ -38,7 +38,7 @@ fn write_to(mut out: impl Write, args: fmt::Arguments<'_>) {
 }
 
 /// Writes one human-readable line (a newline is added).
-pub fn human(args: fmt::Arguments<'_>) {
+pub(crate) fn human(args: fmt::Arguments<'_>) {
     if JSON_ON_STDOUT.load(Relaxed) {
         write_to(io::stderr().lock(), format_args!("{args}\n"));
     } else {
@@ -47,7 +47,7 @@ pub fn human(args: fmt::Arguments<'_>) {
 }
 
 /// Writes human-readable text as it is (it carries its own newlines).
-pub fn human_text(text: &str) {
+pub(crate) fn human_text(text: &str) {
     if JSON_ON_STDOUT.load(Relaxed) {
         write_to(io::stderr().lock(), format_args!("{text}"));
     } else {
@@ -56,7 +56,7 @@ pub fn human_text(text: &str) {
 }
 
 /// Writes one JSON Line to stdout.
-pub fn json_line(value: &serde_json::Value) {
+pub(crate) fn json_line(value: &serde_json::Value) {
     write_to(io::stdout().lock(), format_args!("{value}\n"));
 }
 

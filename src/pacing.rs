@@ -50,7 +50,7 @@ impl Pacer {
 
     /// A pacer that follows `schedule` from `start_ns` (packet `k` is due once the schedule's
     /// integral reaches `k`); nothing is due after its end.
-    pub fn scheduled(
+    pub(crate) fn scheduled(
         schedule: std::sync::Arc<RateSchedule>,
         start_ns: u64,
         max_burst: u64,
@@ -61,20 +61,15 @@ impl Pacer {
     }
 
     /// The target rate at `now_ns`: the schedule's, or the constant one (for the gauge).
-    pub fn rate_at(&self, now_ns: u64) -> Option<f64> {
+    pub(crate) fn rate_at(&self, now_ns: u64) -> Option<f64> {
         match &self.schedule {
             Some((s, _)) => Some(s.rate_at(now_ns.saturating_sub(self.start_ns))),
             None => self.rate_pps,
         }
     }
 
-    /// Target rate in packets per second, `None` when unpaced (for the target-rate gauge).
-    pub fn rate_pps(&self) -> Option<f64> {
-        self.rate_pps
-    }
-
     /// Packets recorded with [`commit`](Self::commit) so far.
-    pub fn sent(&self) -> u64 {
+    pub(crate) fn sent(&self) -> u64 {
         self.sent
     }
 
@@ -110,7 +105,7 @@ impl Pacer {
 
     /// Absolute time at which `packets` more packets (at least 1) may go, so a GSO train can
     /// wait for its whole length instead of leaving short; `None` when unpaced.
-    pub fn due_ns_for(&self, packets: u64) -> Option<u64> {
+    pub(crate) fn due_ns_for(&self, packets: u64) -> Option<u64> {
         let scaled_rate = self.scaled_rate?;
         let index = self.sent.saturating_add(packets.max(1) - 1);
         if let Some((schedule, _)) = &self.schedule {
@@ -128,7 +123,7 @@ impl Pacer {
 
     /// How far behind schedule the sender is at `now_ns`: time since the next unsent packet
     /// became due, 0 when on or ahead of schedule or unpaced.
-    pub fn lag_ns(&self, now_ns: u64) -> u64 {
+    pub(crate) fn lag_ns(&self, now_ns: u64) -> u64 {
         self.next_due_ns()
             .map_or(0, |due| now_ns.saturating_sub(due))
     }

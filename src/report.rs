@@ -16,51 +16,51 @@ use crate::{
 mod clock;
 mod sizes;
 mod text;
-pub use clock::latency_clock_json;
+pub(crate) use clock::latency_clock_json;
 use clock::{latency_text, sender_latency_json};
-pub use sizes::{rx_sizes_json, tx_sizes_json};
-pub use text::{latency_hdr_json, queue_shares, sink_summary_line};
+pub(crate) use sizes::{rx_sizes_json, tx_sizes_json};
+pub(crate) use text::{latency_hdr_json, queue_shares, sink_summary_line};
 
 /// Where a queue runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueueView {
+pub(crate) struct QueueView {
     /// Queue index.
-    pub queue: usize,
+    pub(crate) queue: usize,
     /// NUMA node.
-    pub node: u32,
+    pub(crate) node: u32,
     /// CPU.
-    pub cpu: u32,
+    pub(crate) cpu: u32,
 }
 
 /// One sender queue's counters at an instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TxSample {
+pub(crate) struct TxSample {
     /// Summed over the queue's flows.
-    pub traffic: TxFlow,
+    pub(crate) traffic: TxFlow,
     /// Engine counters.
-    pub worker: WorkerCounters,
+    pub(crate) worker: WorkerCounters,
     /// When the worker published these counters (its monotonic clock; 0: not known).
-    pub published_ns: u64,
+    pub(crate) published_ns: u64,
 }
 
 /// One sink queue's counters at an instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RxSample {
+pub(crate) struct RxSample {
     /// Summed over the queue's flows.
-    pub traffic: RxFlow,
+    pub(crate) traffic: RxFlow,
     /// Engine and sink counters.
-    pub worker: WorkerCounters,
+    pub(crate) worker: WorkerCounters,
 }
 
 impl TxSample {
     /// Failed packets of every errno class.
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.traffic.errors.iter().sum()
     }
 
     /// Seconds between the worker's publishes of `before` and `self`, or `fallback` (the
     /// reporter's own interval) when either time is unknown.
-    pub fn window_s(&self, before: &TxSample, fallback: f64) -> f64 {
+    pub(crate) fn window_s(&self, before: &TxSample, fallback: f64) -> f64 {
         match self.published_ns.checked_sub(before.published_ns) {
             Some(ns) if ns > 0 && before.published_ns > 0 => ns as f64 / 1e9,
             _ => fallback,
@@ -70,7 +70,7 @@ impl TxSample {
 
 /// The interval over which the queues' total packets ran at the sum of their own rates (each
 /// over its worker's publish window), so a total line is as exact as the queue lines.
-pub fn total_window_s(now: &[TxSample], before: &[TxSample], fallback: f64) -> f64 {
+pub(crate) fn total_window_s(now: &[TxSample], before: &[TxSample], fallback: f64) -> f64 {
     let mut packets = 0;
     let mut pps = 0.0;
     for (n, b) in now.iter().zip(before) {
@@ -87,11 +87,11 @@ pub fn total_window_s(now: &[TxSample], before: &[TxSample], fallback: f64) -> f
 
 impl RxSample {
     /// Invalid datagrams of every reason.
-    pub fn invalid(&self) -> u64 {
+    pub(crate) fn invalid(&self) -> u64 {
         self.worker.invalid.iter().sum()
     }
     /// Failed receive completions.
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.worker.rx_errors.iter().sum()
     }
 }
@@ -116,7 +116,7 @@ fn rate_text(packets: u64, bytes: u64, seconds: f64) -> String {
 }
 
 /// L1 bytes sent between two samples: each size class's packets times its L1 bytes per datagram.
-pub fn l1_bytes_sent(l1_per_class: &[u64], now: &TxSample, before: &TxSample) -> u64 {
+pub(crate) fn l1_bytes_sent(l1_per_class: &[u64], now: &TxSample, before: &TxSample) -> u64 {
     l1_per_class
         .iter()
         .zip(
@@ -130,7 +130,7 @@ pub fn l1_bytes_sent(l1_per_class: &[u64], now: &TxSample, before: &TxSample) ->
 }
 
 /// The L1 wire rate of `l1_bytes` in `seconds` (`--wire-rate`): ` wire 1.23Gbit/s L1`.
-pub fn wire_text(l1_bytes: u64, seconds: f64) -> String {
+pub(crate) fn wire_text(l1_bytes: u64, seconds: f64) -> String {
     let bps = if seconds > 0.0 {
         (l1_bytes * 8) as f64 / seconds
     } else {
@@ -144,7 +144,7 @@ pub fn wire_text(l1_bytes: u64, seconds: f64) -> String {
 }
 
 /// One sender line: `q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0`.
-pub fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> String {
+pub(crate) fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> String {
     let errors: [u64; ERRNO_CLASSES] =
         std::array::from_fn(|i| now.traffic.errors[i] - before.traffic.errors[i]);
     format!(
@@ -159,7 +159,7 @@ pub fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> 
 }
 
 /// Failed sends with their errno breakdown: `5030 (ECONNREFUSED 5000, ENOBUFS 30)`.
-pub fn errors_text(errors: &[u64; ERRNO_CLASSES]) -> String {
+pub(crate) fn errors_text(errors: &[u64; ERRNO_CLASSES]) -> String {
     let total: u64 = errors.iter().sum();
     let named: Vec<String> = ERRNO_LABELS
         .iter()
@@ -175,7 +175,7 @@ pub fn errors_text(errors: &[u64; ERRNO_CLASSES]) -> String {
 }
 
 /// One sink line: the sender's fields plus lost, reordered, dup, invalid and kernel drops.
-pub fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f64) -> String {
+pub(crate) fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f64) -> String {
     let (n, b) = (&now.traffic, &before.traffic);
     format!(
         "{label}  {} errors: {} lost: {} reordered: {} dup: {} invalid: {} kdrops: {}",
@@ -190,7 +190,7 @@ pub fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f64) -> 
 }
 
 /// The header line above the interval lines, naming their columns (as iperf3 does).
-pub fn interval_header() -> String {
+pub(crate) fn interval_header() -> String {
     format!(
         "{:<15} {:<11} pps, payload bit rate, and counts within the interval",
         "interval", "queue"
@@ -198,18 +198,18 @@ pub fn interval_header() -> String {
 }
 
 /// The label of an interval line: its time span since the start, then the queue.
-pub fn interval_label(start_s: f64, end_s: f64, queue: &str) -> String {
+pub(crate) fn interval_label(start_s: f64, end_s: f64, queue: &str) -> String {
     format!("{:<15} {queue:<11}", format!("{start_s:.2}-{end_s:.2} s"))
 }
 
 /// The label of a queue line: `q0 n0`.
-pub fn queue_label(q: &QueueView) -> String {
+pub(crate) fn queue_label(q: &QueueView) -> String {
     format!("q{} n{}", q.queue, q.node)
 }
 
 /// The start-up lines saying where each queue's packet memory is (one per queue, and a
 /// warning after a queue with pages off its node), printed with the placement plan.
-pub fn memory_text(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) -> String {
+pub(crate) fn memory_text(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) -> String {
     queues
         .iter()
         .zip(memory)
@@ -218,7 +218,7 @@ pub fn memory_text(role: &str, queues: &[QueueView], memory: &[MemoryPlacement])
 }
 
 /// The summary's `placement` array: each queue's node, CPU and packet memory.
-pub fn placement_json(queues: &[QueueView], memory: &[MemoryPlacement]) -> Value {
+pub(crate) fn placement_json(queues: &[QueueView], memory: &[MemoryPlacement]) -> Value {
     queues
         .iter()
         .enumerate()
@@ -230,7 +230,7 @@ pub fn placement_json(queues: &[QueueView], memory: &[MemoryPlacement]) -> Value
 }
 
 /// Sums samples.
-pub fn total_tx(samples: &[TxSample]) -> TxSample {
+pub(crate) fn total_tx(samples: &[TxSample]) -> TxSample {
     samples.iter().fold(TxSample::default(), |mut acc, s| {
         acc.traffic.add(&s.traffic);
         acc.worker.add(&s.worker);
@@ -239,7 +239,7 @@ pub fn total_tx(samples: &[TxSample]) -> TxSample {
 }
 
 /// Sums samples.
-pub fn total_rx(samples: &[RxSample]) -> RxSample {
+pub(crate) fn total_rx(samples: &[RxSample]) -> RxSample {
     samples.iter().fold(RxSample::default(), |mut acc, s| {
         acc.traffic.add(&s.traffic);
         acc.worker.add(&s.worker);
@@ -248,7 +248,7 @@ pub fn total_rx(samples: &[RxSample]) -> RxSample {
 }
 
 /// A JSON interval line for the sender.
-pub fn tx_interval_json(
+pub(crate) fn tx_interval_json(
     elapsed_s: f64,
     queues: &[QueueView],
     now: &[TxSample],
@@ -279,7 +279,7 @@ pub fn tx_interval_json(
 }
 
 /// A JSON interval line for the sink.
-pub fn rx_interval_json(
+pub(crate) fn rx_interval_json(
     elapsed_s: f64,
     queues: &[QueueView],
     now: &[RxSample],
@@ -323,7 +323,7 @@ fn round3(x: f64) -> f64 {
 }
 
 /// The sender's final summary.
-pub fn tx_summary_json(total: &TxSample, duration_s: f64, extra: Value) -> Value {
+pub(crate) fn tx_summary_json(total: &TxSample, duration_s: f64, extra: Value) -> Value {
     let errors: serde_json::Map<String, Value> = ERRNO_LABELS
         .iter()
         .zip(total.traffic.errors)
@@ -340,7 +340,7 @@ pub fn tx_summary_json(total: &TxSample, duration_s: f64, extra: Value) -> Value
 }
 
 /// The sink's final summary.
-pub fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -> Value {
+pub(crate) fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -> Value {
     let invalid: serde_json::Map<String, Value> = INVALID_LABELS
         .iter()
         .zip(total.worker.invalid)
@@ -370,7 +370,7 @@ fn loss_percent(received: u64, lost: u64) -> f64 {
     }
 }
 
-pub fn counters_json(c: &SessionCounters) -> Value {
+pub(crate) fn counters_json(c: &SessionCounters) -> Value {
     json!({"rx_packets": c.packets, "rx_bytes": c.bytes, "rx_lost": c.lost,
         "rx_reordered": c.reordered, "rx_duplicates": c.duplicates, "rx_late": c.late,
         "rx_kernel_drops": c.kernel_drops, "rx_unconfirmed": c.unconfirmed,
@@ -378,7 +378,7 @@ pub fn counters_json(c: &SessionCounters) -> Value {
 }
 
 /// Adds the sink's verdict (or why none came) to a sender summary; returns the human line.
-pub fn attach_verdict(
+pub(crate) fn attach_verdict(
     summary: &mut Value,
     verdict: &Result<(String, RunVerdict), String>,
 ) -> String {
@@ -445,7 +445,7 @@ pub fn attach_verdict(
 }
 
 /// The `senders` array of a sink summary.
-pub fn senders_json(rows: &[SenderRow]) -> Value {
+pub(crate) fn senders_json(rows: &[SenderRow]) -> Value {
     Value::Array(
         rows.iter()
             .map(|r| {
@@ -469,7 +469,7 @@ pub fn senders_json(rows: &[SenderRow]) -> Value {
 }
 
 /// One human line per sender for the sink summary; rates over the sender's active time.
-pub fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
+pub(crate) fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
     rows.iter()
         .map(|r| {
             let c = &r.counters;

@@ -38,7 +38,7 @@ impl Segment {
 
 /// A rate schedule, in packets per second, from the start of sending.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RateSchedule {
+pub(crate) struct RateSchedule {
     segments: Vec<Segment>,
     /// Report parts: (start, end) in ns from the start.
     parts: Vec<(u64, u64)>,
@@ -74,7 +74,7 @@ impl RateSchedule {
     }
 
     /// `RATE:DURATION,...` (rates as for `--rate`; bit rates over `mean_payload` bytes).
-    pub fn parse_steps(text: &str, mean_payload: f64) -> Result<RateSchedule, String> {
+    pub(crate) fn parse_steps(text: &str, mean_payload: f64) -> Result<RateSchedule, String> {
         let mut pieces = Vec::new();
         for item in text.split(',') {
             let Some((rate, dur)) = item.rsplit_once(':') else {
@@ -102,7 +102,7 @@ impl RateSchedule {
     }
 
     /// `FROM:TO:OVER`, e.g. `10kpps:100kpps:10s`.
-    pub fn parse_ramp(text: &str, mean_payload: f64) -> Result<RateSchedule, String> {
+    pub(crate) fn parse_ramp(text: &str, mean_payload: f64) -> Result<RateSchedule, String> {
         let fields: Vec<&str> = text.split(':').map(str::trim).collect();
         let [from, to, over] = fields.as_slice() else {
             return Err(format!(
@@ -124,7 +124,7 @@ impl RateSchedule {
     }
 
     /// The same schedule at `factor` times the rate (one queue's share).
-    pub fn scaled(&self, factor: f64) -> RateSchedule {
+    pub(crate) fn scaled(&self, factor: f64) -> RateSchedule {
         let mut out = self.clone();
         for s in &mut out.segments {
             s.from_pps *= factor;
@@ -135,12 +135,12 @@ impl RateSchedule {
     }
 
     /// How long the schedule runs.
-    pub fn duration(&self) -> Duration {
+    pub(crate) fn duration(&self) -> Duration {
         Duration::from_nanos(self.segments.last().map_or(0, |s| s.start_ns + s.dur_ns))
     }
 
     /// Report parts: (start, end) ns from the start.
-    pub fn parts(&self) -> &[(u64, u64)] {
+    pub(crate) fn parts(&self) -> &[(u64, u64)] {
         &self.parts
     }
 
@@ -156,7 +156,7 @@ impl RateSchedule {
     }
 
     /// Packets due (a real number) by `elapsed_ns`; the whole schedule's total after its end.
-    pub fn due_real(&self, elapsed_ns: u64, hint: &mut usize) -> f64 {
+    pub(crate) fn due_real(&self, elapsed_ns: u64, hint: &mut usize) -> f64 {
         match self.segment(elapsed_ns, hint) {
             Some(s) => s.due_at((elapsed_ns - s.start_ns) as f64 / 1e9),
             None => self
@@ -167,19 +167,19 @@ impl RateSchedule {
     }
 
     /// Packets due by `elapsed_ns`: packet 0 at the start, packet k once k are due.
-    pub fn due_by(&self, elapsed_ns: u64, hint: &mut usize) -> u64 {
+    pub(crate) fn due_by(&self, elapsed_ns: u64, hint: &mut usize) -> u64 {
         (self.due_real(elapsed_ns, hint) + 1e-9).floor() as u64 + 1
     }
 
     /// The target rate at `elapsed_ns` (0 after the end).
-    pub fn rate_at(&self, elapsed_ns: u64) -> f64 {
+    pub(crate) fn rate_at(&self, elapsed_ns: u64) -> f64 {
         let mut hint = 0;
         self.segment(elapsed_ns, &mut hint)
             .map_or(0.0, |s| s.rate_at((elapsed_ns - s.start_ns) as f64 / 1e9))
     }
 
     /// When packet index `k` is due, in ns from the start; `None` beyond the schedule.
-    pub fn time_of(&self, k: u64) -> Option<u64> {
+    pub(crate) fn time_of(&self, k: u64) -> Option<u64> {
         if k == 0 {
             return Some(0);
         }
@@ -199,7 +199,7 @@ impl RateSchedule {
     }
 
     /// The mean target rate over `start..end` ns.
-    pub fn mean_rate(&self, start: u64, end: u64) -> f64 {
+    pub(crate) fn mean_rate(&self, start: u64, end: u64) -> f64 {
         let (mut h0, mut h1) = (0, 0);
         let due = self.due_real(end, &mut h1) - self.due_real(start, &mut h0);
         due / ((end - start) as f64 / 1e9).max(1e-9)

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// A publish counter (odd while a publish is under way) and the publish's monotonic time.
 #[derive(Debug, Default)]
-pub struct PublishStamp {
+pub(crate) struct PublishStamp {
     sequence: AtomicU64,
     at_ns: AtomicU64,
 }
@@ -22,14 +22,14 @@ const READ_ATTEMPTS: usize = 8;
 
 impl PublishStamp {
     /// Worker: a publish starts; the counters' stores follow.
-    pub fn begin(&self) {
+    pub(crate) fn begin(&self) {
         let s = self.sequence.load(Ordering::Relaxed);
         self.sequence.store(s | 1, Ordering::Relaxed);
         fence(Ordering::Release);
     }
 
     /// Worker: the counters are stored; they date from `now_ns`.
-    pub fn end(&self, now_ns: u64) {
+    pub(crate) fn end(&self, now_ns: u64) {
         self.at_ns.store(now_ns, Ordering::Relaxed);
         let s = self.sequence.load(Ordering::Relaxed);
         self.sequence.store((s | 1) + 1, Ordering::Release);
@@ -37,7 +37,7 @@ impl PublishStamp {
 
     /// Reader: `read()`'s result together with the time of the publish it saw whole; 0 (not
     /// known) before the first publish or when every attempt overlapped a publish.
-    pub fn read<T>(&self, mut read: impl FnMut() -> T) -> (T, u64) {
+    pub(crate) fn read<T>(&self, mut read: impl FnMut() -> T) -> (T, u64) {
         let mut last = None;
         for _ in 0..READ_ATTEMPTS {
             let before = self.sequence.load(Ordering::Acquire);

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// `errno` classes kept apart in error counters (also the `errno` metric label values).
-pub const ERRNO_LABELS: [&str; 7] = [
+pub(crate) const ERRNO_LABELS: [&str; 7] = [
     "EAGAIN",
     "ENOBUFS",
     "ECONNREFUSED",
@@ -18,10 +18,10 @@ pub const ERRNO_LABELS: [&str; 7] = [
     "other",
 ];
 /// Number of `errno` classes.
-pub const ERRNO_CLASSES: usize = ERRNO_LABELS.len();
+pub(crate) const ERRNO_CLASSES: usize = ERRNO_LABELS.len();
 
 /// The class index of a positive `errno`.
-pub fn errno_class(errno: i32) -> usize {
+pub(crate) fn errno_class(errno: i32) -> usize {
     match errno {
         libc::EAGAIN => 0,
         libc::ENOBUFS => 1,
@@ -34,7 +34,7 @@ pub fn errno_class(errno: i32) -> usize {
 }
 
 /// Reasons a received datagram is not counted as traffic (also the `reason` label values).
-pub const INVALID_LABELS: [&str; 6] = [
+pub(crate) const INVALID_LABELS: [&str; 6] = [
     "short",
     "magic",
     "version",
@@ -44,7 +44,7 @@ pub const INVALID_LABELS: [&str; 6] = [
 ];
 
 /// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
-pub const LATENCY_BOUNDS_NS: [u64; 19] = [
+pub(crate) const LATENCY_BOUNDS_NS: [u64; 19] = [
     1_000,
     2_000,
     5_000,
@@ -66,10 +66,10 @@ pub const LATENCY_BOUNDS_NS: [u64; 19] = [
     1_000_000_000,
 ];
 /// Latency cells: one per bound plus one for "above the last bound".
-pub const LATENCY_CELLS: usize = LATENCY_BOUNDS_NS.len() + 1;
+pub(crate) const LATENCY_CELLS: usize = LATENCY_BOUNDS_NS.len() + 1;
 
 /// The latency cell of a one-way delay in nanoseconds.
-pub fn latency_cell(ns: u64) -> usize {
+pub(crate) fn latency_cell(ns: u64) -> usize {
     LATENCY_BOUNDS_NS
         .iter()
         .position(|&b| ns <= b)
@@ -80,26 +80,26 @@ macro_rules! counter_set {
     ($(#[$m:meta])* $name:ident / $shared:ident { $($(#[$fm:meta])* $field:ident : $($n:literal)?),* $(,)? }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct $name { $($(#[$fm])* pub $field: counter_set!(@plain $($n)?)),* }
+        pub(crate) struct $name { $($(#[$fm])* pub $field: counter_set!(@plain $($n)?)),* }
 
         #[doc = concat!("Shared atomic mirror of [`", stringify!($name), "`].")]
         #[derive(Debug, Default)]
-        pub struct $shared { $($field: counter_set!(@atomic $($n)?)),* }
+        pub(crate) struct $shared { $($field: counter_set!(@atomic $($n)?)),* }
 
         impl $shared {
             /// Stores every counter (single writer: plain relaxed stores).
-            pub fn publish(&self, v: &$name) {
+            pub(crate) fn publish(&self, v: &$name) {
                 $(counter_set!(@store self.$field, v.$field $(, $n)?);)*
             }
             /// Loads every counter.
-            pub fn load(&self) -> $name {
+            pub(crate) fn load(&self) -> $name {
                 $name { $($field: counter_set!(@load self.$field $(, $n)?)),* }
             }
         }
 
         impl $name {
             /// Adds `other` field by field (for totals across workers).
-            pub fn add(&mut self, other: &$name) {
+            pub(crate) fn add(&mut self, other: &$name) {
                 $(counter_set!(@add self.$field, other.$field $(, $n)?);)*
             }
         }
@@ -187,7 +187,7 @@ counter_set! {
 
 /// The upper bound (ns) of the latency cell that holds quantile `q` of `cells`: the cells'
 /// resolution, `u64::MAX` for the open top cell, 0 when nothing was observed.
-pub fn latency_quantile_bound(cells: &[u64; LATENCY_CELLS], q: f64) -> u64 {
+pub(crate) fn latency_quantile_bound(cells: &[u64; LATENCY_CELLS], q: f64) -> u64 {
     let total: u64 = cells.iter().sum();
     if total == 0 {
         return 0;
@@ -205,18 +205,18 @@ pub fn latency_quantile_bound(cells: &[u64; LATENCY_CELLS], q: f64) -> u64 {
 
 /// Latency quantiles at the cells' resolution (upper bounds of the cells that hold them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Median.
-    pub p50_ns: u64,
+    pub(crate) p50_ns: u64,
     /// 99th percentile.
-    pub p99_ns: u64,
+    pub(crate) p99_ns: u64,
     /// Maximum.
-    pub max_ns: u64,
+    pub(crate) max_ns: u64,
 }
 
 impl Latency {
     /// The quantiles of `cells`.
-    pub fn from_cells(cells: &[u64; LATENCY_CELLS]) -> Latency {
+    pub(crate) fn from_cells(cells: &[u64; LATENCY_CELLS]) -> Latency {
         Latency {
             p50_ns: latency_quantile_bound(cells, 0.5),
             p99_ns: latency_quantile_bound(cells, 0.99),
@@ -225,19 +225,7 @@ impl Latency {
     }
 }
 
-impl SessionCounters {
-    /// The per-flow-id view of these counters.
-    pub fn flow_view(&self) -> RxFlow {
-        RxFlow {
-            packets: self.packets,
-            bytes: self.bytes,
-            lost: self.lost,
-            reordered: self.reordered,
-            duplicates: self.duplicates,
-            late: self.late,
-        }
-    }
-}
+impl SessionCounters {}
 
 counter_set! {
     /// Per-worker engine and role counters.
@@ -288,7 +276,12 @@ counter_set! {
 
 impl WorkerCounters {
     /// Copies the engine's counters in; `inflight` is the caller's own count.
-    pub fn set_ring(&mut self, ring: &crate::ring::RingCounters, cq_overflow: u32, inflight: u64) {
+    pub(crate) fn set_ring(
+        &mut self,
+        ring: &crate::ring::RingCounters,
+        cq_overflow: u32,
+        inflight: u64,
+    ) {
         self.enter_calls = ring.enter_calls;
         self.sqes_submitted = ring.sqes_submitted;
         self.cqes_reaped = ring.cqes_reaped;

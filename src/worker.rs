@@ -23,37 +23,37 @@ use crate::{
 
 /// Flags every worker of a run watches.
 #[derive(Debug, Default)]
-pub struct Control {
+pub(crate) struct Control {
     stop: AtomicBool,
     drain: AtomicBool,
 }
 
 impl Control {
     /// Asks every worker to stop at its next loop iteration.
-    pub fn request_stop(&self) {
+    pub(crate) fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 
     /// Asks sinks to stop once traffic has been quiet for a moment (senders are done).
-    pub fn request_drain(&self) {
+    pub(crate) fn request_drain(&self) {
         self.drain.store(true, Ordering::Relaxed);
     }
 
     /// Whether a drain was requested.
     #[inline]
-    pub fn drain_requested(&self) -> bool {
+    pub(crate) fn drain_requested(&self) -> bool {
         self.drain.load(Ordering::Relaxed)
     }
 
     /// Whether a stop was requested.
     #[inline]
-    pub fn stop_requested(&self) -> bool {
+    pub(crate) fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
 }
 
 /// Something a worker thread runs after set-up.
-pub trait Job {
+pub(crate) trait Job {
     /// What the job returns when it ends.
     type Output: Send + 'static;
     /// Runs until done or until `control` asks to stop.
@@ -63,7 +63,7 @@ pub trait Job {
 }
 
 /// Pins the calling thread to `cpu`.
-pub fn pin_to_cpu(cpu: u32) -> Result<(), Error> {
+pub(crate) fn pin_to_cpu(cpu: u32) -> Result<(), Error> {
     let mut set = CpuSet::new();
     set.set(cpu as usize)
         .map_err(|e| Error::Usage(format!("CPU {cpu} is out of range: {e}")))?;
@@ -75,7 +75,7 @@ pub fn pin_to_cpu(cpu: u32) -> Result<(), Error> {
 }
 
 /// A group of started worker threads, waiting at their start barrier.
-pub struct Group<O> {
+pub(crate) struct Group<O> {
     handles: Vec<JoinHandle<Option<O>>>,
     barrier: Arc<Barrier>,
     memory: Vec<MemoryPlacement>,
@@ -84,7 +84,7 @@ pub struct Group<O> {
 /// Spawns one thread per `(cpu, setup)`; each pins itself, runs its set-up closure and waits.
 /// Returns when every worker finished set-up; the first set-up error is returned after all
 /// threads have been released and joined.
-pub fn start<J, F>(
+pub(crate) fn start<J, F>(
     name: &str,
     control: &Arc<Control>,
     workers: Vec<(u32, F)>,
@@ -148,22 +148,22 @@ where
 
 impl<O> Group<O> {
     /// Where each worker's packet memory is, in queue order, as measured at set-up.
-    pub fn memory(&self) -> &[MemoryPlacement] {
+    pub(crate) fn memory(&self) -> &[MemoryPlacement] {
         &self.memory
     }
 
     /// Releases the workers.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.barrier.wait();
     }
 
     /// Whether every worker thread has ended.
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.handles.iter().all(|h| h.is_finished())
     }
 
     /// Waits for every worker; a worker that panicked yields `None`.
-    pub fn join(self) -> Vec<Option<O>> {
+    pub(crate) fn join(self) -> Vec<Option<O>> {
         self.handles
             .into_iter()
             .map(|h| h.join().ok().flatten())

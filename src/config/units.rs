@@ -18,7 +18,7 @@ const BYTE_SIZE_FORMS: &str = "a byte size such as 64, 1400, 9000, 1k (1000), 1K
 
 /// A bad unit value; the message names the input, what is wrong and the forms that work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UnitError {
+pub(crate) enum UnitError {
     /// The rate could not be parsed or is not positive.
     #[error("invalid rate {input:?} ({problem}): use {RATE_FORMS}")]
     Rate {
@@ -47,7 +47,7 @@ pub enum UnitError {
 
 /// How fast a sender transmits.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Rate {
+pub(crate) enum Rate {
     /// As fast as the ring and the kernel allow (unpaced).
     Max,
     /// Datagrams per second.
@@ -60,12 +60,12 @@ impl Rate {
     /// Datagrams per second needed to reach this rate with `payload_bytes` of UDP payload per
     /// datagram; `None` for [`Rate::Max`]. A payload of 0 bytes is treated as 1 byte so the
     /// result stays finite.
-    pub fn packets_per_second(&self, payload_bytes: usize) -> Option<f64> {
+    pub(crate) fn packets_per_second(&self, payload_bytes: usize) -> Option<f64> {
         self.packets_per_second_at(payload_bytes as f64)
     }
 
     /// As [`Rate::packets_per_second`] for a mean payload (a size mix), which may be fractional.
-    pub fn packets_per_second_at(&self, payload_bytes: f64) -> Option<f64> {
+    pub(crate) fn packets_per_second_at(&self, payload_bytes: f64) -> Option<f64> {
         match *self {
             Rate::Max => None,
             Rate::PacketsPerSecond(pps) => Some(pps),
@@ -166,7 +166,7 @@ impl fmt::Display for Rate {
 
 /// Parses a duration: humantime forms (`10s`, `500ms`, `2m`, `1h30m`) or a bare number of
 /// seconds (`10`, `2.5`). Zero is rejected.
-pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
+pub(crate) fn parse_duration(input: &str) -> Result<Duration, UnitError> {
     let error = |problem| UnitError::Duration {
         input: input.to_owned(),
         problem,
@@ -223,7 +223,7 @@ fn scaled_whole_number(number: &str, multiplier: u64) -> Result<u64, &'static st
 
 /// Parses a count such as `1000`, `10k`, `2M`, `1G` or `1.5M` (decimal multipliers, the
 /// prefix letter in either case). Zero is rejected.
-pub fn parse_count(input: &str) -> Result<u64, UnitError> {
+pub(crate) fn parse_count(input: &str) -> Result<u64, UnitError> {
     let error = |problem| UnitError::Count {
         input: input.to_owned(),
         problem,
@@ -244,7 +244,7 @@ pub fn parse_count(input: &str) -> Result<u64, UnitError> {
 /// Parses a byte size: a plain number of bytes, decimal `k`/`M`/`G` (optionally followed by `B`)
 /// or binary `KiB`/`MiB`/`GiB`, all case-insensitive. Zero is accepted; callers enforce their
 /// own minimum (for a datagram, the header length).
-pub fn parse_byte_size(input: &str) -> Result<usize, UnitError> {
+pub(crate) fn parse_byte_size(input: &str) -> Result<usize, UnitError> {
     let error = |problem| UnitError::ByteSize {
         input: input.to_owned(),
         problem,

@@ -44,7 +44,7 @@ const SEALED_VERSION: u8 = 4;
 
 /// A shared secret; its `Debug` never shows the bytes, and they are wiped on drop.
 #[derive(Clone)]
-pub struct Secret(Zeroizing<Vec<u8>>);
+pub(crate) struct Secret(Zeroizing<Vec<u8>>);
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -54,13 +54,13 @@ impl fmt::Debug for Secret {
 
 impl Secret {
     /// A secret from raw bytes; `None` if empty.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Option<Secret> {
+    pub(crate) fn new(bytes: impl Into<Vec<u8>>) -> Option<Secret> {
         let b = bytes.into();
         (!b.is_empty()).then_some(Secret(Zeroizing::new(b)))
     }
 
     /// Reads a secret file, dropping trailing whitespace (such as the newline `base64` adds).
-    pub fn from_file(path: impl AsRef<Path>) -> Result<Secret, Error> {
+    pub(crate) fn from_file(path: impl AsRef<Path>) -> Result<Secret, Error> {
         let path = path.as_ref();
         let hint = format!(
             "generate one with `head -c32 /dev/urandom | base64 > {}`",
@@ -105,7 +105,7 @@ impl Secret {
 
 /// Why a handshake failed. Messages are one line and never contain secrets or MACs.
 #[derive(Debug, Error)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// The peer proved a different secret (or replayed an old handshake).
     #[error("{WRONG_SECRET}")]
     WrongSecret,
@@ -162,7 +162,7 @@ pub enum AuthError {
 
 impl AuthError {
     /// Whether this is a credentials problem (as opposed to a transport or protocol one).
-    pub fn is_auth(&self) -> bool {
+    pub(crate) fn is_auth(&self) -> bool {
         matches!(
             self,
             AuthError::WrongSecret
@@ -212,7 +212,7 @@ fn refuse_as<S: Write + ?Sized>(s: &mut S, version: u8, reason: &str) {
 ///
 /// The caller sets the stream's per-read timeouts; `io_timeout` additionally bounds the whole
 /// exchange (checked after each step).
-pub fn client_handshake<S: Read + Write + ?Sized>(
+pub(crate) fn client_handshake<S: Read + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&Secret>,
     io_timeout: Duration,
@@ -296,7 +296,7 @@ pub fn client_handshake<S: Read + Write + ?Sized>(
 
 /// Runs the server side; returns the connection's channel, which answers in the protocol
 /// version the client speaks. The caller bounds it with the stream's read timeouts.
-pub fn server_handshake<S: Read + Write + ?Sized>(
+pub(crate) fn server_handshake<S: Read + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&Secret>,
     sink_session: &str,

@@ -10,7 +10,7 @@ use super::msg::Message;
 use super::seal::{ChannelKeys, DirectionKey};
 
 /// One end of an established control connection.
-pub struct Channel {
+pub(crate) struct Channel {
     version: u8,
     write_key: Option<DirectionKey>,
     reader: FrameReader,
@@ -31,33 +31,31 @@ impl Channel {
     }
 
     /// The protocol version every frame is written in.
-    pub fn version(&self) -> u8 {
+    pub(crate) fn version(&self) -> u8 {
         self.version
     }
 
-    /// Whether frames are sealed.
-    pub fn sealed(&self) -> bool {
-        self.write_key.is_some()
-    }
-
     /// Writes `msg` as one (sealed) frame, then flushes.
-    pub fn send<W: Write + ?Sized>(&mut self, w: &mut W, msg: &Message) -> io::Result<()> {
+    pub(crate) fn send<W: Write + ?Sized>(&mut self, w: &mut W, msg: &Message) -> io::Result<()> {
         w.write_all(&encode_with(msg, self.version, self.write_key.as_mut())?)?;
         w.flush()
     }
 
     /// The next frame, `Ok(None)` when a read timed out first (no bytes are lost).
-    pub fn poll<R: Read + ?Sized>(&mut self, r: &mut R) -> Result<Option<Message>, FrameError> {
+    pub(crate) fn poll<R: Read + ?Sized>(
+        &mut self,
+        r: &mut R,
+    ) -> Result<Option<Message>, FrameError> {
         self.reader.poll(r)
     }
 
     /// The next frame; a read timeout is [`FrameError::Timeout`].
-    pub fn recv<R: Read + ?Sized>(&mut self, r: &mut R) -> Result<Message, FrameError> {
+    pub(crate) fn recv<R: Read + ?Sized>(&mut self, r: &mut R) -> Result<Message, FrameError> {
         self.poll(r)?.ok_or(FrameError::Timeout)
     }
 
     /// Bytes read but not yet returned as a frame.
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.reader.buffered()
     }
 }

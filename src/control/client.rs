@@ -31,26 +31,26 @@ const TICK: Duration = Duration::from_millis(100);
 
 /// How the sender reaches its sink.
 #[derive(Debug, Clone)]
-pub struct ClientConfig {
+pub(crate) struct ClientConfig {
     /// The sink's control address.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Shared secret, if any.
-    pub secret: Option<Arc<Secret>>,
+    pub(crate) secret: Option<Arc<Secret>>,
     /// TCP connect timeout (default 2 s).
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// Bound on the handshake and on each write (default 5 s).
-    pub io_timeout: Duration,
+    pub(crate) io_timeout: Duration,
     /// Heartbeat period (default 1 s); 3 periods of silence mean the sink is gone.
-    pub heartbeat: Duration,
+    pub(crate) heartbeat: Duration,
     /// Progress period (default 1 s).
-    pub progress_every: Duration,
+    pub(crate) progress_every: Duration,
     /// Reconnect backoff cap (default 5 s).
-    pub backoff_max: Duration,
+    pub(crate) backoff_max: Duration,
 }
 
 impl ClientConfig {
     /// The defaults for `addr`, without a secret.
-    pub fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
         ClientConfig {
             addr,
             secret: None,
@@ -64,7 +64,7 @@ impl ClientConfig {
 }
 
 /// What the sender's run exposes to the control thread.
-pub trait SenderView: Send + Sync + 'static {
+pub(crate) trait SenderView: Send + Sync + 'static {
     /// The Hello to send, built fresh at each (re)connect.
     fn hello(&self, reconnect: u32) -> Hello;
     /// Current per-flow progress.
@@ -73,7 +73,7 @@ pub trait SenderView: Send + Sync + 'static {
 
 /// A change of the connection's state, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientEvent {
+pub(crate) enum ClientEvent {
     /// Handshake and Hello/Welcome done.
     Connected {
         /// The sink.
@@ -119,7 +119,7 @@ pub enum ClientEvent {
 
 /// Why `finish` has no verdict; `Display` is one line for the report's `sink_error` field.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum NoVerdict {
+pub(crate) enum NoVerdict {
     /// No connection ever succeeded.
     #[error("never connected to the sink: {0}")]
     NeverConnected(String),
@@ -171,7 +171,7 @@ impl Status {
 }
 
 /// Handle to the sender's control thread.
-pub struct ControlClient {
+pub(crate) struct ControlClient {
     tx: Sender<Cmd>,
     status: Arc<Mutex<Status>>,
     stop: Arc<AtomicBool>,
@@ -179,7 +179,7 @@ pub struct ControlClient {
 
 impl ControlClient {
     /// Spawns the control thread and returns at once.
-    pub fn start(
+    pub(crate) fn start(
         config: ClientConfig,
         view: Arc<dyn SenderView>,
         on_event: Box<dyn Fn(ClientEvent) + Send>,
@@ -196,7 +196,7 @@ impl ControlClient {
     }
 
     /// Sends the Goodbye and waits for the Verdict; returns within `wait` in every case.
-    pub fn finish(self, goodbye: Goodbye, wait: Duration) -> Result<Verdict, NoVerdict> {
+    pub(crate) fn finish(self, goodbye: Goodbye, wait: Duration) -> Result<Verdict, NoVerdict> {
         let deadline = Instant::now() + wait;
         let margin = (wait / 5).min(Duration::from_millis(200));
         let (reply, got) = mpsc::sync_channel(1);

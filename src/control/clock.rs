@@ -11,24 +11,24 @@
 //! estimate while the clocks drift apart: bound = ⌈δ / 2⌉ + age × 15 ppm.
 
 /// How fast two clocks are assumed to drift apart at most, in parts per million (NTP's PHI).
-pub const DRIFT_PPM: u64 = 15;
+pub(crate) const DRIFT_PPM: u64 = 15;
 /// Exchanges right after a connection is made, back to back.
-pub const BURST: u32 = 8;
+pub(crate) const BURST: u32 = 8;
 
 /// One exchange's result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// θ: the sink's clock minus the sender's, in ns.
-    pub offset_ns: i64,
+    pub(crate) offset_ns: i64,
     /// δ: the round trip less the sink's time between receiving and answering, in ns.
-    pub rtt_ns: u64,
+    pub(crate) rtt_ns: u64,
 }
 
 impl Sample {
     /// The sample of one exchange; `None` when the times are inconsistent (the sender's clock
     /// stepped back between `t1` and `t4`, the sink's between `t2` and `t3`, or the sink held
     /// the probe longer than the whole round trip).
-    pub fn from_times(t1: u64, t2: u64, t3: u64, t4: u64) -> Option<Sample> {
+    pub(crate) fn from_times(t1: u64, t2: u64, t3: u64, t4: u64) -> Option<Sample> {
         let (t1, t2, t3, t4) = (
             i128::from(t1),
             i128::from(t2),
@@ -47,25 +47,25 @@ impl Sample {
     }
 
     /// The half round trip, rounded up: how far θ can be from the true offset.
-    pub fn half_rtt_ns(&self) -> u64 {
+    pub(crate) fn half_rtt_ns(&self) -> u64 {
         self.rtt_ns.div_ceil(2)
     }
 }
 
 /// The estimate the sender tells the sink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// The sink's clock minus the sender's, in ns.
-    pub offset_ns: i64,
+    pub(crate) offset_ns: i64,
     /// How far the true offset can be from `offset_ns` (half the round trip, plus drift since).
-    pub error_bound_ns: u64,
+    pub(crate) error_bound_ns: u64,
     /// The round trip of the exchange the offset comes from, in ns.
-    pub rtt_ns: u64,
+    pub(crate) rtt_ns: u64,
 }
 
 /// The best exchange so far, and the smallest round trip seen.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Estimator {
+pub(crate) struct Estimator {
     /// The chosen sample and the monotonic ns it was taken at.
     best: Option<(Sample, u64)>,
     min_rtt_ns: Option<u64>,
@@ -78,7 +78,7 @@ fn aged_bound(sample: &Sample, taken_ns: u64, now_ns: u64) -> u64 {
 
 impl Estimator {
     /// Adds the sample taken at monotonic `now_ns`; true when it becomes the estimate.
-    pub fn add(&mut self, sample: Sample, now_ns: u64) -> bool {
+    pub(crate) fn add(&mut self, sample: Sample, now_ns: u64) -> bool {
         self.min_rtt_ns = Some(
             self.min_rtt_ns
                 .map_or(sample.rtt_ns, |m| m.min(sample.rtt_ns)),
@@ -94,7 +94,7 @@ impl Estimator {
     }
 
     /// The estimate at monotonic `now_ns`, if any exchange completed.
-    pub fn estimate(&self, now_ns: u64) -> Option<Estimate> {
+    pub(crate) fn estimate(&self, now_ns: u64) -> Option<Estimate> {
         self.best.map(|(s, taken)| Estimate {
             offset_ns: s.offset_ns,
             error_bound_ns: aged_bound(&s, taken, now_ns),
@@ -103,7 +103,7 @@ impl Estimator {
     }
 
     /// The smallest round trip of any exchange, in ns.
-    pub fn min_rtt_ns(&self) -> Option<u64> {
+    pub(crate) fn min_rtt_ns(&self) -> Option<u64> {
         self.min_rtt_ns
     }
 }

@@ -22,16 +22,16 @@ use super::msg::{Message, kind_name, last_kind};
 use super::seal::{Breach, DirectionKey, SEAL_LEN};
 
 /// Largest value of the length field (version + type + payload), in bytes.
-pub const MAX_FRAME: usize = 256 * 1024;
+pub(crate) const MAX_FRAME: usize = 256 * 1024;
 /// The protocol version this build speaks (and a sender writes).
-pub const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 4;
 /// The oldest version this build still reads and answers.
-pub const OLDEST_VERSION: u8 = 1;
+pub(crate) const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;
 
 /// Why a frame could not be read.
 #[derive(Debug, Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     /// The length field exceeds [`MAX_FRAME`].
     #[error("frame of {len} bytes exceeds the {max}-byte cap")]
     Oversize {
@@ -102,7 +102,7 @@ fn breach_text(b: Breach) -> &'static str {
 impl FrameError {
     /// The label a connection ended by this error is counted under when it is an integrity
     /// failure (a breached seal, or a frame cut short); `None` for anything else.
-    pub fn integrity_label(&self) -> Option<&'static str> {
+    pub(crate) fn integrity_label(&self) -> Option<&'static str> {
         match self {
             FrameError::Breach(b) => Some(b.label()),
             FrameError::Truncated { .. } => Some("truncated"),
@@ -111,18 +111,19 @@ impl FrameError {
     }
 }
 
+#[cfg(test)]
 /// Encodes `msg` as one frame of this build's version.
-pub fn encode(msg: &Message) -> io::Result<Vec<u8>> {
+pub(crate) fn encode(msg: &Message) -> io::Result<Vec<u8>> {
     encode_as(msg, VERSION)
 }
 
 /// Encodes `msg` as one frame of protocol `version`.
-pub fn encode_as(msg: &Message, version: u8) -> io::Result<Vec<u8>> {
+pub(crate) fn encode_as(msg: &Message, version: u8) -> io::Result<Vec<u8>> {
     encode_with(msg, version, None)
 }
 
 /// Encodes `msg` as one frame of protocol `version`, sealed with `key` if given.
-pub fn encode_with(
+pub(crate) fn encode_with(
     msg: &Message,
     version: u8,
     key: Option<&mut DirectionKey>,
@@ -151,12 +152,16 @@ pub fn encode_with(
 }
 
 /// Writes `msg` as one frame (one `write_all`, then a flush).
-pub fn write_frame<W: Write + ?Sized>(w: &mut W, msg: &Message) -> io::Result<()> {
+pub(crate) fn write_frame<W: Write + ?Sized>(w: &mut W, msg: &Message) -> io::Result<()> {
     write_frame_as(w, msg, VERSION)
 }
 
 /// Writes `msg` as one frame of protocol `version` (a sink answering an older sender).
-pub fn write_frame_as<W: Write + ?Sized>(w: &mut W, msg: &Message, version: u8) -> io::Result<()> {
+pub(crate) fn write_frame_as<W: Write + ?Sized>(
+    w: &mut W,
+    msg: &Message,
+    version: u8,
+) -> io::Result<()> {
     w.write_all(&encode_as(msg, version)?)?;
     w.flush()
 }
@@ -166,13 +171,13 @@ pub fn write_frame_as<W: Write + ?Sized>(w: &mut W, msg: &Message, version: u8) 
 /// Errors come in stream order: a short header is `Truncated`, then the length is checked
 /// (`Oversize`, `Runt`), then the version and type bytes as soon as they are present, then
 /// `Truncated` if the payload is incomplete, then the JSON and the message's caps.
-pub fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<(Message, usize), FrameError> {
     decode_with(bytes, None)
 }
 
 /// [`decode`] for a frame sealed with `key` if given: the seal is checked (after the frame is
 /// complete, before its payload is parsed).
-pub fn decode_with(
+pub(crate) fn decode_with(
     bytes: &[u8],
     key: Option<&mut DirectionKey>,
 ) -> Result<(Message, usize), FrameError> {
@@ -258,12 +263,14 @@ fn fill<R: Read + ?Sized>(
 ///
 /// A timeout part-way through a frame leaves the stream out of step; callers treat every
 /// error as fatal for the connection (use [`FrameReader`] to survive timeouts).
-pub fn read_frame<R: Read + ?Sized>(r: &mut R) -> Result<Message, FrameError> {
+pub(crate) fn read_frame<R: Read + ?Sized>(r: &mut R) -> Result<Message, FrameError> {
     read_frame_versioned(r).map(|(m, _)| m)
 }
 
 /// [`read_frame`], also returning the frame's protocol version.
-pub fn read_frame_versioned<R: Read + ?Sized>(r: &mut R) -> Result<(Message, u8), FrameError> {
+pub(crate) fn read_frame_versioned<R: Read + ?Sized>(
+    r: &mut R,
+) -> Result<(Message, u8), FrameError> {
     let mut head = [0u8; HEADER + 2];
     fill(r, &mut head[..HEADER], 0, HEADER)?;
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
@@ -291,19 +298,20 @@ pub fn read_frame_versioned<R: Read + ?Sized>(r: &mut R) -> Result<(Message, u8)
 /// Accumulates bytes across reads so a read timeout never loses part of a frame; opens each
 /// frame with its key when it has one.
 #[derive(Default)]
-pub struct FrameReader {
+pub(crate) struct FrameReader {
     buf: Vec<u8>,
     key: Option<DirectionKey>,
 }
 
 impl FrameReader {
+    #[cfg(test)]
     /// An empty reader of plain frames.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// An empty reader of frames sealed with `key` (plain if `None`).
-    pub fn opening(key: Option<DirectionKey>) -> Self {
+    pub(crate) fn opening(key: Option<DirectionKey>) -> Self {
         FrameReader {
             buf: Vec::new(),
             key,
@@ -311,12 +319,15 @@ impl FrameReader {
     }
 
     /// Bytes read but not yet returned as a frame.
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.buf.len()
     }
 
     /// Returns the next complete frame, `Ok(None)` when a read timed out first.
-    pub fn poll<R: Read + ?Sized>(&mut self, r: &mut R) -> Result<Option<Message>, FrameError> {
+    pub(crate) fn poll<R: Read + ?Sized>(
+        &mut self,
+        r: &mut R,
+    ) -> Result<Option<Message>, FrameError> {
         loop {
             match decode_with(&self.buf, self.key.as_mut()) {
                 Ok((m, used)) => {

@@ -9,14 +9,14 @@
 //! handshake is sealed with a per-connection key and a sequence number ([`seal`], [`channel`]).
 //! Both sides run on their own threads and never block the data path.
 
-pub mod auth;
-pub mod channel;
-pub mod client;
-pub mod clock;
-pub mod frame;
-pub mod msg;
-pub mod seal;
-pub mod server;
+pub(crate) mod auth;
+pub(crate) mod channel;
+pub(crate) mod client;
+pub(crate) mod clock;
+pub(crate) mod frame;
+pub(crate) mod msg;
+pub(crate) mod seal;
+pub(crate) mod server;
 #[cfg(test)]
 mod tests;
 

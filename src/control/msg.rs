@@ -16,180 +16,180 @@ use serde::{Deserialize, Serialize};
 use crate::latency_clock::ClockKind;
 
 mod hex;
-pub use hex::{from_hex32, to_hex};
 use hex::{hex32, hex32_opt};
 
 /// Most flows a Hello, Progress, Goodbye or Verdict may list.
-pub const MAX_FLOWS: usize = 65_536;
+pub(crate) const MAX_FLOWS: usize = 65_536;
 /// Longest sender name or sink session id, in bytes.
-pub const MAX_NAME: usize = 128;
+pub(crate) const MAX_NAME: usize = 128;
 /// Longest refusal reason, in bytes.
-pub const MAX_REASON: usize = 512;
+pub(crate) const MAX_REASON: usize = 512;
 /// Most size classes a Verdict may list.
-pub const MAX_SIZES: usize = 64;
+pub(crate) const MAX_SIZES: usize = 64;
 /// Longest boot id, in bytes (the kernel's is a 36-byte UUID).
-pub const MAX_BOOT_ID: usize = 64;
+pub(crate) const MAX_BOOT_ID: usize = 64;
 /// Longest round trip a clock estimate may carry (a control connection silent for 3 s is
 /// dropped, so no exchange takes longer).
-pub const MAX_CLOCK_RTT_NS: u64 = 60_000_000_000;
+pub(crate) const MAX_CLOCK_RTT_NS: u64 = 60_000_000_000;
 /// Largest error bound a clock estimate may carry (half the longest round trip plus an hour's
 /// drift at far more than any clock's tolerance).
-pub const MAX_CLOCK_BOUND_NS: u64 = 3_600_000_000_000;
+pub(crate) const MAX_CLOCK_BOUND_NS: u64 = 3_600_000_000_000;
 
 /// Client's first handshake message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClientHello {
+pub(crate) struct ClientHello {
     /// Fresh random client nonce.
     #[serde(with = "hex32")]
-    pub nonce: [u8; 32],
+    pub(crate) nonce: [u8; 32],
     /// Whether the client has a secret.
-    pub auth: bool,
+    pub(crate) auth: bool,
 }
 
 /// Server's reply to [`ClientHello`], proving the secret when `auth` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServerChallenge {
+pub(crate) struct ServerChallenge {
     /// Fresh random server nonce.
     #[serde(with = "hex32")]
-    pub nonce: [u8; 32],
+    pub(crate) nonce: [u8; 32],
     /// Whether the server has a secret.
-    pub auth: bool,
+    pub(crate) auth: bool,
     /// HMAC over the sink label and both nonces; `None` in insecure mode.
     #[serde(with = "hex32_opt")]
-    pub mac: Option<[u8; 32]>,
+    pub(crate) mac: Option<[u8; 32]>,
 }
 
 /// Client's proof of the secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClientAuth {
+pub(crate) struct ClientAuth {
     /// HMAC over the sender label and both nonces; `None` in insecure mode.
     #[serde(with = "hex32_opt")]
-    pub mac: Option<[u8; 32]>,
+    pub(crate) mac: Option<[u8; 32]>,
 }
 
 /// Server accepted the handshake.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AuthOk {
+pub(crate) struct AuthOk {
     /// The sink's session id.
-    pub sink_session: String,
+    pub(crate) sink_session: String,
 }
 
 /// Either side refuses the connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// One-line human-readable reason.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// One flow's state at (re)connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FlowStart {
+pub(crate) struct FlowStart {
     /// Flow id.
-    pub flow: u32,
+    pub(crate) flow: u32,
     /// First sequence number the sender used for this flow.
-    pub first_seq: u64,
+    pub(crate) first_seq: u64,
     /// One past the highest sequence number sent.
-    pub next_seq: u64,
+    pub(crate) next_seq: u64,
     /// Sends of this flow that failed so far.
-    pub failed: u64,
+    pub(crate) failed: u64,
 }
 
 /// The sender introduces itself after the handshake.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// Sender name.
-    pub name: String,
+    pub(crate) name: String,
     /// Sender epoch (changes when the sender restarts).
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Flows and their current state.
-    pub flows: Vec<FlowStart>,
+    pub(crate) flows: Vec<FlowStart>,
     /// Packet size in bytes.
-    pub size: u32,
+    pub(crate) size: u32,
     /// Target rate, if paced.
-    pub rate_pps: Option<f64>,
+    pub(crate) rate_pps: Option<f64>,
     /// Time since the sender's first send; 0 if none yet.
-    pub elapsed_ns: u64,
+    pub(crate) elapsed_ns: u64,
     /// Number of reconnects before this connection.
-    pub reconnect: u32,
+    pub(crate) reconnect: u32,
     /// The step of a rate schedule this epoch is, from 1 for the second (protocol version 2):
     /// it continues its sender's run, so the sink counts it as no new session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<u32>,
+    pub(crate) step: Option<u32>,
     /// The sender's `/proc/sys/kernel/random/boot_id` (protocol version 3): a sink with the
     /// same one runs on the same kernel, so the two share one realtime clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_id: Option<String>,
+    pub(crate) boot_id: Option<String>,
 }
 
 /// The sink's reply to [`Hello`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Welcome {
+pub(crate) struct Welcome {
     /// The sink's session id.
-    pub sink_session: String,
+    pub(crate) sink_session: String,
     /// Time since the sink's sockets were bound.
-    pub uptime_ns: u64,
+    pub(crate) uptime_ns: u64,
 }
 
 /// One flow's progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FlowProgress {
+pub(crate) struct FlowProgress {
     /// Flow id.
-    pub flow: u32,
+    pub(crate) flow: u32,
     /// One past the highest sequence number sent.
-    pub next_seq: u64,
+    pub(crate) next_seq: u64,
     /// Sends of this flow that failed so far.
-    pub failed: u64,
+    pub(crate) failed: u64,
 }
 
 /// Periodic progress report from the sender.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Per-flow progress.
-    pub flows: Vec<FlowProgress>,
+    pub(crate) flows: Vec<FlowProgress>,
 }
 
 /// Keep-alive, both directions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Heartbeat {}
+pub(crate) struct Heartbeat {}
 
 /// The sender's final progress; the sink answers with a [`Verdict`].
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Goodbye {
+pub(crate) struct Goodbye {
     /// Final per-flow progress.
-    pub flows: Vec<FlowProgress>,
+    pub(crate) flows: Vec<FlowProgress>,
 }
 
 /// The sink's counts for one flow (or the totals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
-pub struct FlowVerdict {
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub rx_lost: u64,
-    pub rx_reordered: u64,
-    pub rx_duplicates: u64,
-    pub rx_invalid: u64,
-    pub rx_kernel_drops: u64,
-    pub rx_unconfirmed: u64,
-    pub tx_failed: u64,
+pub(crate) struct FlowVerdict {
+    pub(crate) rx_packets: u64,
+    pub(crate) rx_bytes: u64,
+    pub(crate) rx_lost: u64,
+    pub(crate) rx_reordered: u64,
+    pub(crate) rx_duplicates: u64,
+    pub(crate) rx_invalid: u64,
+    pub(crate) rx_kernel_drops: u64,
+    pub(crate) rx_unconfirmed: u64,
+    pub(crate) tx_failed: u64,
 }
 
 impl FlowVerdict {
+    #[cfg(test)]
     /// Adds `other` field by field (saturating).
-    pub fn add(&mut self, other: &FlowVerdict) {
+    pub(crate) fn add(&mut self, other: &FlowVerdict) {
         self.rx_packets = self.rx_packets.saturating_add(other.rx_packets);
         self.rx_bytes = self.rx_bytes.saturating_add(other.rx_bytes);
         self.rx_lost = self.rx_lost.saturating_add(other.rx_lost);
@@ -205,100 +205,100 @@ impl FlowVerdict {
 /// The sender's clock probe (protocol version 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClockProbe {
+pub(crate) struct ClockProbe {
     /// The sender's `CLOCK_REALTIME` when it sent the probe, in ns.
-    pub t1_ns: u64,
+    pub(crate) t1_ns: u64,
 }
 
 /// The sink's answer to a [`ClockProbe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClockReply {
+pub(crate) struct ClockReply {
     /// The probe's `t1_ns`.
-    pub t1_ns: u64,
+    pub(crate) t1_ns: u64,
     /// The sink's `CLOCK_REALTIME` when the probe arrived.
-    pub t2_ns: u64,
+    pub(crate) t2_ns: u64,
     /// The sink's `CLOCK_REALTIME` when it answered.
-    pub t3_ns: u64,
+    pub(crate) t3_ns: u64,
 }
 
 /// The sender's best estimate of the sink's clock, sent whenever it changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClockEstimate {
+pub(crate) struct ClockEstimate {
     /// The sink's clock minus the sender's, in ns.
-    pub offset_ns: i64,
+    pub(crate) offset_ns: i64,
     /// How far the true offset can be from `offset_ns`, in ns.
-    pub error_bound_ns: u64,
+    pub(crate) error_bound_ns: u64,
     /// The round trip of the exchange the offset comes from, in ns.
-    pub rtt_ns: u64,
+    pub(crate) rtt_ns: u64,
 }
 
 /// What the sink knew of the sender's clock, in a [`Verdict`] (protocol version 3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct VerdictClock {
+pub(crate) struct VerdictClock {
     /// Same clock, offset corrected, or unknown (then the verdict's latency has no samples).
-    pub kind: ClockKind,
+    pub(crate) kind: ClockKind,
     /// The sink's clock minus the sender's, in ns; `None` when unknown.
-    pub offset_ns: Option<i64>,
+    pub(crate) offset_ns: Option<i64>,
     /// The offset's error bound, in ns; `None` when unknown.
-    pub error_bound_ns: Option<u64>,
+    pub(crate) error_bound_ns: Option<u64>,
     /// The round trip of the exchange the offset comes from, if one completed.
-    pub control_rtt_ns: Option<u64>,
+    pub(crate) control_rtt_ns: Option<u64>,
     /// Full-header packets that gave no latency sample, for want of an estimate.
-    pub latency_unknown_packets: u64,
+    pub(crate) latency_unknown_packets: u64,
     /// Samples whose corrected transit came out negative (the estimate's error): taken as 0.
-    pub latency_clamped_packets: u64,
+    pub(crate) latency_clamped_packets: u64,
     /// Why the clock is unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 /// The sink's final account of one sender.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The sink's session id.
-    pub sink_session: String,
+    pub(crate) sink_session: String,
     /// Sender name.
-    pub name: String,
+    pub(crate) name: String,
     /// Sender epoch.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Sum over all flows.
-    pub totals: FlowVerdict,
+    pub(crate) totals: FlowVerdict,
     /// Per-flow counts.
-    pub flows: Vec<(u32, FlowVerdict)>,
+    pub(crate) flows: Vec<(u32, FlowVerdict)>,
     /// Median one-way latency.
-    pub latency_p50_ns: u64,
+    pub(crate) latency_p50_ns: u64,
     /// 99th percentile latency.
-    pub latency_p99_ns: u64,
+    pub(crate) latency_p99_ns: u64,
     /// Largest latency.
-    pub latency_max_ns: u64,
+    pub(crate) latency_max_ns: u64,
     /// The sink's size classes of this sender's packets (protocol version 2; absent before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sizes: Vec<SizeCount>,
+    pub(crate) sizes: Vec<SizeCount>,
     /// How the latency relates to the sender's clock (protocol version 3; absent before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock: Option<VerdictClock>,
+    pub(crate) clock: Option<VerdictClock>,
 }
 
 /// One size class of a [`Verdict`]: an exact payload length, or 0 for every other length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SizeCount {
+pub(crate) struct SizeCount {
     /// UDP payload length in bytes; 0: the lengths without a class of their own.
-    pub payload: u32,
+    pub(crate) payload: u32,
     /// Valid packets.
-    pub packets: u64,
+    pub(crate) packets: u64,
     /// Their payload bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 /// Every control-channel message.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)]
-pub enum Message {
+pub(crate) enum Message {
     ClientHello(ClientHello),
     ServerChallenge(ServerChallenge),
     ClientAuth(ClientAuth),
@@ -316,17 +316,17 @@ pub enum Message {
 }
 
 /// Highest message type byte in use (types are `1..=LAST_KIND`).
-pub const LAST_KIND: u8 = 14;
+pub(crate) const LAST_KIND: u8 = 14;
 
 /// Highest message type byte a frame of protocol `version` may carry: the clock exchange
 /// (types 12 to 14) is version 3.
-pub fn last_kind(version: u8) -> u8 {
+pub(crate) fn last_kind(version: u8) -> u8 {
     if version >= 3 { LAST_KIND } else { 11 }
 }
 
 impl Message {
     /// The frame's message type byte.
-    pub fn kind(&self) -> u8 {
+    pub(crate) fn kind(&self) -> u8 {
         match self {
             Message::ClientHello(_) => 1,
             Message::ServerChallenge(_) => 2,
@@ -346,12 +346,12 @@ impl Message {
     }
 
     /// A short name for logs.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         kind_name(self.kind())
     }
 
     /// The JSON payload.
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         let r = match self {
             Message::ClientHello(m) => serde_json::to_vec(m),
             Message::ServerChallenge(m) => serde_json::to_vec(m),
@@ -373,7 +373,10 @@ impl Message {
     }
 
     /// Parses a payload of type `kind`; `None` for an unknown type.
-    pub fn from_json(kind: u8, payload: &[u8]) -> Option<Result<Message, serde_json::Error>> {
+    pub(crate) fn from_json(
+        kind: u8,
+        payload: &[u8],
+    ) -> Option<Result<Message, serde_json::Error>> {
         fn p<'a, T: Deserialize<'a>>(
             b: &'a [u8],
             f: fn(T) -> Message,
@@ -400,7 +403,7 @@ impl Message {
     }
 
     /// Checks the caps and character sets; the error is one line.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         match self {
             Message::AuthOk(m) => check_name("sink_session", &m.sink_session),
             Message::Refused(m) => check_reason(&m.reason),
@@ -450,7 +453,7 @@ impl Message {
 }
 
 /// The message name for a type byte ("message" for an unknown one).
-pub fn kind_name(kind: u8) -> &'static str {
+pub(crate) fn kind_name(kind: u8) -> &'static str {
     const NAMES: [&str; LAST_KIND as usize] = [
         "ClientHello",
         "ServerChallenge",
@@ -474,7 +477,7 @@ pub fn kind_name(kind: u8) -> &'static str {
 }
 
 /// Checks a sender name or session id: 1 to [`MAX_NAME`] bytes of `[A-Za-z0-9._:/@-]`.
-pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_NAME {
         return Err(format!(
             "{what} must be 1 to {MAX_NAME} bytes, got {}",
@@ -490,7 +493,7 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
 }
 
 /// Whether a sender name or session id may contain byte `c`: `[A-Za-z0-9._:/@-]`.
-pub fn name_byte_allowed(c: u8) -> bool {
+pub(crate) fn name_byte_allowed(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"._:/@-".contains(&c)
 }
 

@@ -24,14 +24,14 @@ const SEQ_LEN: usize = 8;
 /// Bytes of the tag in a seal.
 const TAG_LEN: usize = 32;
 /// Bytes a seal adds to a frame.
-pub const SEAL_LEN: usize = SEQ_LEN + TAG_LEN;
+pub(crate) const SEAL_LEN: usize = SEQ_LEN + TAG_LEN;
 
 const SENDER_TO_SINK: &[u8] = b"ringblast control v4 sender to sink";
 const SINK_TO_SENDER: &[u8] = b"ringblast control v4 sink to sender";
 
 /// How a sealed frame failed: each ends the connection and is counted under its label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Breach {
+pub(crate) enum Breach {
     /// The tag does not match: the frame was changed, came from another connection, or was
     /// written without the key (or is too short to carry a seal).
     BadMac,
@@ -43,7 +43,7 @@ pub enum Breach {
 
 impl Breach {
     /// The label this breach is counted under.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Breach::BadMac => "bad_mac",
             Breach::Replayed => "replayed",
@@ -54,7 +54,7 @@ impl Breach {
 
 /// Which end of the connection a key pair is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The sender (the client).
     Sender,
     /// The sink (the server).
@@ -62,7 +62,7 @@ pub enum End {
 }
 
 /// One direction's key and the sequence number of its next frame.
-pub struct DirectionKey {
+pub(crate) struct DirectionKey {
     key: Zeroizing<[u8; 32]>,
     next_seq: u64,
 }
@@ -79,7 +79,7 @@ impl DirectionKey {
     }
 
     /// Appends the seal of the frame (`version`, `kind`, `payload`) to `out`.
-    pub fn seal(&mut self, version: u8, kind: u8, payload: &[u8], out: &mut Vec<u8>) {
+    pub(crate) fn seal(&mut self, version: u8, kind: u8, payload: &[u8], out: &mut Vec<u8>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         out.extend_from_slice(&seq.to_be_bytes());
@@ -93,7 +93,12 @@ impl DirectionKey {
 
     /// Checks the seal at the end of `body` (a frame's bytes after its version and type) and
     /// returns the payload before it.
-    pub fn open<'a>(&mut self, version: u8, kind: u8, body: &'a [u8]) -> Result<&'a [u8], Breach> {
+    pub(crate) fn open<'a>(
+        &mut self,
+        version: u8,
+        kind: u8,
+        body: &'a [u8],
+    ) -> Result<&'a [u8], Breach> {
         let Some(payload_len) = body.len().checked_sub(SEAL_LEN) else {
             return Err(Breach::BadMac);
         };
@@ -115,11 +120,11 @@ impl DirectionKey {
 }
 
 /// The keys of one end of a connection: what it writes with and what it reads with.
-pub struct ChannelKeys {
+pub(crate) struct ChannelKeys {
     /// Seals the frames this end writes.
-    pub write: DirectionKey,
+    pub(crate) write: DirectionKey,
     /// Opens the frames this end reads.
-    pub read: DirectionKey,
+    pub(crate) read: DirectionKey,
 }
 
 impl std::fmt::Debug for ChannelKeys {

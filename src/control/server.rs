@@ -31,24 +31,24 @@ const LOG_PER_SEC: u32 = 20;
 
 /// How the sink listens for senders.
 #[derive(Debug, Clone)]
-pub struct ServerConfig {
+pub(crate) struct ServerConfig {
     /// Control address to bind.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Shared secret, if any.
-    pub secret: Option<Arc<Secret>>,
+    pub(crate) secret: Option<Arc<Secret>>,
     /// This sink's session id, sent in AuthOk and Welcome.
-    pub sink_session: String,
+    pub(crate) sink_session: String,
     /// Most concurrent connections (default 256); more are refused as busy.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Time allowed for the handshake and Hello (default 3 s).
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
     /// Heartbeat period (default 1 s); 3 periods of silence drop the connection.
-    pub heartbeat: Duration,
+    pub(crate) heartbeat: Duration,
 }
 
 impl ServerConfig {
     /// The defaults, without a secret.
-    pub fn new(listen: SocketAddr, sink_session: impl Into<String>) -> Self {
+    pub(crate) fn new(listen: SocketAddr, sink_session: impl Into<String>) -> Self {
         ServerConfig {
             listen,
             secret: None,
@@ -61,7 +61,7 @@ impl ServerConfig {
 }
 
 /// The sink's accounting, as the control channel sees it. Called from connection threads.
-pub trait SinkBooks: Send + Sync + 'static {
+pub(crate) trait SinkBooks: Send + Sync + 'static {
     /// A sender said Hello in protocol `version`; returns the uptime for Welcome.
     fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64;
     /// A sender reported progress.
@@ -76,27 +76,27 @@ pub trait SinkBooks: Send + Sync + 'static {
 
 /// Connection counters.
 #[derive(Debug, Default)]
-pub struct ServerStats {
+pub(crate) struct ServerStats {
     /// Connections accepted.
-    pub accepted: AtomicU64,
+    pub(crate) accepted: AtomicU64,
     /// Handshakes passed.
-    pub authenticated: AtomicU64,
+    pub(crate) authenticated: AtomicU64,
     /// Handshakes failed on credentials.
-    pub auth_failed: AtomicU64,
+    pub(crate) auth_failed: AtomicU64,
     /// Connections dropped for bad frames or messages.
-    pub protocol_errors: AtomicU64,
+    pub(crate) protocol_errors: AtomicU64,
     /// Connections dropped for silence.
-    pub timeouts: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
     /// Connections refused because `max_connections` were open.
-    pub rejected_busy: AtomicU64,
+    pub(crate) rejected_busy: AtomicU64,
     /// Connections dropped because a frame failed its authentication tag.
-    pub bad_mac: AtomicU64,
+    pub(crate) bad_mac: AtomicU64,
     /// Connections dropped because a frame repeated a sequence number.
-    pub replayed: AtomicU64,
+    pub(crate) replayed: AtomicU64,
     /// Connections dropped because a frame skipped a sequence number (dropped or swapped).
-    pub out_of_order: AtomicU64,
+    pub(crate) out_of_order: AtomicU64,
     /// Connections dropped because they ended in the middle of a frame.
-    pub truncated: AtomicU64,
+    pub(crate) truncated: AtomicU64,
 }
 
 pub(super) fn bump(c: &AtomicU64) {
@@ -105,7 +105,7 @@ pub(super) fn bump(c: &AtomicU64) {
 
 /// Control connections accepted elsewhere (a TCP sink's data port tells them apart by their
 /// first frame), each with the bytes already read from it.
-pub trait Arrivals: Send + Sync + 'static {
+pub(crate) trait Arrivals: Send + Sync + 'static {
     /// The next waiting connection, if any; never blocks.
     fn take(&self) -> Option<(TcpStream, Vec<u8>)>;
 }
@@ -119,7 +119,7 @@ pub(super) enum Source {
 }
 
 /// A bound, not yet serving, control listener.
-pub struct ControlServer {
+pub(crate) struct ControlServer {
     source: Source,
     config: ServerConfig,
     stats: Arc<ServerStats>,
@@ -127,7 +127,7 @@ pub struct ControlServer {
 
 impl ControlServer {
     /// Binds `config.listen` (SO_REUSEADDR, no SO_REUSEPORT, IPv6 v6-only).
-    pub fn bind(config: ServerConfig) -> Result<ControlServer, Error> {
+    pub(crate) fn bind(config: ServerConfig) -> Result<ControlServer, Error> {
         let addr = config.listen;
         let ctx = |what: &str| format!("{what} control socket {addr}");
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
@@ -157,7 +157,7 @@ impl ControlServer {
     }
 
     /// A server for connections accepted on `config.listen` by someone else.
-    pub fn handed(config: ServerConfig, arrivals: Arc<dyn Arrivals>) -> ControlServer {
+    pub(crate) fn handed(config: ServerConfig, arrivals: Arc<dyn Arrivals>) -> ControlServer {
         ControlServer {
             source: Source::Handed(arrivals),
             config,
@@ -166,24 +166,21 @@ impl ControlServer {
     }
 
     /// The bound address (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
+    #[cfg(test)]
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         match &self.source {
             Source::Listener(l) => l.local_addr().unwrap_or(self.config.listen),
             Source::Handed(_) => self.config.listen,
         }
     }
 
-    /// The counters.
-    pub fn stats(&self) -> Arc<ServerStats> {
-        self.stats.clone()
-    }
-
     /// Starts the accept thread.
-    pub fn start(
+    pub(crate) fn start(
         self,
         books: Arc<dyn SinkBooks>,
         log: Box<dyn Fn(String) + Send + Sync>,
     ) -> RunningServer {
+        #[cfg(test)]
         let addr = self.local_addr();
         let shared = Arc::new(Shared {
             config: self.config,
@@ -206,31 +203,34 @@ impl ControlServer {
         RunningServer {
             shared,
             accept: Some(accept),
+            #[cfg(test)]
             addr,
         }
     }
 }
 
 /// A serving control listener; dropping it stops it too.
-pub struct RunningServer {
+pub(crate) struct RunningServer {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    #[cfg(test)]
     addr: SocketAddr,
 }
 
 impl RunningServer {
     /// The counters.
-    pub fn stats(&self) -> Arc<ServerStats> {
+    pub(crate) fn stats(&self) -> Arc<ServerStats> {
         self.shared.stats.clone()
     }
 
+    #[cfg(test)]
     /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Stops accepting, closes every connection and joins the threads.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.halt();
     }
 

@@ -10,7 +10,7 @@ use crate::error::Error;
 const CAP_IPC_LOCK_BIT: u32 = 14;
 
 /// Whether the effective capability set of this process holds `CAP_IPC_LOCK`.
-pub fn has_cap_ipc_lock() -> bool {
+pub(crate) fn has_cap_ipc_lock() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| cap_eff_from_status(&s))
@@ -25,7 +25,7 @@ fn cap_eff_from_status(status: &str) -> Option<u64> {
 }
 
 /// The soft `RLIMIT_MEMLOCK` in bytes (`u64::MAX` when unlimited).
-pub fn memlock_limit() -> u64 {
+pub(crate) fn memlock_limit() -> u64 {
     match nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK) {
         Ok((soft, _hard)) => soft,
         Err(_) => 0,
@@ -33,7 +33,7 @@ pub fn memlock_limit() -> u64 {
 }
 
 /// Fails when `need` bytes cannot be locked: no `CAP_IPC_LOCK` and a limit below `need`.
-pub fn check_memlock(need: u64) -> Result<(), Error> {
+pub(crate) fn check_memlock(need: u64) -> Result<(), Error> {
     check(need, memlock_limit(), has_cap_ipc_lock())
 }
 

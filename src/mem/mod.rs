@@ -13,16 +13,16 @@
 //! The rest faults in on first use, still on the bound node, because the policy is the mapping's.
 //! This module and `ring` are the only places with `unsafe`.
 
-pub mod limits;
-pub mod numa;
-pub mod placement;
+pub(crate) mod limits;
+pub(crate) mod numa;
+pub(crate) mod placement;
 
 use std::{collections::BTreeMap, io, ptr::NonNull};
 
-pub use self::placement::{HugePages, MemoryPlacement, PageCounts};
+pub(crate) use self::placement::{HugePages, MemoryPlacement, PageCounts};
 
 /// Page size assumed for population and placement checks.
-pub const PAGE_SIZE: usize = 4096;
+pub(crate) const PAGE_SIZE: usize = 4096;
 const HUGE_PAGE_SIZE: usize = 2 << 20;
 /// `MADV_POPULATE_WRITE` (Linux 5.14); not in every libc.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
@@ -31,7 +31,7 @@ const QUERY_CHUNK: usize = 512;
 
 /// Why an arena could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum ArenaError {
+pub(crate) enum ArenaError {
     /// `mmap` failed.
     #[error("cannot map {len} bytes of packet memory: {source}")]
     Map {
@@ -54,7 +54,7 @@ pub enum ArenaError {
 
 /// How much of an arena is faulted in before it is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Populate {
+pub(crate) enum Populate {
     /// Every page (memory that will be pinned by registration, or read by the kernel).
     All,
     /// The first `head` bytes, then `touch` bytes at the start of every `stride` bytes after.
@@ -70,7 +70,7 @@ pub enum Populate {
 
 /// A page-aligned, node-bound, populated region owned by one worker.
 #[derive(Debug)]
-pub struct Arena {
+pub(crate) struct Arena {
     base: NonNull<u8>,
     len: usize,
     node: u32,
@@ -82,12 +82,16 @@ impl Arena {
     ///
     /// With `hugepages`, 2 MiB pages are tried first; if none are available the arena uses
     /// normal pages, which `hugepages` reports as [`HugePages::FellBack`].
-    pub fn allocate_on_node(len: usize, node: u32, hugepages: bool) -> Result<Arena, ArenaError> {
+    pub(crate) fn allocate_on_node(
+        len: usize,
+        node: u32,
+        hugepages: bool,
+    ) -> Result<Arena, ArenaError> {
         Self::allocate_on_node_with(len, node, hugepages, Populate::All)
     }
 
     /// Like [`Arena::allocate_on_node`], faulting in only what `populate` asks for.
-    pub fn allocate_on_node_with(
+    pub(crate) fn allocate_on_node_with(
         len: usize,
         node: u32,
         hugepages: bool,
@@ -170,8 +174,9 @@ impl Arena {
         }
     }
 
+    #[cfg(test)]
     /// Pages of the region that are resident (faulted in), counted with `mincore`.
-    pub fn resident_pages(&self) -> io::Result<usize> {
+    pub(crate) fn resident_pages(&self) -> io::Result<usize> {
         let mut vec = vec![0u8; self.len.div_ceil(PAGE_SIZE)];
         // SAFETY: the range is our page-aligned mapping; `vec` has one byte per page.
         let rc = unsafe { libc::mincore(self.base.as_ptr().cast(), self.len, vec.as_mut_ptr()) };
@@ -182,32 +187,17 @@ impl Arena {
     }
 
     /// Start of the region.
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
     /// Length in bytes (whole pages).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether the region is empty (never true for an allocated arena).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The node the region is bound to.
-    pub fn node(&self) -> u32 {
-        self.node
-    }
-
-    /// Whether hugepages were asked for, and if so whether they back the region.
-    pub fn hugepages(&self) -> HugePages {
-        self.hugepages
-    }
-
     /// Bytes per page of the region: 2 MiB with hugepages, 4 KiB otherwise.
-    pub fn page_size(&self) -> usize {
+    pub(crate) fn page_size(&self) -> usize {
         if self.hugepages == HugePages::Used {
             HUGE_PAGE_SIZE
         } else {
@@ -216,7 +206,7 @@ impl Arena {
     }
 
     /// Bytes `offset..offset+len` of the region, or `None` when out of range.
-    pub fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
         let end = offset.checked_add(len)?;
         if end > self.len {
             return None;
@@ -226,7 +216,7 @@ impl Arena {
     }
 
     /// Mutable bytes `offset..offset+len` of the region, or `None` when out of range.
-    pub fn bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+    pub(crate) fn bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
         let end = offset.checked_add(len)?;
         if end > self.len {
             return None;
@@ -240,7 +230,7 @@ impl Arena {
     /// shared zero page (`-EFAULT`: read, never written) holds none of the region's memory and
     /// counts as not resident, as `/proc/PID/numa_maps` leaves both out; any other status is
     /// an error.
-    pub fn page_nodes(&self) -> io::Result<PageCounts> {
+    pub(crate) fn page_nodes(&self) -> io::Result<PageCounts> {
         let page = self.page_size();
         let pages = self.len / page;
         let mut by_node = BTreeMap::new();
@@ -281,7 +271,7 @@ impl Arena {
 
     /// Where the region is: its bound node, its pages per node (or why they are unknown), its
     /// page size and whether hugepages were asked for and used.
-    pub fn placement(&self) -> MemoryPlacement {
+    pub(crate) fn placement(&self) -> MemoryPlacement {
         MemoryPlacement {
             bound_node: self.node,
             page_size: self.page_size(),

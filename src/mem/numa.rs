@@ -28,7 +28,7 @@ fn node_mask(node: u32) -> io::Result<[libc::c_ulong; MASK_WORDS]> {
 ///
 /// # Safety
 /// `addr..addr+len` must be a page-aligned mapping owned by the caller.
-pub unsafe fn bind_to_node(addr: *mut u8, len: usize, node: u32) -> io::Result<()> {
+pub(crate) unsafe fn bind_to_node(addr: *mut u8, len: usize, node: u32) -> io::Result<()> {
     let mask = node_mask(node)?;
     let max_node = (MASK_WORDS as libc::c_ulong) * libc::c_ulong::from(libc::c_ulong::BITS);
     // SAFETY: the caller guarantees the range is a mapping it owns; `mask` outlives the call and
@@ -56,7 +56,10 @@ pub unsafe fn bind_to_node(addr: *mut u8, len: usize, node: u32) -> io::Result<(
 ///
 /// # Safety
 /// Every pointer in `pages` must point into a mapping of this process.
-pub unsafe fn nodes_of_pages(pages: &[*const u8], status: &mut [libc::c_int]) -> io::Result<()> {
+pub(crate) unsafe fn nodes_of_pages(
+    pages: &[*const u8],
+    status: &mut [libc::c_int],
+) -> io::Result<()> {
     if pages.len() != status.len() {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }

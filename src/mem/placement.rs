@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 /// Whether hugepages were asked for, and if so whether they back the arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HugePages {
+pub(crate) enum HugePages {
     /// Normal pages, as asked (`--hugepages` not given).
     NotRequested,
     /// 2 MiB pages back the arena.
@@ -20,7 +20,7 @@ pub enum HugePages {
 
 impl HugePages {
     /// The JSON value: `not_requested`, `used` or `fell_back`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HugePages::NotRequested => "not_requested",
             HugePages::Used => "used",
@@ -31,29 +31,29 @@ impl HugePages {
 
 /// An arena's pages by where they are.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PageCounts {
+pub(crate) struct PageCounts {
     /// Resident pages per node (nodes without any are left out).
-    pub by_node: BTreeMap<u32, u64>,
+    pub(crate) by_node: BTreeMap<u32, u64>,
     /// Pages not faulted in (yet).
-    pub not_resident: u64,
+    pub(crate) not_resident: u64,
 }
 
 /// Where one worker's arena is, measured at set-up.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemoryPlacement {
+pub(crate) struct MemoryPlacement {
     /// The node the arena is bound to (`mbind(MPOL_BIND)`).
-    pub bound_node: u32,
+    pub(crate) bound_node: u32,
     /// Bytes per page.
-    pub page_size: usize,
+    pub(crate) page_size: usize,
     /// Hugepages asked for and used, or not.
-    pub hugepages: HugePages,
+    pub(crate) hugepages: HugePages,
     /// The pages by node, or why they could not be counted.
-    pub pages: Result<PageCounts, String>,
+    pub(crate) pages: Result<PageCounts, String>,
 }
 
 impl MemoryPlacement {
     /// Whether every resident page is on the bound node (`None`: the pages are unknown).
-    pub fn all_on_node(&self) -> Option<bool> {
+    pub(crate) fn all_on_node(&self) -> Option<bool> {
         let pages = self.pages.as_ref().ok()?;
         Some(pages.by_node.keys().all(|&n| n == self.bound_node))
     }
@@ -98,7 +98,7 @@ impl MemoryPlacement {
     /// memory (send): q0 bound to node 1: 8000 pages on node 1, 704 on node 0, 0 not resident; 4 KiB pages
     /// warning: q0's packet memory is not all on its node 1: 8000 pages on node 1, 704 on node 0
     /// ```
-    pub fn lines(&self, role: &str, queue: usize) -> String {
+    pub(crate) fn lines(&self, role: &str, queue: usize) -> String {
         let bound = self.bound_node;
         let mut text = format!("memory ({role}): q{queue} bound to node {bound}: ");
         match &self.pages {
@@ -125,7 +125,7 @@ impl MemoryPlacement {
     }
 
     /// The `memory` object of a placement entry; unknown pages are null with the reason.
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         let pages = self.pages.as_ref().ok();
         json!({
             "bound_node": self.bound_node,

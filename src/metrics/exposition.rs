@@ -69,7 +69,7 @@ fn split_labels(s: &str) -> Vec<&str> {
 }
 
 /// Orders strings with digit runs compared as numbers: `q2` < `q10`, `flow="9"` < `flow="other"`.
-pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn natural_cmp(a: &str, b: &str) -> Ordering {
     let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
     loop {
         match (a.first(), b.first()) {
@@ -107,7 +107,7 @@ fn trim_zeros(digits: &[u8]) -> &[u8] {
 
 /// Returns `text` (Prometheus text format) with families sorted by name and the series of each
 /// family sorted by labels. Blank lines separate the families, as the exporter writes them.
-pub fn sorted(text: &str) -> String {
+pub(crate) fn sorted(text: &str) -> String {
     let mut families: Vec<Family<'_>> = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         if let Some(rest) = line.strip_prefix("# ") {

@@ -82,7 +82,7 @@ struct TxFlowHandles {
 }
 
 /// One sender queue's handles.
-pub struct TxWorker {
+pub(crate) struct TxWorker {
     shared: Arc<SenderShared>,
     flows: Vec<TxFlowHandles>,
     ring: RingHandles,
@@ -92,7 +92,7 @@ pub struct TxWorker {
 
 impl TxWorker {
     /// Registers every series of a sender queue that owns `flow_ids`, pacing at `target_pps`.
-    pub fn register(
+    pub(crate) fn register(
         q: &QueueView,
         flow_ids: &[u32],
         target_pps: Option<f64>,
@@ -154,7 +154,7 @@ struct RxFlowHandles {
 }
 
 /// One sink queue's handles.
-pub struct RxWorker {
+pub(crate) struct RxWorker {
     shared: Arc<SinkShared>,
     /// Flow ids below this get their own series; the rest are summed into `flow="other"`.
     exported_flows: usize,
@@ -174,7 +174,11 @@ pub struct RxWorker {
 
 impl RxWorker {
     /// Registers every series of a sink queue: flows `0..exported_flows` and `other`.
-    pub fn register(q: &QueueView, exported_flows: usize, shared: Arc<SinkShared>) -> RxWorker {
+    pub(crate) fn register(
+        q: &QueueView,
+        exported_flows: usize,
+        shared: Arc<SinkShared>,
+    ) -> RxWorker {
         let names: Vec<String> = (0..exported_flows)
             .map(|f| f.to_string())
             .chain(["other".into()])
@@ -274,17 +278,17 @@ fn set_rx_flow(h: &RxFlowHandles, f: &RxFlow) {
 }
 
 /// All handles of a run.
-pub struct Handles {
+pub(crate) struct Handles {
     /// Sender queues.
-    pub tx: Vec<TxWorker>,
+    pub(crate) tx: Vec<TxWorker>,
     /// Sink queues.
-    pub rx: Vec<RxWorker>,
+    pub(crate) rx: Vec<RxWorker>,
     /// The sink's per-sender series.
-    pub senders: Option<super::senders::SenderSeries>,
+    pub(crate) senders: Option<super::senders::SenderSeries>,
     /// The sender's rate schedule series.
-    pub steps: Option<super::steps::StepSeries>,
+    pub(crate) steps: Option<super::steps::StepSeries>,
     /// The sender's and the sink's size classes.
-    pub sizes: (
+    pub(crate) sizes: (
         Option<super::sizes::TxSizeSeries>,
         Option<super::sizes::RxSizeSeries>,
     ),
@@ -292,7 +296,7 @@ pub struct Handles {
 
 impl Handles {
     /// Copies every worker's published counters into the exporter.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         for w in &self.tx {
             w.flush();
         }

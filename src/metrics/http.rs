@@ -27,12 +27,12 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// Longest request head read.
 const MAX_REQUEST: usize = 8192;
 /// Connections served at once; more are answered 503 and closed.
-pub const MAX_CONNECTIONS: usize = 4096;
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
 /// Stack of a connection thread (rendering allocates on the heap).
 const CONNECTION_STACK: usize = 128 * 1024;
 
 /// Serves `handle` on `listener` and runs its upkeep, each on a thread of its own.
-pub fn spawn(listener: TcpListener, handle: PrometheusHandle) -> std::io::Result<()> {
+pub(crate) fn spawn(listener: TcpListener, handle: PrometheusHandle) -> std::io::Result<()> {
     let upkeep = handle.clone();
     thread::Builder::new()
         .name("metrics-upkeep".into())

@@ -4,15 +4,15 @@
 //! least every 20 ms and once more after the workers stop, before the summary is printed.
 //! The endpoint (`http`) serves the families and series in a stable, sorted order.
 
-pub mod exposition;
-pub mod handles;
-pub mod http;
-pub mod names;
-pub mod senders;
-pub mod sizes;
-pub mod steps;
-pub mod tcp;
-pub mod tcp_senders;
+pub(crate) mod exposition;
+pub(crate) mod handles;
+pub(crate) mod http;
+pub(crate) mod names;
+pub(crate) mod senders;
+pub(crate) mod sizes;
+pub(crate) mod steps;
+pub(crate) mod tcp;
+pub(crate) mod tcp_senders;
 
 use std::net::SocketAddr;
 
@@ -32,7 +32,7 @@ use crate::{
 };
 
 /// `result` label values of `ringblast_rx_control_connections_total`.
-pub const CONTROL_RESULTS: [&str; 10] = [
+pub(crate) const CONTROL_RESULTS: [&str; 10] = [
     "accepted",
     "authenticated",
     "auth_failed",
@@ -47,14 +47,14 @@ pub const CONTROL_RESULTS: [&str; 10] = [
 
 /// How often counters are copied into the exporter (every reporter tick): a scrape sees values
 /// at most this old, which keeps `rate()` over a few seconds within a fraction of a percent.
-pub const FLUSH_EVERY_NS: u64 = 20_000_000;
+pub(crate) const FLUSH_EVERY_NS: u64 = 20_000_000;
 /// How often process metrics are collected.
 const PROCESS_EVERY_NS: u64 = 1_000_000_000;
 /// Latency histogram series per sink queue: buckets, `+Inf`, `_sum`, `_count`.
 const LATENCY_SERIES: usize = crate::stats::LATENCY_BOUNDS_NS.len() + 3;
 
 /// Starts the HTTP listener on `addr` and installs the global recorder.
-pub fn install(addr: SocketAddr) -> Result<(), Error> {
+pub(crate) fn install(addr: SocketAddr) -> Result<(), Error> {
     let listener = std::net::TcpListener::bind(addr).map_err(|e| {
         Error::Unsupported(format!(
             "cannot serve metrics on {addr}: {e}; pick a free port with --metrics ADDR:PORT"
@@ -87,23 +87,23 @@ pub fn install(addr: SocketAddr) -> Result<(), Error> {
 
 /// The shape of a run, for the series count.
 #[derive(Clone, Debug, Default)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// Flows per sender queue.
-    pub tx_flows_per_queue: Vec<usize>,
+    pub(crate) tx_flows_per_queue: Vec<usize>,
     /// Sink queues.
-    pub rx_queues: usize,
+    pub(crate) rx_queues: usize,
     /// Flows with their own series per sink queue (plus one `other`).
-    pub rx_exported_flows: usize,
+    pub(crate) rx_exported_flows: usize,
     /// Distinct NUMA nodes.
-    pub nodes: usize,
+    pub(crate) nodes: usize,
     /// Senders a sink gives their own series (`--max-senders`, plus `other`); 0 for a sender.
-    pub rx_senders: usize,
+    pub(crate) rx_senders: usize,
     /// Online NUMA nodes: a queue's packet memory has a page series per node it has pages on.
-    pub memory_nodes: usize,
+    pub(crate) memory_nodes: usize,
 }
 
 /// Series this run exports, process metrics excluded.
-pub fn series_count(shape: &Shape) -> usize {
+pub(crate) fn series_count(shape: &Shape) -> usize {
     let ring = 6;
     let tx: usize = shape
         .tx_flows_per_queue
@@ -151,7 +151,7 @@ pub fn series_count(shape: &Shape) -> usize {
 }
 
 /// Refuses a run whose series count is above `limit`, naming the product that drives it.
-pub fn check_cardinality(shape: &Shape, limit: usize) -> Result<usize, Error> {
+pub(crate) fn check_cardinality(shape: &Shape, limit: usize) -> Result<usize, Error> {
     let n = series_count(shape);
     if n > limit {
         let flows: usize = shape.tx_flows_per_queue.iter().sum();
@@ -166,7 +166,7 @@ pub fn check_cardinality(shape: &Shape, limit: usize) -> Result<usize, Error> {
 }
 
 /// Sets the info gauges and the registered memory per node.
-pub fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) {
+pub(crate) fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) {
     gauge!(names::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     for role in roles {
         gauge!(names::RUN_INFO, "role" => role.to_string(), "protocol" => "udp").set(1.0);
@@ -179,7 +179,7 @@ pub fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) {
 /// Sets the packet memory gauges of `role`'s queues once, from what each measured at set-up:
 /// the bound node, whether hugepages back it, and its resident pages per node (none when they
 /// could not be counted: unknown is no number).
-pub fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) {
+pub(crate) fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) {
     // The bound node goes last: a scrape that shows it shows the queue's other gauges set (a
     // gauge reads 0 between its registration and its first set).
     for (q, m) in queues.iter().zip(memory) {
@@ -198,7 +198,7 @@ pub fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlacement]) 
 }
 
 /// The live exporter side of a run: handles plus the flush cadence.
-pub struct Exporter {
+pub(crate) struct Exporter {
     handles: Handles,
     process: metrics_process::Collector,
     last_flush: u64,
@@ -207,7 +207,7 @@ pub struct Exporter {
 
 impl Exporter {
     /// Wraps registered handles; collects process metrics too.
-    pub fn new(handles: Handles) -> Exporter {
+    pub(crate) fn new(handles: Handles) -> Exporter {
         let process = metrics_process::Collector::default();
         process.describe();
         process.collect();
@@ -222,7 +222,7 @@ impl Exporter {
     }
 
     /// Flushes when 20 ms have passed, or always when `force` (the final flush).
-    pub fn tick(&mut self, force: bool) {
+    pub(crate) fn tick(&mut self, force: bool) {
         let now = clock::monotonic_ns();
         if force || now - self.last_flush >= FLUSH_EVERY_NS {
             self.handles.flush();

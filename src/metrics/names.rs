@@ -5,7 +5,7 @@
 
 /// How a metric is exposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A monotonic counter.
     Counter,
     /// A value that goes up and down.
@@ -14,24 +14,37 @@ pub enum Kind {
     Histogram,
 }
 
+impl Kind {
+    /// The type as docs/metrics.md names it.
+    #[cfg(test)]
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
 /// One exported metric.
 #[derive(Clone, Copy, Debug)]
-pub struct Metric {
+pub(crate) struct Metric {
     /// Full name as scraped.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Counter, gauge or histogram.
-    pub kind: Kind,
-    /// Label names, in order.
-    pub labels: &'static str,
+    pub(crate) kind: Kind,
+    /// Label names, in order (checked against docs/metrics.md).
+    #[cfg(test)]
+    pub(crate) labels: &'static str,
     /// HELP text.
-    pub help: &'static str,
+    pub(crate) help: &'static str,
 }
 
 macro_rules! metrics {
     ($($ident:ident = $name:literal, $kind:ident, $labels:literal, $help:literal;)*) => {
-        $(#[doc = $help] pub const $ident: &str = $name;)*
+        $(#[doc = $help] pub(crate) const $ident: &str = $name;)*
         /// Every metric, for `describe` and the table in docs/metrics.md.
-        pub const ALL: &[Metric] = &[$(Metric { name: $name, kind: Kind::$kind, labels: $labels, help: $help }),*];
+        pub(crate) const ALL: &[Metric] = &[$(Metric { name: $name, kind: Kind::$kind, #[cfg(test)] labels: $labels, help: $help }),*];
     };
 }
 
@@ -119,7 +132,7 @@ metrics! {
 }
 
 /// Latency histogram bucket bounds in seconds (1 µs … 1 s), matching `stats::LATENCY_BOUNDS_NS`.
-pub fn latency_buckets() -> Vec<f64> {
+pub(crate) fn latency_buckets() -> Vec<f64> {
     crate::stats::LATENCY_BOUNDS_NS
         .iter()
         .map(|ns| *ns as f64 / 1e9)
@@ -164,11 +177,13 @@ mod docs {
     fn the_metrics_page_table_lists_every_metric() {
         let page = include_str!("../../docs/metrics.md");
         for m in super::ALL {
-            assert!(
-                page.contains(&format!("| `{}` |", m.name)),
-                "docs/metrics.md lacks {}",
-                m.name
-            );
+            let labels = if m.labels.is_empty() {
+                "–".to_string()
+            } else {
+                m.labels.replace(',', ", ")
+            };
+            let row = format!("| `{}` | {} | {labels} |", m.name, m.kind.as_str());
+            assert!(page.contains(&row), "docs/metrics.md lacks the row {row}");
         }
     }
 }

@@ -56,14 +56,14 @@ pub(super) fn clock_seconds(clock: &LatencyClock) -> (f64, f64) {
 }
 
 /// Per-sender series of one sink process.
-pub struct SenderSeries {
+pub(crate) struct SenderSeries {
     registry: Arc<Registry>,
     handles: BTreeMap<String, SenderHandles>,
 }
 
 impl SenderSeries {
     /// Series over `registry`'s books.
-    pub fn new(registry: Arc<Registry>) -> SenderSeries {
+    pub(crate) fn new(registry: Arc<Registry>) -> SenderSeries {
         SenderSeries {
             registry,
             handles: BTreeMap::new(),
@@ -71,7 +71,7 @@ impl SenderSeries {
     }
 
     /// Sets every sender's series from the books, registering new senders' series first.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         for row in self.registry.rows(false) {
             let h = self
                 .handles

@@ -34,7 +34,7 @@ impl ClassHandles {
 }
 
 /// The sender's classes.
-pub struct TxSizeSeries {
+pub(crate) struct TxSizeSeries {
     shared: Vec<Arc<SenderShared>>,
     /// Per mix class index, the series of its payload length (shared by equal lengths).
     class_series: Vec<usize>,
@@ -43,7 +43,7 @@ pub struct TxSizeSeries {
 
 impl TxSizeSeries {
     /// Registers one pair of series per distinct payload length of `plan`.
-    pub fn register(shared: Vec<Arc<SenderShared>>, plan: &SizePlan) -> TxSizeSeries {
+    pub(crate) fn register(shared: Vec<Arc<SenderShared>>, plan: &SizePlan) -> TxSizeSeries {
         let mut lengths: Vec<usize> = Vec::new();
         let class_series = plan
             .classes
@@ -68,7 +68,7 @@ impl TxSizeSeries {
     }
 
     /// Sets the series from the queues' published flow counters.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let mut packets = vec![0u64; self.handles.len()];
         let mut bytes = vec![0u64; self.handles.len()];
         for s in &self.shared {
@@ -88,7 +88,7 @@ impl TxSizeSeries {
 }
 
 /// The sink's classes.
-pub struct RxSizeSeries {
+pub(crate) struct RxSizeSeries {
     registry: Arc<Registry>,
     table: Arc<SizeTable>,
     handles: BTreeMap<Option<u32>, ClassHandles>,
@@ -97,7 +97,7 @@ pub struct RxSizeSeries {
 impl RxSizeSeries {
     /// Series over the sink's books and its size table; the classes already claimed (`pair`
     /// claims its mix's lengths in setup) are registered now, at 0.
-    pub fn new(registry: Arc<Registry>, table: Arc<SizeTable>) -> RxSizeSeries {
+    pub(crate) fn new(registry: Arc<Registry>, table: Arc<SizeTable>) -> RxSizeSeries {
         let handles = table
             .lengths()
             .into_iter()
@@ -111,7 +111,7 @@ impl RxSizeSeries {
     }
 
     /// Sets every class's series, registering those of lengths seen since the last flush.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         let (packets, bytes) = self.registry.size_totals();
         for c in self.table.counts(&packets, bytes) {
             let h = self.handles.entry(c.payload).or_insert_with(|| {

@@ -15,7 +15,7 @@ use super::names::*;
 use crate::{sender::SenderShared, sink::registry::RunVerdict};
 
 /// The `result` label values of `ringblast_tx_step_packets_total`, in tally order.
-pub const STEP_RESULTS: [&str; 6] = [
+pub(crate) const STEP_RESULTS: [&str; 6] = [
     "sent",
     "received",
     "lost",
@@ -26,7 +26,7 @@ pub const STEP_RESULTS: [&str; 6] = [
 
 /// The sink's results of the judged steps, summed, and how many steps were judged or not.
 #[derive(Debug, Default)]
-pub struct StepTally {
+pub(crate) struct StepTally {
     packets: [AtomicU64; STEP_RESULTS.len()],
     judged: AtomicU64,
     unknown: AtomicU64,
@@ -35,7 +35,7 @@ pub struct StepTally {
 impl StepTally {
     /// A step ended: `sent` packets the kernel accepted in it, and the sink's complete verdict
     /// for it, or none (it counts as unknown, its packets in no result).
-    pub fn add(&self, sent: u64, verdict: Option<&RunVerdict>) {
+    pub(crate) fn add(&self, sent: u64, verdict: Option<&RunVerdict>) {
         let Some(v) = verdict.filter(|v| v.complete) else {
             self.unknown.fetch_add(1, Relaxed);
             return;
@@ -57,7 +57,7 @@ impl StepTally {
 }
 
 /// The schedule series of one sender process.
-pub struct StepSeries {
+pub(crate) struct StepSeries {
     shared: Vec<Arc<SenderShared>>,
     tally: Arc<StepTally>,
     step: Gauge,
@@ -68,7 +68,11 @@ pub struct StepSeries {
 
 impl StepSeries {
     /// Registers the series (at 0) for senders of a `steps`-step schedule.
-    pub fn register(shared: Vec<Arc<SenderShared>>, steps: usize, tally: Arc<StepTally>) -> Self {
+    pub(crate) fn register(
+        shared: Vec<Arc<SenderShared>>,
+        steps: usize,
+        tally: Arc<StepTally>,
+    ) -> Self {
         gauge!(TX_SCHEDULE_STEPS).set(steps as f64);
         let step = gauge!(TX_SCHEDULE_STEP);
         step.set(1.0);
@@ -85,7 +89,7 @@ impl StepSeries {
     }
 
     /// Copies the queues' current step and the tally into the series.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let step = self
             .shared
             .iter()

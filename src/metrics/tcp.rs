@@ -56,7 +56,7 @@ struct RxQueue {
 }
 
 /// Every TCP series of a run.
-pub struct TcpHandles {
+pub(crate) struct TcpHandles {
     tx: Vec<TxQueue>,
     rx: Vec<RxQueue>,
     ctx_start: CtxSample,
@@ -65,7 +65,7 @@ pub struct TcpHandles {
 
 impl TcpHandles {
     /// Registers every series (at 0) for these queues.
-    pub fn register(
+    pub(crate) fn register(
         tx: &[(QueueView, Arc<TcpSendShared>)],
         rx: &[(QueueView, Arc<TcpSinkShared>)],
         ctx_start: CtxSample,
@@ -148,7 +148,7 @@ impl TcpHandles {
     }
 
     /// Sets the TCP_INFO series from the reporter's last sample (one entry per sender queue).
-    pub fn flush_info(&self, infos: &[QueueInfo]) {
+    pub(crate) fn flush_info(&self, infos: &[QueueInfo]) {
         for (q, info) in self.tx.iter().zip(infos) {
             q.srtt.set(info.srtt_us_max as f64 / 1e6);
             q.cwnd.set(info.cwnd_segments as f64);
@@ -157,7 +157,7 @@ impl TcpHandles {
     }
 
     /// Copies the published counters into the series (reporter thread).
-    pub fn flush(&self, ctx_now: &CtxSample) {
+    pub(crate) fn flush(&self, ctx_now: &CtxSample) {
         for q in &self.tx {
             let c = q.shared.counters.load();
             for (k, h) in &q.counters {

@@ -22,14 +22,14 @@ struct Handles {
 }
 
 /// Per-sender series of one TCP sink process.
-pub struct TcpSenderSeries {
+pub(crate) struct TcpSenderSeries {
     books: Arc<TcpBooks>,
     handles: BTreeMap<String, Handles>,
 }
 
 impl TcpSenderSeries {
     /// Series over `books`.
-    pub fn new(books: Arc<TcpBooks>) -> TcpSenderSeries {
+    pub(crate) fn new(books: Arc<TcpBooks>) -> TcpSenderSeries {
         TcpSenderSeries {
             books,
             handles: BTreeMap::new(),
@@ -37,7 +37,7 @@ impl TcpSenderSeries {
     }
 
     /// Sets every sender's series from the books, registering new senders' series first.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         for row in self.books.rows() {
             let h = self.handles.entry(row.name.clone()).or_insert_with(|| {
                 let l = [

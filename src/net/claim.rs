@@ -30,7 +30,7 @@ struct Bound {
 }
 
 /// Fails with one line naming the holder when another process has a socket on `listen`.
-pub fn refuse_others(listen: SocketAddr) -> Result<(), Error> {
+pub(crate) fn refuse_others(listen: SocketAddr) -> Result<(), Error> {
     if listen.port() == 0 {
         return Ok(());
     }

@@ -11,7 +11,7 @@ use socket2::Socket;
 use crate::error::Error;
 
 /// A TOS byte, decimal or `0x` hex (`184`, `0xb8`).
-pub fn parse_tos(s: &str) -> Result<u8, String> {
+pub(crate) fn parse_tos(s: &str) -> Result<u8, String> {
     let t = s.trim();
     let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         Some(hex) => u8::from_str_radix(hex, 16),
@@ -21,7 +21,7 @@ pub fn parse_tos(s: &str) -> Result<u8, String> {
 }
 
 /// A port range `LO-HI` (or one port).
-pub fn parse_ports(s: &str) -> Result<(u16, u16), String> {
+pub(crate) fn parse_ports(s: &str) -> Result<(u16, u16), String> {
     let bad =
         || format!("{s:?} is not a port range LO-HI within 1-65535 (e.g. 5000-5063), or one port");
     let (lo, hi) = s.split_once('-').unwrap_or((s, s));
@@ -35,15 +35,15 @@ pub fn parse_ports(s: &str) -> Result<(u16, u16), String> {
 
 /// The header fields of every flow's socket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HeaderFields {
+pub(crate) struct HeaderFields {
     /// IPv4 TOS / IPv6 traffic class byte (DSCP << 2 | ECN).
-    pub tos: Option<u8>,
+    pub(crate) tos: Option<u8>,
     /// IPv4 TTL / IPv6 hop limit.
-    pub ttl: Option<u8>,
+    pub(crate) ttl: Option<u8>,
     /// Source ports (default: one the kernel picks per flow).
-    pub src_ports: Option<(u16, u16)>,
+    pub(crate) src_ports: Option<(u16, u16)>,
     /// Destination ports (default: the `--to` port).
-    pub dst_ports: Option<(u16, u16)>,
+    pub(crate) dst_ports: Option<(u16, u16)>,
 }
 
 fn span(range: Option<(u16, u16)>) -> u32 {
@@ -53,7 +53,7 @@ fn span(range: Option<(u16, u16)>) -> u32 {
 impl HeaderFields {
     /// Refuses more flows than distinct tuples when the source ports are fixed (two sockets
     /// cannot share one source port towards one destination).
-    pub fn check(&self, flows: u32) -> Result<(), Error> {
+    pub(crate) fn check(&self, flows: u32) -> Result<(), Error> {
         let tuples = span(self.src_ports) * span(self.dst_ports);
         if self.src_ports.is_some() && flows > tuples {
             return Err(Error::Usage(format!(
@@ -64,7 +64,7 @@ impl HeaderFields {
     }
 
     /// Flow `flow`'s source port (None: the kernel's choice) and destination.
-    pub fn tuple(&self, flow: u32, to: SocketAddr) -> (Option<u16>, SocketAddr) {
+    pub(crate) fn tuple(&self, flow: u32, to: SocketAddr) -> (Option<u16>, SocketAddr) {
         let s = span(self.src_ports);
         let src = self.src_ports.map(|(lo, _)| lo + (flow % s) as u16);
         let mut dst = to;
@@ -75,7 +75,12 @@ impl HeaderFields {
     }
 
     /// Sets TOS/TTL and binds the source port on a flow's socket before it connects.
-    pub fn apply(&self, sock: &Socket, src: Option<u16>, to: SocketAddr) -> Result<(), Error> {
+    pub(crate) fn apply(
+        &self,
+        sock: &Socket,
+        src: Option<u16>,
+        to: SocketAddr,
+    ) -> Result<(), Error> {
         let set = |what: &str, r: std::io::Result<()>| {
             r.map_err(|e| Error::io(format!("set {what} on a sender socket"), e))
         };
@@ -117,7 +122,7 @@ impl HeaderFields {
     }
 
     /// The plan line: what is set and how flows map onto ports (first flows listed).
-    pub fn describe(&self, flows: u32, to: SocketAddr) -> Option<String> {
+    pub(crate) fn describe(&self, flows: u32, to: SocketAddr) -> Option<String> {
         if *self == HeaderFields::default() {
             return None;
         }

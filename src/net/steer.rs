@@ -55,7 +55,7 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 }
 
 /// The steering program for `queues` queues.
-pub fn program(queues: u32) -> Vec<libc::sock_filter> {
+pub(crate) fn program(queues: u32) -> Vec<libc::sock_filter> {
     let n = queues.max(1);
     let pick = |epoch_at: u32, flow_at: u32| {
         [
@@ -89,7 +89,7 @@ pub fn program(queues: u32) -> Vec<libc::sock_filter> {
 
 /// Attaches the steering program for `queues` queues to `sock`'s `SO_REUSEPORT` group (any
 /// member sets it for the whole group; attaching it again replaces it with the same program).
-pub fn attach(sock: &Socket, queues: u32) -> Result<(), Error> {
+pub(crate) fn attach(sock: &Socket, queues: u32) -> Result<(), Error> {
     let mut prog = program(queues);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
@@ -102,9 +102,10 @@ pub fn attach(sock: &Socket, queues: u32) -> Result<(), Error> {
     })
 }
 
+#[cfg(test)]
 /// The queue index the program picks for a datagram (`None`: the kernel's hash), computed the
 /// same way in Rust, for tests and for reading the program.
-pub fn queue_for(payload: &[u8], queues: u32) -> Option<u32> {
+pub(crate) fn queue_for(payload: &[u8], queues: u32) -> Option<u32> {
     let n = queues.max(1);
     let word = |at: u32| {
         let at = at as usize;

@@ -39,14 +39,14 @@ use std::ops::Range;
 /// Length of the header in bytes.
 pub const HEADER_LEN: usize = 32;
 /// First four bytes of every ringblast datagram: "RBLS".
-pub const MAGIC: u32 = 0x5242_4C53;
+pub(crate) const MAGIC: u32 = 0x5242_4C53;
 /// Header layout version written by this build.
 pub const VERSION: u8 = 2;
 
 /// Length of the compact header (for datagrams shorter than [`HEADER_LEN`]).
-pub const COMPACT_LEN: usize = 18;
+pub(crate) const COMPACT_LEN: usize = 18;
 /// First four bytes of a compact-header datagram: "RBLC".
-pub const COMPACT_MAGIC: u32 = 0x5242_4C43;
+pub(crate) const COMPACT_MAGIC: u32 = 0x5242_4C43;
 
 const MAGIC_AT: Range<usize> = 0..4;
 const VERSION_AT: usize = 4;
@@ -82,11 +82,13 @@ pub enum Invalid {
 }
 
 impl Invalid {
+    #[cfg(test)]
     /// Every reason, for registering one metric series per reason up front.
-    pub const ALL: [Invalid; 3] = [Invalid::Short, Invalid::Magic, Invalid::Version];
+    pub(crate) const ALL: [Invalid; 3] = [Invalid::Short, Invalid::Magic, Invalid::Version];
 
+    #[cfg(test)]
     /// The `reason` label value used in `ringblast_rx_invalid_packets_total`.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Invalid::Short => "short",
             Invalid::Magic => "magic",
@@ -140,7 +142,7 @@ impl Header {
     /// Writes the header form that fits `buf`: the full one from [`HEADER_LEN`] bytes, the
     /// compact one below (`buf` holds at least [`COMPACT_LEN`]; a shorter one stays untouched).
     #[inline]
-    pub fn write_fitting(&self, buf: &mut [u8]) {
+    pub(crate) fn write_fitting(&self, buf: &mut [u8]) {
         if buf.len() >= HEADER_LEN {
             self.write(buf);
         } else if let Some(head) = buf.first_chunk_mut::<COMPACT_LEN>() {
@@ -166,7 +168,7 @@ pub fn parse(buf: &[u8]) -> Result<Header, Invalid> {
 
 /// Which header form a datagram carried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Form {
+pub(crate) enum Form {
     /// The 32-byte header: full sequence number and a timestamp.
     Full,
     /// The 18-byte compact header: `seq` holds only its low 32 bits, no timestamp (0).
@@ -177,7 +179,7 @@ pub enum Form {
 /// the full one for its version). Anything shorter than the compact form is [`Invalid::Short`],
 /// anything longer with neither magic [`Invalid::Magic`].
 #[inline]
-pub fn parse_any(buf: &[u8]) -> Result<(Header, Form), Invalid> {
+pub(crate) fn parse_any(buf: &[u8]) -> Result<(Header, Form), Invalid> {
     let Some(head) = buf.first_chunk::<COMPACT_LEN>() else {
         return Err(Invalid::Short);
     };
@@ -205,7 +207,7 @@ pub fn parse_any(buf: &[u8]) -> Result<(Header, Form), Invalid> {
 
 /// The 64-bit sequence number whose low 32 bits are `low`, nearest to `reference` (the
 /// session's highest number so far, or its stated start).
-pub fn extend_seq(reference: u64, low: u32) -> u64 {
+pub(crate) fn extend_seq(reference: u64, low: u32) -> u64 {
     const SPAN: u64 = 1 << 32;
     let candidate = (reference & !(SPAN - 1)) | u64::from(low);
     if candidate.saturating_add(SPAN / 2) < reference {

@@ -29,24 +29,24 @@ use std::ops::Range;
 use super::header::MAGIC;
 
 /// Bytes of a record header.
-pub const RECORD_HEADER_LEN: usize = 32;
+pub(crate) const RECORD_HEADER_LEN: usize = 32;
 /// The largest record a sink accepts (and a sender may be asked to write).
-pub const MAX_RECORD: usize = 1 << 20;
+pub(crate) const MAX_RECORD: usize = 1 << 20;
 /// Header layout version of records (the layout of datagram header v2).
-pub const RECORD_VERSION: u8 = 2;
+pub(crate) const RECORD_VERSION: u8 = 2;
 /// Flag bit of every TCP record.
-pub const FLAG_RECORD: u8 = 0x80;
+pub(crate) const FLAG_RECORD: u8 = 0x80;
 /// Flag bit of a sink's response to a request (request/response pattern).
-pub const FLAG_RESPONSE: u8 = 0x40;
+pub(crate) const FLAG_RESPONSE: u8 = 0x40;
 /// Flag bit of a request: the 4 bytes after the header hold the response length.
-pub const FLAG_REQUEST: u8 = 0x20;
+pub(crate) const FLAG_REQUEST: u8 = 0x20;
 /// Flag bit of a sink's acknowledgement on a stream: its sequence field holds how many records
 /// of this connection the sink has counted so far.
-pub const FLAG_ACK: u8 = 0x10;
+pub(crate) const FLAG_ACK: u8 = 0x10;
 /// Bytes of a request's header: the record header and the response length.
-pub const REQUEST_HEADER_LEN: usize = RECORD_HEADER_LEN + 4;
+pub(crate) const REQUEST_HEADER_LEN: usize = RECORD_HEADER_LEN + 4;
 /// The largest response a request may ask for.
-pub const MAX_RESPONSE: usize = 16 * 1024;
+pub(crate) const MAX_RESPONSE: usize = 16 * 1024;
 
 const VERSION_AT: usize = 4;
 const FLAGS_AT: usize = 5;
@@ -58,26 +58,26 @@ const TIMESTAMP_AT: Range<usize> = 24..32;
 
 /// One record's header fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecordHeader {
+pub(crate) struct RecordHeader {
     /// Record bytes, header included.
-    pub len: u32,
+    pub(crate) len: u32,
     /// [`FLAG_RESPONSE`], [`FLAG_REQUEST`] or 0 (the record flag is implied).
-    pub flags: u8,
+    pub(crate) flags: u8,
     /// Connection id at the sender (16 bits on the wire).
-    pub flow: u16,
+    pub(crate) flow: u16,
     /// Sender epoch.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Record sequence number on this connection.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// Send timestamp (CLOCK_REALTIME ns).
-    pub timestamp_ns: u64,
+    pub(crate) timestamp_ns: u64,
 }
 
 impl RecordHeader {
     /// Writes the header into the first [`RECORD_HEADER_LEN`] bytes of `buf`; a shorter `buf`
     /// is left untouched (callers size records to at least a header).
     #[inline]
-    pub fn write(&self, buf: &mut [u8]) {
+    pub(crate) fn write(&self, buf: &mut [u8]) {
         let Some(h) = buf.first_chunk_mut::<RECORD_HEADER_LEN>() else {
             return;
         };
@@ -92,7 +92,7 @@ impl RecordHeader {
     }
 
     /// Decodes a complete header, checking magic, version, flag and length in that order.
-    pub fn parse(h: &[u8; RECORD_HEADER_LEN]) -> Result<RecordHeader, Broken> {
+    pub(crate) fn parse(h: &[u8; RECORD_HEADER_LEN]) -> Result<RecordHeader, Broken> {
         if h[0..4] != MAGIC.to_be_bytes() {
             return Err(Broken::Magic);
         }
@@ -122,7 +122,7 @@ fn be<const N: usize>(h: &[u8; RECORD_HEADER_LEN], at: Range<usize>) -> [u8; N] 
 
 /// Why a stream lost its framing (the `reason` of an invalid count; the connection is closed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Broken {
+pub(crate) enum Broken {
     /// A record did not start with the ringblast magic (garbage, or another protocol).
     Magic,
     /// The version byte or the record flag is wrong.
@@ -134,44 +134,27 @@ pub enum Broken {
 }
 
 impl Broken {
-    /// Every reason, in the order of the sink's invalid counters.
-    pub const ALL: [Broken; 4] = [
-        Broken::Magic,
-        Broken::Version,
-        Broken::Length,
-        Broken::Truncated,
-    ];
-
-    /// The `reason` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Broken::Magic => "magic",
-            Broken::Version => "version",
-            Broken::Length => "length",
-            Broken::Truncated => "truncated",
-        }
-    }
-
+    #[cfg(test)]
     /// Index into per-reason counters (`ALL` order).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
 
 /// A record that ended in the bytes just fed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// Its header.
-    pub header: RecordHeader,
+    pub(crate) header: RecordHeader,
     /// The response length a request asks for (0 for other records).
-    pub response_len: u32,
+    pub(crate) response_len: u32,
     /// Its sequence number was the one expected on this connection.
-    pub in_sequence: bool,
+    pub(crate) in_sequence: bool,
 }
 
 /// One connection's framing state.
 #[derive(Clone, Copy, Debug)]
-pub struct StreamParser {
+pub(crate) struct StreamParser {
     head: [u8; REQUEST_HEADER_LEN],
     have: usize,
     /// Header bytes of the current record: 32, or 36 for a request.
@@ -199,14 +182,14 @@ impl Default for StreamParser {
 
 impl StreamParser {
     /// A parser at the start of a connection.
-    pub fn new() -> StreamParser {
+    pub(crate) fn new() -> StreamParser {
         StreamParser::default()
     }
 
     /// Feeds the next bytes of the stream, calling `on_record` for every record they complete.
     /// Stops at the first framing error, which the caller treats as the connection's end.
     #[inline]
-    pub fn feed(
+    pub(crate) fn feed(
         &mut self,
         mut data: &[u8],
         mut on_record: impl FnMut(Record),
@@ -270,7 +253,7 @@ impl StreamParser {
     }
 
     /// Whether the stream is between records (an end of stream here is clean).
-    pub fn at_boundary(&self) -> bool {
+    pub(crate) fn at_boundary(&self) -> bool {
         self.have == 0
     }
 }

@@ -32,7 +32,7 @@
 //! comparisons, so no input panics; a stream that reaches `u64::MAX` simply stops advancing.
 
 /// Number of sequence numbers the tracker can still reorder or deduplicate exactly.
-pub const WINDOW: u64 = 1 << 14;
+pub(crate) const WINDOW: u64 = 1 << 14;
 const WORDS: usize = (WINDOW / 64) as usize;
 
 /// What one observed sequence number meant.
@@ -52,17 +52,17 @@ pub enum Outcome {
 
 /// Monotonic counters of one stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SeqCounters {
+pub(crate) struct SeqCounters {
     /// Packets accepted (not counting duplicates seen inside the window).
-    pub received: u64,
+    pub(crate) received: u64,
     /// Sequence numbers declared lost.
-    pub lost: u64,
+    pub(crate) lost: u64,
     /// Packets that arrived after a higher sequence number, inside the window.
-    pub reordered: u64,
+    pub(crate) reordered: u64,
     /// Extra copies of packets seen inside the window.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Packets older than the window (already counted lost).
-    pub late_beyond_window: u64,
+    pub(crate) late_beyond_window: u64,
 }
 
 /// Sequence accounting for a single (epoch, flow) stream; see the module docs for the rules.
@@ -134,7 +134,7 @@ impl SeqTracker {
 
     /// Forgets everything, keeping the bitmap allocation, so a slot can start a new session
     /// without allocating.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.seen.fill(0);
         self.started = false;
         self.baseline = 0;
@@ -145,18 +145,18 @@ impl SeqTracker {
     }
 
     /// Current counters.
-    pub fn counters(&self) -> SeqCounters {
+    pub(crate) fn counters(&self) -> SeqCounters {
         self.counters
     }
 
     /// Highest sequence number seen, `None` before the first packet.
-    pub fn highest(&self) -> Option<u64> {
+    pub(crate) fn highest(&self) -> Option<u64> {
         self.started.then_some(self.highest)
     }
 
     /// The number a 32-bit sequence number is extended next to: the highest so far, or before
     /// the first packet the start the sender stated.
-    pub fn reference(&self) -> Option<u64> {
+    pub(crate) fn reference(&self) -> Option<u64> {
         self.highest().or(self.start_hint)
     }
 
@@ -190,7 +190,7 @@ impl SeqTracker {
     }
 
     /// Closes the session: missing numbers still inside the window become lost. Idempotent.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if !self.started {
             return;
         }
@@ -199,8 +199,9 @@ impl SeqTracker {
         self.open_from = self.highest.saturating_add(1);
     }
 
+    #[cfg(test)]
     /// Missing sequence numbers inside the window that are not yet declared lost.
-    pub fn pending_gaps(&self) -> u64 {
+    pub(crate) fn pending_gaps(&self) -> u64 {
         if !self.started {
             return 0;
         }
@@ -231,7 +232,7 @@ impl SeqTracker {
     /// The sender says this session really started at `start`: numbers from `start` up to the
     /// current start are expected too. Inside the window they become open gaps (a late arrival
     /// still fills them); behind it they are lost at once. A later start changes nothing.
-    pub fn extend_start(&mut self, start: u64) {
+    pub(crate) fn extend_start(&mut self, start: u64) {
         if !self.started {
             self.start_hint = Some(self.start_hint.map_or(start, |h| h.min(start)));
             return;

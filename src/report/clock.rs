@@ -39,7 +39,7 @@ pub(super) fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
 }
 
 /// The `latency_clock` object.
-pub fn latency_clock_json(clock: &LatencyClock, unknown: u64, clamped: u64) -> Value {
+pub(crate) fn latency_clock_json(clock: &LatencyClock, unknown: u64, clamped: u64) -> Value {
     let known = clock.kind != ClockKind::Unknown;
     let mut v = json!({
         "kind": clock.kind.name(),

@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// `[{"frame": F, "payload": P, "weight": W, "packets": N, "bytes": B}, …]` in the mix's order.
-pub fn tx_sizes_json(plan: &SizePlan, total: &TxFlow) -> Value {
+pub(crate) fn tx_sizes_json(plan: &SizePlan, total: &TxFlow) -> Value {
     Value::Array(
         plan.classes
             .iter()
@@ -24,7 +24,7 @@ pub fn tx_sizes_json(plan: &SizePlan, total: &TxFlow) -> Value {
 }
 
 /// The sink's classes summed over every sender's books (closed and live sessions).
-pub fn rx_sizes_json(table: &SizeTable, rows: &[SenderRow]) -> Value {
+pub(crate) fn rx_sizes_json(table: &SizeTable, rows: &[SenderRow]) -> Value {
     let mut packets = [0u64; crate::sink::sizes::CLASSES + 1];
     let mut bytes = 0;
     for r in rows {

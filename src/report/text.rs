@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::{RxSample, loss_percent};
 
 /// The sink's exact latency quantiles (from its HDR histogram) as JSON.
-pub fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
+pub(crate) fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
     json!({"count": h.len(), "min_ns": h.min(), "p50_ns": h.value_at_quantile(0.5), "p99_ns": h.value_at_quantile(0.99),
         "p999_ns": h.value_at_quantile(0.999), "max_ns": h.max(), "mean_ns": h.mean().round() as u64})
 }
@@ -22,7 +22,7 @@ fn ns_text(ns: u64) -> String {
 }
 
 /// The sink's summary line: counts, rates over the active time, loss %, latency, start-up.
-pub fn sink_summary_line(
+pub(crate) fn sink_summary_line(
     summary: &Value,
     total: &RxSample,
     active_s: f64,
@@ -60,7 +60,10 @@ pub fn sink_summary_line(
 
 /// How the sink's queues shared the packets: one JSON entry per queue and, with more than one
 /// queue, a line naming the busiest queue's share against the mean (`--steer` decides it).
-pub fn queue_shares(rx: &[RxSample], queues: &[super::QueueView]) -> (Value, Option<String>) {
+pub(crate) fn queue_shares(
+    rx: &[RxSample],
+    queues: &[super::QueueView],
+) -> (Value, Option<String>) {
     let total: u64 = rx.iter().map(|s| s.traffic.packets).sum();
     let per_queue: Vec<Value> = rx
         .iter()

@@ -27,7 +27,7 @@ const ENTRY_SIZE: usize = std::mem::size_of::<BufRingEntry>();
 
 /// The order in which recycled buffers go back to the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BufOrder {
+pub(crate) enum BufOrder {
     /// In buffer id order, as recv bundles need.
     ById,
     /// As each one is recycled, in any order.
@@ -36,23 +36,23 @@ pub enum BufOrder {
 
 /// Shape of a buffer ring: how many buffers, how large each is, in which order they go back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BufRingLayout {
+pub(crate) struct BufRingLayout {
     /// Number of buffers (a power of two, at most 32768).
-    pub entries: u16,
+    pub(crate) entries: u16,
     /// Size of each buffer in bytes.
-    pub buf_size: u32,
+    pub(crate) buf_size: u32,
     /// How recycled buffers go back.
-    pub order: BufOrder,
+    pub(crate) order: BufOrder,
 }
 
 impl BufRingLayout {
     /// Bytes of the entry array, rounded to whole pages.
-    pub fn ring_bytes(&self) -> usize {
+    pub(crate) fn ring_bytes(&self) -> usize {
         (usize::from(self.entries) * ENTRY_SIZE).div_ceil(PAGE_SIZE) * PAGE_SIZE
     }
 
     /// Bytes the whole layout needs in an arena.
-    pub fn arena_bytes(&self) -> usize {
+    pub(crate) fn arena_bytes(&self) -> usize {
         self.ring_bytes() + usize::from(self.entries) * self.buf_size as usize
     }
 }

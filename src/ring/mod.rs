@@ -14,24 +14,24 @@
 //! out for writing, which is what makes the pushes safe to call. This module and `mem` are the
 //! only places with `unsafe`.
 
-pub mod bufring;
+pub(crate) mod bufring;
 #[cfg(test)]
 mod bundle_tests;
 mod msghdr;
 #[cfg(test)]
 mod msghdr_tests;
 mod ops;
-pub mod probe;
-pub mod tcp_info;
-pub mod token;
+pub(crate) mod probe;
+pub(crate) mod tcp_info;
+pub(crate) mod token;
 
 use std::io;
 
 use io_uring::{IoUring, cqueue, squeue, types};
 
 use self::bufring::BufRing;
-pub use self::bufring::{BufOrder, BufRingLayout};
-pub use self::msghdr::{ArenaRange, MsghdrLengths, parse_recvmsg_out};
+pub(crate) use self::bufring::{BufOrder, BufRingLayout};
+pub(crate) use self::msghdr::{ArenaRange, parse_recvmsg_out};
 use crate::{error::Error, mem::Arena};
 
 /// `IORING_ENTER_GETEVENTS`: run deferred task work and reap completions (io-uring keeps `sys` private).
@@ -41,7 +41,7 @@ const BUFFER_GROUP: u16 = 7;
 
 /// How a ring was set up, after probing the kernel's accepted flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SetupMode {
+pub(crate) enum SetupMode {
     /// `SINGLE_ISSUER | DEFER_TASKRUN` (Linux 6.1): completion work runs only when we enter.
     DeferTaskrun,
     /// `SINGLE_ISSUER | COOP_TASKRUN` (Linux 6.0).
@@ -62,46 +62,46 @@ impl std::fmt::Display for SetupMode {
 
 /// Sizes of a ring.
 #[derive(Clone, Copy, Debug)]
-pub struct RingSize {
+pub(crate) struct RingSize {
     /// Submission queue entries.
-    pub sq_entries: u32,
+    pub(crate) sq_entries: u32,
     /// Completion queue entries.
-    pub cq_entries: u32,
+    pub(crate) cq_entries: u32,
 }
 
 impl RingSize {
     /// Approximate bytes of ring memory the kernel charges to locked memory.
-    pub fn locked_bytes(&self) -> u64 {
+    pub(crate) fn locked_bytes(&self) -> u64 {
         u64::from(self.sq_entries) * 68 + u64::from(self.cq_entries) * 16 + 4096
     }
 }
 
 /// One completion, copied out of the CQ.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Completion {
+pub(crate) struct Completion {
     /// The `user_data` the SQE carried.
-    pub user_data: u64,
+    pub(crate) user_data: u64,
     /// Result: bytes or `-errno`.
-    pub result: i32,
+    pub(crate) result: i32,
     /// CQE flags.
-    pub flags: u32,
+    pub(crate) flags: u32,
 }
 
 impl Completion {
     /// More completions will follow for this request (multishot, or a zero-copy send).
-    pub fn more(&self) -> bool {
+    pub(crate) fn more(&self) -> bool {
         cqueue::more(self.flags)
     }
 
     /// This is a zero-copy send's notification.
-    pub fn is_notification(&self) -> bool {
+    pub(crate) fn is_notification(&self) -> bool {
         cqueue::notif(self.flags)
     }
 
     /// The descriptor an `ACCEPT` completion hands over, now owned by the caller. Call it once
     /// per accept completion and never on another kind: the result of any other op is not a
     /// descriptor (a completion whose token is not an accept yields `None`).
-    pub fn accepted_fd(&self) -> Option<std::os::fd::OwnedFd> {
+    pub(crate) fn accepted_fd(&self) -> Option<std::os::fd::OwnedFd> {
         use std::os::fd::FromRawFd;
         let accept =
             token::Token::decode(self.user_data).is_some_and(|t| t.kind == token::OpKind::Accept);
@@ -114,27 +114,27 @@ impl Completion {
     }
 
     /// The provided buffer this completion used.
-    pub fn buffer_id(&self) -> Option<u16> {
+    pub(crate) fn buffer_id(&self) -> Option<u16> {
         cqueue::buffer_select(self.flags)
     }
 }
 
 /// Plain counters of ring activity, owned by the worker.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RingCounters {
+pub(crate) struct RingCounters {
     /// `io_uring_enter` calls.
-    pub enter_calls: u64,
+    pub(crate) enter_calls: u64,
     /// SQEs the kernel consumed.
-    pub sqes_submitted: u64,
+    pub(crate) sqes_submitted: u64,
     /// CQEs reaped.
-    pub cqes_reaped: u64,
+    pub(crate) cqes_reaped: u64,
     /// Pushes that found the SQ full.
-    pub sq_full: u64,
+    pub(crate) sq_full: u64,
 }
 
 /// What `submit` waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
+pub(crate) enum Wait {
     /// Submit only.
     Nothing,
     /// Submit and run completion work without sleeping (a spinning worker).
@@ -154,10 +154,9 @@ pub enum Wait {
 }
 
 /// A worker's ring together with the memory it points into.
-pub struct Engine {
+pub(crate) struct Engine {
     // Field order is the drop order: the ring goes first, then what it points into.
     ring: IoUring,
-    setup: SetupMode,
     buf_ring: Option<BufRing>,
     /// Where in the arena the receive `msghdr`s lie, once reserved (never moved after).
     msghdrs: Option<msghdr::MsghdrTable>,
@@ -170,14 +169,14 @@ pub struct Engine {
 impl Engine {
     /// Builds a ring on the calling thread, checks `ops`, and registers `arena`: as one fixed
     /// buffer (`register_fixed`), and/or as a provided-buffer ring of `buf_ring` layout.
-    pub fn new(
+    pub(crate) fn new(
         size: RingSize,
         arena: Arena,
         ops: &[probe::RequiredOp],
         register_fixed: bool,
         buf_ring: Option<BufRingLayout>,
     ) -> Result<Engine, Error> {
-        let (ring, setup) = build_ring(size)?;
+        let (ring, _mode) = build_ring(size)?;
         probe::require_ops(&ring, ops)?;
         let mut arena = arena;
         if register_fixed {
@@ -210,7 +209,6 @@ impl Engine {
         };
         Ok(Engine {
             ring,
-            setup,
             buf_ring,
             msghdrs: None,
             connect_to: None,
@@ -219,19 +217,14 @@ impl Engine {
         })
     }
 
-    /// The setup flags the kernel accepted.
-    pub fn setup_mode(&self) -> SetupMode {
-        self.setup
-    }
-
     /// The arena this engine owns.
-    pub fn arena(&self) -> &Arena {
+    pub(crate) fn arena(&self) -> &Arena {
         &self.arena
     }
 
     /// Mutable bytes of the arena, for stamping headers into send slots. `None` out of range
     /// and for bytes the kernel reads pointers from (buffer-ring entries, receive `msghdr`s).
-    pub fn arena_bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+    pub(crate) fn arena_bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
         if self.kernel_owned(ArenaRange { offset, len }) {
             return None;
         }
@@ -239,18 +232,13 @@ impl Engine {
     }
 
     /// Counters of ring activity so far.
-    pub fn counters(&self) -> RingCounters {
+    pub(crate) fn counters(&self) -> RingCounters {
         self.counters
     }
 
     /// Completions the kernel had to drop because the CQ was full (0 with `IORING_FEAT_NODROP`).
-    pub fn cq_overflow(&mut self) -> u32 {
+    pub(crate) fn cq_overflow(&mut self) -> u32 {
         self.ring.completion().overflow()
-    }
-
-    /// Whether the kernel holds completions back because the CQ overflowed.
-    pub fn cq_overflow_pending(&mut self) -> bool {
-        self.ring.submission().cq_overflow()
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> bool {
@@ -266,7 +254,7 @@ impl Engine {
     }
 
     /// Submits queued SQEs and waits as asked. Timeouts and signals are not errors.
-    pub fn submit(&mut self, wait: Wait) -> io::Result<()> {
+    pub(crate) fn submit(&mut self, wait: Wait) -> io::Result<()> {
         let pending = self.ring.submission().len() as u32;
         let submitter = self.ring.submitter();
         let result = match wait {
@@ -307,7 +295,7 @@ impl Engine {
     }
 
     /// Copies up to `out.len()` completions out of the CQ; returns how many.
-    pub fn reap(&mut self, out: &mut [Completion]) -> usize {
+    pub(crate) fn reap(&mut self, out: &mut [Completion]) -> usize {
         let mut n = 0;
         let mut cq = self.ring.completion();
         cq.sync();
@@ -325,7 +313,7 @@ impl Engine {
     }
 
     /// The bytes the kernel wrote into provided buffer `bid` (the whole buffer).
-    pub fn received_buffer(&self, bid: u16) -> &[u8] {
+    pub(crate) fn received_buffer(&self, bid: u16) -> &[u8] {
         match &self.buf_ring {
             Some(br) => self
                 .arena
@@ -338,7 +326,7 @@ impl Engine {
     /// The bytes of one receive of `len` bytes that started in provided buffer `bid`: the
     /// buffers from `bid` on in id order (a recv bundle fills several, wrapping at the ring
     /// size), as at most two slices because the buffers lie back to back in the arena.
-    pub fn received_bytes(&self, bid: u16, len: usize) -> impl Iterator<Item = &[u8]> {
+    pub(crate) fn received_bytes(&self, bid: u16, len: usize) -> impl Iterator<Item = &[u8]> {
         let (start, first, rest) = match &self.buf_ring {
             Some(br) => {
                 let layout = br.layout();
@@ -362,7 +350,7 @@ impl Engine {
 
     /// Hands back every provided buffer a receive of `len` bytes (0 or less: none used, but
     /// the completion named `bid`) took, starting at `bid`: each exactly once.
-    pub fn recycle_received(&mut self, bid: u16, len: i32) {
+    pub(crate) fn recycle_received(&mut self, bid: u16, len: i32) {
         if let Some(br) = self.buf_ring.as_mut() {
             let size = br.layout().buf_size as usize;
             let used = usize::try_from(len).unwrap_or(0).div_ceil(size).max(1);
@@ -373,19 +361,19 @@ impl Engine {
     }
 
     /// Whether this ring's kernel takes recv bundles (`IORING_FEAT_RECVSEND_BUNDLE`, 6.10).
-    pub fn has_recv_bundles(&self) -> bool {
+    pub(crate) fn has_recv_bundles(&self) -> bool {
         self.ring.params().is_feature_recvsend_bundle()
     }
 
     /// Hands provided buffer `bid` back to the kernel (visible after `publish_buffers`).
-    pub fn recycle_buffer(&mut self, bid: u16) {
+    pub(crate) fn recycle_buffer(&mut self, bid: u16) {
         if let Some(br) = self.buf_ring.as_mut() {
             br.recycle(bid);
         }
     }
 
     /// Publishes every recycled buffer with one store.
-    pub fn publish_buffers(&mut self) {
+    pub(crate) fn publish_buffers(&mut self) {
         if let Some(br) = self.buf_ring.as_mut() {
             br.publish();
         }

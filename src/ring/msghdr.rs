@@ -20,11 +20,11 @@ const HEADER_SIZE: usize = std::mem::size_of::<libc::msghdr>();
 
 /// A range of arena bytes: `len` bytes from `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArenaRange {
+pub(crate) struct ArenaRange {
     /// Start, in bytes from the arena's start.
-    pub offset: usize,
+    pub(crate) offset: usize,
     /// Length in bytes.
-    pub len: usize,
+    pub(crate) len: usize,
 }
 
 impl ArenaRange {
@@ -60,19 +60,19 @@ impl MsghdrTable {
 
 /// What the kernel wrote back into a `msghdr` when its receive completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MsghdrLengths {
+pub(crate) struct MsghdrLengths {
     /// Bytes of the sender's address (`msg_namelen`).
-    pub name: usize,
+    pub(crate) name: usize,
     /// Bytes of control messages (`msg_controllen`).
-    pub control: usize,
+    pub(crate) control: usize,
     /// `msg_flags` (`MSG_TRUNC`, `MSG_CTRUNC`).
-    pub flags: i32,
+    pub(crate) flags: i32,
 }
 
 /// The parts of one multishot `RECVMSG` buffer (`io_uring_recvmsg_out`, then the address,
 /// the control messages and the payload) of a receive queued with `name_len` bytes of room for
 /// the address and `control_len` for control messages; `None` when the buffer is too short.
-pub fn parse_recvmsg_out(
+pub(crate) fn parse_recvmsg_out(
     buffer: &[u8],
     name_len: usize,
     control_len: usize,
@@ -86,12 +86,12 @@ pub fn parse_recvmsg_out(
 
 impl Engine {
     /// Bytes one `msghdr` takes in the table (entries lie back to back).
-    pub const MSGHDR_BYTES: usize = HEADER_SIZE;
+    pub(crate) const MSGHDR_BYTES: usize = HEADER_SIZE;
 
     /// Reserves `count` `msghdr`s at arena `offset` for receives (setup, once) and zeroes them.
     /// False when already reserved, for no entries, a misaligned offset, a table that leaves
     /// the arena or one that overlaps the provided-buffer ring.
-    pub fn reserve_msghdrs(&mut self, offset: usize, count: usize) -> bool {
+    pub(crate) fn reserve_msghdrs(&mut self, offset: usize, count: usize) -> bool {
         let table = MsghdrTable { offset, count };
         let Some(len) = count.checked_mul(HEADER_SIZE) else {
             return false;
@@ -115,7 +115,7 @@ impl Engine {
     /// bytes) and control messages (up to `control.len`) into its buffer, after an
     /// `io_uring_recvmsg_out`. False without a buffer ring, for a bad entry or range (see
     /// [`Engine::push_recvmsg_nowait`]), or when the SQ is full.
-    pub fn push_recvmsg_multi(
+    pub(crate) fn push_recvmsg_multi(
         &mut self,
         fd: RawFd,
         index: usize,
@@ -138,7 +138,7 @@ impl Engine {
     /// their lengths back into the entry ([`Engine::msghdr_lengths`]). False without a buffer
     /// ring, for an entry outside the table, for a range that leaves the arena or overlaps the
     /// buffer ring or the table, or when the SQ is full.
-    pub fn push_recvmsg_nowait(
+    pub(crate) fn push_recvmsg_nowait(
         &mut self,
         fd: RawFd,
         index: usize,
@@ -160,7 +160,7 @@ impl Engine {
 
     /// The lengths and flags table entry `index` holds: what the kernel wrote back when the
     /// last receive through it completed (as queued while one is in flight).
-    pub fn msghdr_lengths(&self, index: usize) -> Option<MsghdrLengths> {
+    pub(crate) fn msghdr_lengths(&self, index: usize) -> Option<MsghdrLengths> {
         let header = self.msghdr_ptr(index)?;
         // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as long
         // as `self`. The kernel may write it back concurrently, so it is read volatile, as a

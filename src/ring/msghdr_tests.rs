@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::msghdr::MsghdrLengths;
 use super::*;
 
 const LAYOUT: BufRingLayout = BufRingLayout {

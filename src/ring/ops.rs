@@ -19,7 +19,13 @@ const SEND_ZC_REPORT_USAGE: u16 = 8;
 impl Engine {
     /// Queues a `WRITE_FIXED` of arena bytes `offset..offset+len` on `fd`. Returns false when
     /// the SQ is full or the range is outside the registered arena.
-    pub fn push_write_fixed(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
+    pub(crate) fn push_write_fixed(
+        &mut self,
+        fd: RawFd,
+        offset: usize,
+        len: u32,
+        user_data: u64,
+    ) -> bool {
         let Some(bytes) = self.arena.bytes(offset, len as usize) else {
             return false;
         };
@@ -30,7 +36,7 @@ impl Engine {
     }
 
     /// Queues a plain `SEND` of arena bytes (node-local memory, copied like any send).
-    pub fn push_send(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
+    pub(crate) fn push_send(&mut self, fd: RawFd, offset: usize, len: u32, user_data: u64) -> bool {
         let Some(bytes) = self.arena.bytes(offset, len as usize) else {
             return false;
         };
@@ -42,7 +48,7 @@ impl Engine {
     }
 
     /// Queues a zero-copy `SEND_ZC` of arena bytes from the registered buffer.
-    pub fn push_send_zc_fixed(
+    pub(crate) fn push_send_zc_fixed(
         &mut self,
         fd: RawFd,
         offset: usize,
@@ -63,7 +69,7 @@ impl Engine {
 
     /// Queues a multishot `RECV` on a stream socket into the provided-buffer ring: one
     /// completion per filled buffer until EOF, an error, or the ring runs dry (`ENOBUFS`).
-    pub fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
+    pub(crate) fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
         if self.buf_ring.is_none() {
             return false;
         }
@@ -77,7 +83,7 @@ impl Engine {
     /// carries every byte that was ready, spread over consecutive buffers of the
     /// provided-buffer ring from the one it names (see [`Engine::received_bytes`]). False
     /// when the SQ is full, no buffer ring is registered or the kernel has no bundles.
-    pub fn push_recv_multi_bundle(&mut self, fd: RawFd, user_data: u64) -> bool {
+    pub(crate) fn push_recv_multi_bundle(&mut self, fd: RawFd, user_data: u64) -> bool {
         if self.buf_ring.is_none() || !self.has_recv_bundles() {
             return false;
         }
@@ -90,7 +96,7 @@ impl Engine {
     /// Queues one plain `RECV` on a stream socket into the provided-buffer ring: a single
     /// completion (one buffer at most), so the caller can look at a connection's first bytes
     /// before it commits the descriptor to a multishot receive.
-    pub fn push_recv_once(&mut self, fd: RawFd, user_data: u64) -> bool {
+    pub(crate) fn push_recv_once(&mut self, fd: RawFd, user_data: u64) -> bool {
         if self.buf_ring.is_none() {
             return false;
         }
@@ -103,7 +109,7 @@ impl Engine {
     }
 
     /// Queues a one-shot `POLL_ADD` for `fd` becoming readable.
-    pub fn push_poll_readable(&mut self, fd: RawFd, user_data: u64) -> bool {
+    pub(crate) fn push_poll_readable(&mut self, fd: RawFd, user_data: u64) -> bool {
         let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
             .build()
             .user_data(user_data);
@@ -112,7 +118,7 @@ impl Engine {
 
     /// Queues a multishot `ACCEPT` on listener `fd`: one completion (the new descriptor) per
     /// connection until it fails or is cancelled.
-    pub fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
+    pub(crate) fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> bool {
         let entry = opcode::AcceptMulti::new(types::Fd(fd))
             .flags(libc::SOCK_CLOEXEC)
             .build()
@@ -122,14 +128,14 @@ impl Engine {
 
     /// Sets the address every later [`push_connect`](Self::push_connect) goes to. Only the
     /// first call takes effect, so an address an in-flight connect points at is never freed.
-    pub fn set_connect_target(&mut self, to: SocketAddr) {
+    pub(crate) fn set_connect_target(&mut self, to: SocketAddr) {
         if self.connect_to.is_none() {
             self.connect_to = Some(Box::new(socket2::SockAddr::from(to)));
         }
     }
 
     /// Queues a `CONNECT` of `fd` to the connect target; false when none was set or the SQ is full.
-    pub fn push_connect(&mut self, fd: RawFd, user_data: u64) -> bool {
+    pub(crate) fn push_connect(&mut self, fd: RawFd, user_data: u64) -> bool {
         let Some(addr) = self.connect_to.as_deref() else {
             return false;
         };

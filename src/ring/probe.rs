@@ -17,31 +17,31 @@ use crate::error::Error;
 
 /// An opcode a role needs, with the name shown when it is missing.
 #[derive(Clone, Copy, Debug)]
-pub struct RequiredOp {
+pub(crate) struct RequiredOp {
     /// Kernel opcode number.
-    pub code: u8,
+    pub(crate) code: u8,
     /// `IORING_OP_*` name.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// Kernel release that introduced it.
-    pub since: &'static str,
+    pub(crate) since: &'static str,
 }
 
 /// Opcodes the sender needs in its default mode.
-pub const SEND_OPS: &[RequiredOp] = &[RequiredOp {
+pub(crate) const SEND_OPS: &[RequiredOp] = &[RequiredOp {
     code: opcode::WriteFixed::CODE,
     name: "IORING_OP_WRITE_FIXED",
     since: "5.1",
 }];
 
 /// Opcodes the sender needs with `--send-mode zc`.
-pub const SEND_ZC_OPS: &[RequiredOp] = &[RequiredOp {
+pub(crate) const SEND_ZC_OPS: &[RequiredOp] = &[RequiredOp {
     code: opcode::SendZc::CODE,
     name: "IORING_OP_SEND_ZC",
     since: "6.0",
 }];
 
 /// Opcodes the sender needs with `--send-op send`.
-pub const SEND_PLAIN_OPS: &[RequiredOp] = &[RequiredOp {
+pub(crate) const SEND_PLAIN_OPS: &[RequiredOp] = &[RequiredOp {
     code: opcode::Send::CODE,
     name: "IORING_OP_SEND",
     since: "5.6",
@@ -57,7 +57,7 @@ const MULTISHOT_RECEIVES: RequiredOp = RequiredOp {
 };
 
 /// Opcodes the sink needs.
-pub const SINK_OPS: &[RequiredOp] = &[
+pub(crate) const SINK_OPS: &[RequiredOp] = &[
     RequiredOp {
         code: opcode::RecvMsgMulti::CODE,
         name: "IORING_OP_RECVMSG",
@@ -67,7 +67,7 @@ pub const SINK_OPS: &[RequiredOp] = &[
 ];
 
 /// Opcodes a TCP sender needs besides its send op: it connects and reads responses.
-pub const TCP_CONNECT_OPS: &[RequiredOp] = &[
+pub(crate) const TCP_CONNECT_OPS: &[RequiredOp] = &[
     RequiredOp {
         code: opcode::Connect::CODE,
         name: "IORING_OP_CONNECT",
@@ -82,7 +82,7 @@ pub const TCP_CONNECT_OPS: &[RequiredOp] = &[
 ];
 
 /// Opcodes a TCP sink needs: multishot accept, multishot receive, and sends for responses.
-pub const TCP_SINK_OPS: &[RequiredOp] = &[
+pub(crate) const TCP_SINK_OPS: &[RequiredOp] = &[
     RequiredOp {
         code: opcode::AcceptMulti::CODE,
         name: "IORING_OP_ACCEPT",
@@ -102,7 +102,7 @@ pub const TCP_SINK_OPS: &[RequiredOp] = &[
 ];
 
 /// Fails with the first opcode in `ops` that the kernel does not support.
-pub fn require_ops(ring: &IoUring, ops: &[RequiredOp]) -> Result<(), Error> {
+pub(crate) fn require_ops(ring: &IoUring, ops: &[RequiredOp]) -> Result<(), Error> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe).map_err(|e| {
         Error::Unsupported(format!(
@@ -126,7 +126,7 @@ fn check_ops(ops: &[RequiredOp], supported: impl Fn(u8) -> bool) -> Result<(), E
 /// Whether this kernel's rings take recv bundles: a small ring is set up and its features
 /// (`IORING_FEAT_RECVSEND_BUNDLE`, Linux 6.10) are read. No ring at all reads as no bundles;
 /// the workers' own set-up reports that failure.
-pub fn recv_bundles() -> bool {
+pub(crate) fn recv_bundles() -> bool {
     IoUring::new(2).is_ok_and(|ring| ring.params().is_feature_recvsend_bundle())
 }
 
@@ -134,7 +134,7 @@ pub fn recv_bundles() -> bool {
 /// workers' rings fell back (`None` where it takes `SINGLE_ISSUER|DEFER_TASKRUN`, and where no
 /// ring can be set up at all: the workers report that). The workers' rings are built with the
 /// same attempts, and a kernel answers them alike.
-pub fn ring_setup_note() -> Option<&'static str> {
+pub(crate) fn ring_setup_note() -> Option<&'static str> {
     let size = RingSize {
         sq_entries: 2,
         cq_entries: 4,
@@ -167,7 +167,7 @@ fn io_uring_disabled() -> u32 {
 }
 
 /// Turns an `io_uring_setup` failure into an error that names the cause and the fix.
-pub fn setup_error(err: io::Error) -> Error {
+pub(crate) fn setup_error(err: io::Error) -> Error {
     setup_error_with(err, io_uring_disabled())
 }
 

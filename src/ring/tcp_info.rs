@@ -8,17 +8,17 @@ use std::os::fd::RawFd;
 
 /// What one TCP_INFO sample gives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TcpInfo {
+pub(crate) struct TcpInfo {
     /// Smoothed round-trip time, microseconds.
-    pub srtt_us: u32,
+    pub(crate) srtt_us: u32,
     /// Segments retransmitted over the connection's life.
-    pub total_retrans: u32,
+    pub(crate) total_retrans: u32,
     /// Congestion window, segments.
-    pub snd_cwnd: u32,
+    pub(crate) snd_cwnd: u32,
 }
 
 /// Samples TCP_INFO of socket `fd`; `None` when the call fails (closed, not TCP).
-pub fn sample(fd: RawFd) -> Option<TcpInfo> {
+pub(crate) fn sample(fd: RawFd) -> Option<TcpInfo> {
     // SAFETY: tcp_info is plain old data (integers only), so all-zero is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;

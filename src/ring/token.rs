@@ -10,7 +10,7 @@
 /// What an operation is, so a completion can be routed without a lookup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum OpKind {
+pub(crate) enum OpKind {
     /// A send or write of arena bytes.
     Send = 0,
     /// A (multishot) receive.
@@ -37,19 +37,19 @@ const GENERATION_MASK: u32 = (1 << 24) - 1;
 
 /// A decoded `user_data`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Token {
+pub(crate) struct Token {
     /// The op kind.
-    pub kind: OpKind,
+    pub(crate) kind: OpKind,
     /// Generation of the slot when the op was queued (24 bits; wraps).
-    pub generation: u32,
+    pub(crate) generation: u32,
     /// The slot index.
-    pub index: u32,
+    pub(crate) index: u32,
 }
 
 impl Token {
     /// A token; `generation` is kept modulo 2^24.
     #[inline]
-    pub fn new(kind: OpKind, generation: u32, index: u32) -> Token {
+    pub(crate) fn new(kind: OpKind, generation: u32, index: u32) -> Token {
         Token {
             kind,
             generation: generation & GENERATION_MASK,
@@ -59,7 +59,7 @@ impl Token {
 
     /// The packed `user_data`.
     #[inline]
-    pub fn user_data(self) -> u64 {
+    pub(crate) fn user_data(self) -> u64 {
         (u64::from(self.kind as u8) << 56)
             | (u64::from(self.generation & GENERATION_MASK) << 32)
             | u64::from(self.index)
@@ -67,7 +67,7 @@ impl Token {
 
     /// Unpacks `user_data`; `None` for a kind this build never queues.
     #[inline]
-    pub fn decode(user_data: u64) -> Option<Token> {
+    pub(crate) fn decode(user_data: u64) -> Option<Token> {
         Some(Token {
             kind: OpKind::from_bits((user_data >> 56) as u8)?,
             generation: (user_data >> 32) as u32 & GENERATION_MASK,
@@ -77,7 +77,7 @@ impl Token {
 
     /// Whether this token belongs to slot generation `generation`.
     #[inline]
-    pub fn is_generation(self, generation: u32) -> bool {
+    pub(crate) fn is_generation(self, generation: u32) -> bool {
         self.generation == generation & GENERATION_MASK
     }
 }

@@ -7,46 +7,36 @@
 //! estimate; `pair` is one process, so one clock.
 
 use crate::say;
-use std::{
-    net::SocketAddr,
-    sync::{
-        Arc, Condvar, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use super::{
+    link_state::{self, LinkState},
     part_link,
     roles::{SenderSet, SinkSet},
-    session::{GOODBYE_WAIT, VerdictSource},
+    verdict::{
+        AskSink, GOODBYE_WAIT, flow_verdict, hello_clock, in_process_clock, progress_of,
+        reports_of, run_verdict, verdict_clock,
+    },
 };
 use crate::{
     clock,
     control::{
         auth::Secret,
-        client::{ClientConfig, ClientEvent, ControlClient, SenderView},
+        client::{ClientConfig, ControlClient, SenderView},
         msg::{
-            ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME,
-            Progress, SizeCount, Verdict, VerdictClock, name_byte_allowed,
+            ClockEstimate, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME, Progress, SizeCount,
+            Verdict, name_byte_allowed,
         },
         server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks},
     },
     error::Error,
-    latency_clock::{ClockKind, LatencyClock, NO_ESTIMATE_YET},
     metrics::names,
     sender::SenderShared,
-    sink::{
-        registry::{self, FlowReport, Registry, RunVerdict},
-        sizes::ClassCount,
-    },
-    stats::{Latency, SessionCounters},
+    sink::registry::{self, FlowReport, Registry},
 };
 
 /// How this run's sender and sink talk.
-pub enum Link {
-    /// Nothing to link (the sink of `pair` is linked through `InProcess`).
-    None,
+pub(crate) enum Link {
     /// `pair`: the sender says hello and goodbye to the sink's registry directly.
     InProcess,
     /// A sink serving the control channel.
@@ -66,90 +56,27 @@ pub enum Link {
     Off,
 }
 
-/// What a sender's control channel found out, for its summary.
-#[derive(Debug)]
-pub struct LinkState {
-    /// The sink refused this sender's credentials (the run exits 3).
-    pub refused: AtomicBool,
-    /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
-    control_rtt_ns: AtomicU64,
-    /// Connections dropped because a frame from the sink failed its integrity check, in the
-    /// order of [`INTEGRITY_REASONS`].
-    integrity_failures: [AtomicU64; INTEGRITY_REASONS.len()],
-    /// The sender's first connection attempt has an outcome (hello answered, refused or
-    /// unreachable); set with `awaits` by a sender that talks to a sink.
-    answered: Mutex<bool>,
-    answered_now: Condvar,
-    awaits: AtomicBool,
-}
-
-/// The integrity failures a sender counts (`FrameError::integrity_label`).
-const INTEGRITY_REASONS: [&str; 4] = ["bad_mac", "replayed", "out_of_order", "truncated"];
-
-impl Default for LinkState {
-    fn default() -> LinkState {
-        LinkState {
-            refused: AtomicBool::new(false),
-            control_rtt_ns: AtomicU64::new(u64::MAX),
-            integrity_failures: Default::default(),
-            answered: Mutex::new(false),
-            answered_now: Condvar::new(),
-            awaits: AtomicBool::new(false),
-        }
-    }
-}
-
-impl LinkState {
-    /// The smallest control round trip measured, if any clock exchange completed.
-    pub fn control_rtt_ns(&self) -> Option<u64> {
-        Some(self.control_rtt_ns.load(Ordering::Relaxed)).filter(|&ns| ns != u64::MAX)
-    }
-
-    /// Whether the sink refused this sender's credentials.
-    pub fn refused(&self) -> bool {
-        self.refused.load(Ordering::Relaxed)
-    }
-
-    /// The summary's `control_integrity_failures`: connections dropped per reason.
-    pub fn integrity_json(&self) -> serde_json::Value {
-        INTEGRITY_REASONS
-            .iter()
-            .zip(&self.integrity_failures)
-            .map(|(reason, n)| ((*reason).to_string(), n.load(Ordering::Relaxed).into()))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    }
-
-    fn answer(&self) {
-        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
-        *answered = true;
-        self.answered_now.notify_all();
-    }
-
-    /// Waits up to `limit` for the sender's first connection attempt, so its hello reaches the
-    /// sink before its first datagram (a sink with a secret counts only the datagrams of senders
-    /// that said hello). Returns false when it gave up waiting; true at once without a link.
-    pub fn wait_first_answer(&self, limit: Duration) -> bool {
-        if !self.awaits.load(Ordering::Relaxed) {
-            return true;
-        }
-        let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
-        let (answered, _) = self
-            .answered_now
-            .wait_timeout_while(answered, limit, |a| !*a)
-            .unwrap_or_else(|e| e.into_inner());
-        *answered
-    }
+/// Where a sender's verdict comes from: the sink's books for this sender run.
+pub(crate) enum VerdictSource {
+    /// This run does not send.
+    None,
+    /// The sink runs in this process (`pair`): its registry is asked directly.
+    InProcess,
+    /// A sink elsewhere: given the flows' ends, says goodbye and waits for the verdict
+    /// (the sink's session name and its books), or says why none came.
+    Remote(AskSink),
+    /// A rate schedule: each part is its own epoch, closed as it settles (`part_link`).
+    Parts(part_link::PartLink),
 }
 
 /// What a started link leaves running.
-pub struct Started {
+pub(crate) struct Started {
     /// Where the sender's verdict comes from.
-    pub verdict: VerdictSource,
+    pub(crate) verdict: VerdictSource,
     /// The sink's control server, stopped after the run.
-    pub server: Option<RunningServer>,
+    pub(crate) server: Option<RunningServer>,
     /// What the sender's control channel found out.
-    pub state: Arc<LinkState>,
+    pub(crate) state: Arc<LinkState>,
 }
 
 /// The longest suffix a default name puts after the hostname: a sender's `/{queues}q{flows}f`
@@ -160,12 +87,12 @@ const MAX_NAME_SUFFIX: usize = "/qf".len() + 2 * 20;
 const MAX_HOST_PART: usize = MAX_NAME - MAX_NAME_SUFFIX;
 
 /// The default `--name` of a sender: the hostname and its queue plan.
-pub fn default_sender_name(queues: usize, flows: usize) -> String {
+pub(crate) fn default_sender_name(queues: usize, flows: usize) -> String {
     sender_name_on(&hostname(), queues, flows)
 }
 
 /// A fresh sink session id: the hostname and 32 random bits.
-pub fn sink_session_id() -> String {
+pub(crate) fn sink_session_id() -> String {
     session_id_on(&hostname(), rand::random::<u32>())
 }
 
@@ -207,7 +134,7 @@ fn name_part(raw: &str) -> String {
 }
 
 /// Starts the link for a run whose workers are set up but not released.
-pub fn start(
+pub(crate) fn start(
     link: Link,
     senders: Option<&SenderSet>,
     sinks: Option<&SinkSet>,
@@ -295,8 +222,12 @@ pub fn start(
             });
             let mut config = ClientConfig::new(addr);
             config.secret = secret;
-            state.awaits.store(true, Ordering::Relaxed);
-            let client = ControlClient::start(config, view, Box::new(move |e| event(e, &state)));
+            state.expect_answer();
+            let client = ControlClient::start(
+                config,
+                view,
+                Box::new(move |e| link_state::event(e, &state)),
+            );
             started.verdict = VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
                 let goodbye = Goodbye {
                     flows: flows.iter().map(progress_of).collect(),
@@ -315,138 +246,6 @@ pub fn start(
         _ => {}
     }
     Ok(started)
-}
-
-pub(super) fn event(e: ClientEvent, state: &LinkState) {
-    if !matches!(e, ClientEvent::Clock { .. }) {
-        state.answer();
-    }
-    match e {
-        ClientEvent::Connected {
-            addr,
-            sink_session,
-            reconnect,
-        } => {
-            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
-            if reconnect > 0 {
-                metrics::counter!(names::TX_CONTROL_RECONNECTS).increment(1);
-            }
-            say!(
-                "control: connected to sink {sink_session} at {addr} (connection {})",
-                reconnect + 1
-            );
-        }
-        ClientEvent::Unreachable {
-            addr,
-            reason,
-            retry_in,
-        } => {
-            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            say!(
-                "control: cannot reach the sink at {addr}: {reason}; sending anyway, retrying (next in {:.1}s)",
-                retry_in.as_secs_f64()
-            );
-        }
-        ClientEvent::Lost { reason } => {
-            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            say!("control: lost the sink: {reason}; sending anyway, reconnecting");
-        }
-        ClientEvent::Refused { reason } => {
-            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            state.refused.store(true, Ordering::Relaxed);
-            say!("control: {reason}");
-        }
-        ClientEvent::Breach { reason } => {
-            if let Some(i) = INTEGRITY_REASONS.iter().position(|r| *r == reason) {
-                state.integrity_failures[i].fetch_add(1, Ordering::Relaxed);
-            }
-            metrics::counter!(names::TX_CONTROL_INTEGRITY, "reason" => reason).increment(1);
-        }
-        ClientEvent::Clock { min_rtt_ns, .. } => {
-            let min = state
-                .control_rtt_ns
-                .fetch_min(min_rtt_ns, Ordering::Relaxed)
-                .min(min_rtt_ns);
-            metrics::gauge!(names::TX_CONTROL_RTT).set(min as f64 / 1e9);
-        }
-    }
-}
-
-/// The clock of `pair`'s sender at its in-process sink: the same clock (moved by the test
-/// skew, which the one process knows exactly, when that hook is set).
-pub(super) fn in_process_clock() -> LatencyClock {
-    LatencyClock {
-        offset_ns: clock::test_skew_ns().unwrap_or(0),
-        ..LatencyClock::same_clock()
-    }
-}
-
-/// The clock of a sender at its hello in protocol `version`, as far as the hello tells.
-pub(super) fn hello_clock(hello: &Hello, version: u8) -> LatencyClock {
-    if version < 3 {
-        LatencyClock::unknown(format!(
-            "no clock estimate: the sender speaks control protocol version {version}, without the clock exchange (upgrade it)"
-        ))
-    } else if clock::same_kernel(hello.boot_id.as_deref()) {
-        LatencyClock::same_clock()
-    } else {
-        LatencyClock::unknown(NO_ESTIMATE_YET)
-    }
-}
-
-/// A run's clock, with its packets without a sample and its clamped samples, for a verdict.
-pub(super) fn verdict_clock(clock: &LatencyClock, unknown: u64, clamped: u64) -> VerdictClock {
-    let known = clock.kind != ClockKind::Unknown;
-    VerdictClock {
-        kind: clock.kind,
-        offset_ns: known.then_some(clock.offset_ns),
-        error_bound_ns: known.then_some(clock.error_bound_ns),
-        control_rtt_ns: clock.control_rtt_ns,
-        latency_unknown_packets: unknown,
-        latency_clamped_packets: clamped,
-        reason: (!known).then(|| clock.reason.clone()),
-    }
-}
-
-/// The clock a verdict carries (an older sink says nothing of it).
-fn clock_of(v: Option<&VerdictClock>) -> LatencyClock {
-    match v {
-        Some(c) if c.kind != ClockKind::Unknown => LatencyClock {
-            kind: c.kind,
-            offset_ns: c.offset_ns.unwrap_or(0),
-            error_bound_ns: c.error_bound_ns.unwrap_or(0),
-            control_rtt_ns: c.control_rtt_ns,
-            reason: String::new(),
-        },
-        Some(c) => LatencyClock {
-            control_rtt_ns: c.control_rtt_ns,
-            ..LatencyClock::unknown(c.reason.clone().unwrap_or_default())
-        },
-        None => LatencyClock::unknown(
-            "the sink's verdict does not say how its latency relates to this sender's clock",
-        ),
-    }
-}
-
-/// A sender's per-flow progress (PROGRESS or GOODBYE) as the registry's reports.
-fn reports_of(flows: &[FlowProgress]) -> Vec<FlowReport> {
-    flows
-        .iter()
-        .map(|f| FlowReport {
-            flow: f.flow,
-            first_seq: 0,
-            next_seq: f.next_seq,
-            failed: f.failed,
-        })
-        .collect()
-}
-
-pub(super) fn progress_of(f: &FlowReport) -> FlowProgress {
-    FlowProgress {
-        flow: f.flow,
-        next_seq: f.next_seq,
-        failed: f.failed,
-    }
 }
 
 /// The senders' books of their schedule's parts.
@@ -468,63 +267,6 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
         elapsed_ns,
         step: 0,
         clock: in_process_clock(),
-    }
-}
-
-fn flow_verdict(c: &SessionCounters) -> FlowVerdict {
-    FlowVerdict {
-        rx_packets: c.packets,
-        rx_bytes: c.bytes,
-        rx_lost: c.lost,
-        rx_reordered: c.reordered,
-        rx_duplicates: c.duplicates,
-        rx_invalid: 0,
-        rx_kernel_drops: c.kernel_drops,
-        rx_unconfirmed: c.unconfirmed,
-        tx_failed: c.send_failed,
-    }
-}
-
-fn counters_of(f: &FlowVerdict) -> SessionCounters {
-    SessionCounters {
-        packets: f.rx_packets,
-        bytes: f.rx_bytes,
-        lost: f.rx_lost,
-        reordered: f.rx_reordered,
-        duplicates: f.rx_duplicates,
-        kernel_drops: f.rx_kernel_drops,
-        unconfirmed: f.rx_unconfirmed,
-        send_failed: f.tx_failed,
-        ..SessionCounters::default()
-    }
-}
-
-pub(super) fn run_verdict(v: &Verdict) -> RunVerdict {
-    let mut totals = counters_of(&v.totals);
-    if let Some(c) = &v.clock {
-        totals.latency_unknown = c.latency_unknown_packets;
-        totals.latency_clamped = c.latency_clamped_packets;
-    }
-    RunVerdict {
-        totals,
-        flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
-        complete: true,
-        latency: Latency {
-            p50_ns: v.latency_p50_ns,
-            p99_ns: v.latency_p99_ns,
-            max_ns: v.latency_max_ns,
-        },
-        sizes: v
-            .sizes
-            .iter()
-            .map(|c| ClassCount {
-                payload: (c.payload > 0).then_some(c.payload),
-                packets: c.packets,
-                bytes: c.bytes,
-            })
-            .collect(),
-        clock: clock_of(v.clock.as_ref()),
-        refused: v.totals.rx_invalid,
     }
 }
 
@@ -663,7 +405,7 @@ impl SenderView for View {
 }
 
 /// Copies the control server's counters into `ringblast_rx_control_connections_total`.
-pub fn export_server_stats(stats: &ServerStats) {
+pub(crate) fn export_server_stats(stats: &ServerStats) {
     use std::sync::atomic::Ordering::Relaxed;
     for (result, value) in [
         ("accepted", &stats.accepted),

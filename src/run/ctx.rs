@@ -4,15 +4,15 @@
 
 /// One sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CtxSample {
+pub(crate) struct CtxSample {
     /// The process's voluntary + involuntary switches so far.
-    pub process: Option<u64>,
+    pub(crate) process: Option<u64>,
     /// The machine's switches since boot.
-    pub machine: Option<u64>,
+    pub(crate) machine: Option<u64>,
 }
 
 /// Samples both counts now.
-pub fn sample() -> CtxSample {
+pub(crate) fn sample() -> CtxSample {
     use nix::sys::resource::{UsageWho, getrusage};
     let process = getrusage(UsageWho::RUSAGE_SELF)
         .ok()
@@ -26,7 +26,7 @@ pub fn sample() -> CtxSample {
 }
 
 /// Switches between two samples: (process, machine).
-pub fn delta(before: &CtxSample, after: &CtxSample) -> (Option<u64>, Option<u64>) {
+pub(crate) fn delta(before: &CtxSample, after: &CtxSample) -> (Option<u64>, Option<u64>) {
     let d = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
     (
         d(before.process, after.process),

@@ -20,17 +20,17 @@ use crate::{
 };
 
 /// What the exporter needs to know before workers start.
-pub struct Plan {
+pub(crate) struct Plan {
     /// Listen address.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Series limit.
-    pub max_series: usize,
+    pub(crate) max_series: usize,
     /// Shape of the run.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
 }
 
 /// Checks the series count and starts the HTTP listener.
-pub fn install(plan: &Plan) -> Result<(), Error> {
+pub(crate) fn install(plan: &Plan) -> Result<(), Error> {
     let series = metrics::check_cardinality(&plan.shape, plan.max_series)?;
     metrics::install(plan.addr)?;
     say!("metrics: http://{}/metrics ({series} series)", plan.addr);
@@ -38,7 +38,7 @@ pub fn install(plan: &Plan) -> Result<(), Error> {
 }
 
 /// Registers every worker's series (at 0) and the info gauges.
-pub fn register(
+pub(crate) fn register(
     senders: Option<&SenderSet>,
     sinks: Option<&SinkSet>,
     exported_flows: usize,
@@ -102,7 +102,7 @@ pub fn register(
 }
 
 /// Keeps the process (and its endpoint) alive for `linger`, or until a signal.
-pub fn linger(linger: Duration, signal: &AtomicBool) {
+pub(crate) fn linger(linger: Duration, signal: &AtomicBool) {
     if linger.is_zero() {
         return;
     }

@@ -19,22 +19,22 @@ const EXPORTER: u64 = 16;
 
 /// What a run opens.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Needs {
+pub(crate) struct Needs {
     /// Sender flows (one socket each).
-    pub sender_flows: u64,
+    pub(crate) sender_flows: u64,
     /// Sender queues (one ring each).
-    pub sender_queues: u64,
+    pub(crate) sender_queues: u64,
     /// Sink queues (one socket and one ring each).
-    pub sink_queues: u64,
+    pub(crate) sink_queues: u64,
     /// Control connections a sink accepts at once.
-    pub sink_senders: u64,
+    pub(crate) sink_senders: u64,
     /// Whether the exporter runs.
-    pub exporter: bool,
+    pub(crate) exporter: bool,
 }
 
 impl Needs {
     /// Descriptors the run is expected to hold at its peak.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         BASE + self.sender_flows
             + self.sender_queues
             + 2 * self.sink_queues
@@ -44,7 +44,7 @@ impl Needs {
 }
 
 /// Makes sure `needs` fits under `RLIMIT_NOFILE`, raising the soft limit when the hard one allows.
-pub fn ensure(needs: &Needs) -> Result<(), Error> {
+pub(crate) fn ensure(needs: &Needs) -> Result<(), Error> {
     let need = needs.total();
     let (soft, hard) = nofile_limits();
     match plan(need, soft, hard) {

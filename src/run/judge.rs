@@ -16,20 +16,20 @@ const WINDOW_NS: u64 = 1_000_000_000;
 
 /// The verdict on a finished sender run.
 #[derive(Debug, Default)]
-pub struct Judgement {
+pub(crate) struct Judgement {
     /// Words for the summary line: the achieved share of the target, if paced.
-    pub rate_words: String,
+    pub(crate) rate_words: String,
     /// Warning lines, printed after the summary.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Fields for the JSON summary.
-    pub json: Value,
+    pub(crate) json: Value,
     /// Why the run failed (exit 1), if it did.
-    pub failure: Option<String>,
+    pub(crate) failure: Option<String>,
 }
 
 /// Watches a sender run on every reporter tick, then judges it.
 #[derive(Debug)]
-pub struct Judge {
+pub(crate) struct Judge {
     to: SocketAddr,
     target_pps: Option<f64>,
     min_ratio: Option<f64>,
@@ -51,7 +51,7 @@ fn attempts(total: &TxSample) -> u64 {
 
 impl Judge {
     /// A judge for a run to `to` with this target, started at monotonic `now_ns`.
-    pub fn new(
+    pub(crate) fn new(
         to: SocketAddr,
         target_pps: Option<f64>,
         min_ratio: Option<f64>,
@@ -71,7 +71,7 @@ impl Judge {
     }
 
     /// Takes the run's totals on a reporter tick; returns a line to print (once per kind).
-    pub fn tick(&mut self, now_ns: u64, total: &TxSample) -> Option<String> {
+    pub(crate) fn tick(&mut self, now_ns: u64, total: &TxSample) -> Option<String> {
         if now_ns.saturating_sub(self.window_start_ns) >= WINDOW_NS {
             self.close_window(total);
             self.window_start_ns = now_ns;
@@ -98,7 +98,7 @@ impl Judge {
     }
 
     /// Judges the finished run from its totals and its duration in seconds.
-    pub fn finish(mut self, total: &TxSample, duration_s: f64) -> Judgement {
+    pub(crate) fn finish(mut self, total: &TxSample, duration_s: f64) -> Judgement {
         self.close_window(total);
         let mut j = Judgement::default();
         let mut failures = Vec::new();

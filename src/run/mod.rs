@@ -2,22 +2,24 @@
 //! hands them to the reporting session. This is the second stage of argument handling; `cli`
 //! only parses.
 
-pub mod control_link;
-pub mod ctx;
-pub mod exporting;
-pub mod fds;
-pub mod judge;
-pub mod part_link;
-pub mod placement;
-pub mod roles;
-pub mod search;
-pub mod session;
-pub mod shape;
-pub mod steps;
-pub mod tcp;
-pub mod tcp_control;
-pub mod tcp_report;
-pub mod wire;
+pub(crate) mod control_link;
+pub(crate) mod ctx;
+pub(crate) mod exporting;
+pub(crate) mod fds;
+pub(crate) mod judge;
+pub(crate) mod link_state;
+pub(crate) mod part_link;
+pub(crate) mod placement;
+pub(crate) mod roles;
+pub(crate) mod search;
+pub(crate) mod session;
+pub(crate) mod shape;
+pub(crate) mod steps;
+pub(crate) mod tcp;
+pub(crate) mod tcp_control;
+pub(crate) mod tcp_report;
+pub(crate) mod verdict;
+pub(crate) mod wire;
 
 use crate::say;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -42,7 +44,7 @@ use crate::{
 };
 
 /// `pair`'s default run length when neither --duration nor --count is given.
-pub const PAIR_DEFAULT_DURATION: Duration = Duration::from_secs(10);
+pub(crate) const PAIR_DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
 /// Runs one command to completion.
 pub fn execute(cli: Cli) -> Result<(), Error> {

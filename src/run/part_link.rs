@@ -17,8 +17,8 @@ use std::{
 use crate::latency_clock::LatencyClock;
 
 use super::{
-    control_link,
-    session::{GOODBYE_WAIT, VerdictResult},
+    link_state::{self},
+    verdict::{self, GOODBYE_WAIT, VerdictResult},
 };
 use crate::{
     clock,
@@ -41,7 +41,7 @@ use crate::{
 const POLL: Duration = Duration::from_millis(5);
 
 /// Where every flow of these sender queues stands in `part`.
-pub fn part_reports(
+pub(crate) fn part_reports(
     shared: &[Arc<SenderShared>],
     flows: &[Vec<u32>],
     first_seq: u64,
@@ -71,7 +71,7 @@ fn settled(shared: &[Arc<SenderShared>], part: usize) -> bool {
 }
 
 /// Announces and closes the parts' sessions at a sink.
-pub trait PartSink: Send {
+pub(crate) trait PartSink: Send {
     /// Says hello for `part`'s epoch, before its first packet.
     fn open(&mut self, part: usize);
     /// Says goodbye for `part`'s epoch with its flows' true ends; the sink's verdict.
@@ -80,35 +80,35 @@ pub trait PartSink: Send {
 
 /// The parts of a run as the sender's books see them.
 #[derive(Clone)]
-pub struct PartBooks {
+pub(crate) struct PartBooks {
     /// Shared counters per sender queue.
-    pub shared: Vec<Arc<SenderShared>>,
+    pub(crate) shared: Vec<Arc<SenderShared>>,
     /// Flow ids per queue.
-    pub flows: Vec<Vec<u32>>,
+    pub(crate) flows: Vec<Vec<u32>>,
     /// First sequence number of every flow in every part.
-    pub first_seq: u64,
+    pub(crate) first_seq: u64,
     /// The epoch of each part.
-    pub epochs: Arc<[u32]>,
+    pub(crate) epochs: Arc<[u32]>,
     /// The sink's results of the parts judged so far, for the exporter.
-    pub tally: Arc<StepTally>,
+    pub(crate) tally: Arc<StepTally>,
 }
 
 impl PartBooks {
     /// Where every flow stands in `part`.
-    pub fn reports(&self, part: usize) -> Vec<FlowReport> {
+    pub(crate) fn reports(&self, part: usize) -> Vec<FlowReport> {
         part_reports(&self.shared, &self.flows, self.first_seq, part)
     }
 }
 
 /// The running thread that closes the parts.
-pub struct PartLink {
+pub(crate) struct PartLink {
     senders_done: Arc<AtomicBool>,
     thread: JoinHandle<Vec<VerdictResult>>,
 }
 
 /// Opens the first two parts now (before the workers are released) and closes each part on a
 /// thread as soon as it settles, opening the one after the next.
-pub fn start(mut sink: Box<dyn PartSink>, books: PartBooks) -> PartLink {
+pub(crate) fn start(mut sink: Box<dyn PartSink>, books: PartBooks) -> PartLink {
     let parts = books.epochs.len();
     for part in 0..parts.min(2) {
         sink.open(part);
@@ -156,7 +156,7 @@ pub fn start(mut sink: Box<dyn PartSink>, books: PartBooks) -> PartLink {
 
 impl PartLink {
     /// After every sender worker has ended: waits for the last goodbyes, one verdict per part.
-    pub fn finish(self) -> Vec<VerdictResult> {
+    pub(crate) fn finish(self) -> Vec<VerdictResult> {
         self.senders_done.store(true, Ordering::Release);
         self.thread
             .join()
@@ -167,7 +167,7 @@ impl PartLink {
 /// The run's verdict: the sum of its parts' (the first part without one makes it unknown).
 /// Latency quantiles are cell bounds: the run's are the parts' merged cells, or, when a remote
 /// sink sent only quantiles, the largest of the parts' bounds (still a true upper bound).
-pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
+pub(crate) fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
     let mut session = String::new();
     let mut run = RunVerdict {
         complete: true,
@@ -209,11 +209,11 @@ pub fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
 }
 
 /// `pair`: the in-process sink's registry.
-pub struct InProcess {
+pub(crate) struct InProcess {
     /// The sink's books.
-    pub registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     /// The sender's books.
-    pub books: PartBooks,
+    pub(crate) books: PartBooks,
 }
 
 impl PartSink for InProcess {
@@ -224,7 +224,7 @@ impl PartSink for InProcess {
             flows: self.books.reports(part),
             elapsed_ns: 0,
             step: part as u32,
-            clock: control_link::in_process_clock(),
+            clock: verdict::in_process_clock(),
         };
         let (_, line) = self.registry.hello(None, &hello);
         if part == 0 {
@@ -241,23 +241,23 @@ impl PartSink for InProcess {
 }
 
 /// A sink elsewhere: one control connection per part.
-pub struct Remote {
+pub(crate) struct Remote {
     /// The sink's control address and secret.
-    pub config: ClientConfig,
+    pub(crate) config: ClientConfig,
     /// The sender's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The sender's books.
-    pub books: PartBooks,
+    pub(crate) books: PartBooks,
     /// The schedule, for each part's rate and start.
-    pub schedule: Arc<RateSchedule>,
+    pub(crate) schedule: Arc<RateSchedule>,
     /// UDP payload bytes of the largest datagram.
-    pub size: u32,
+    pub(crate) size: u32,
     /// Monotonic ns at (about) the first send.
-    pub started_ns: u64,
+    pub(crate) started_ns: u64,
     /// What the control connections found out (the sink refused us; the control round trip).
-    pub state: Arc<control_link::LinkState>,
+    pub(crate) state: Arc<link_state::LinkState>,
     /// The open connections, per part.
-    pub clients: Vec<Option<ControlClient>>,
+    pub(crate) clients: Vec<Option<ControlClient>>,
 }
 
 impl PartSink for Remote {
@@ -275,7 +275,7 @@ impl PartSink for Remote {
         let on_event = Box::new(move |e: ClientEvent| {
             // One connection line per run, not per step; every trouble is said.
             if part == 0 || !matches!(e, ClientEvent::Connected { .. }) {
-                control_link::event(e, &state);
+                link_state::event(e, &state);
             }
         });
         let client = ControlClient::start(self.config.clone(), view, on_event);
@@ -298,11 +298,11 @@ impl PartSink for Remote {
             return Err("this step's control connection was never opened".to_string());
         };
         let goodbye = Goodbye {
-            flows: flows.iter().map(control_link::progress_of).collect(),
+            flows: flows.iter().map(verdict::progress_of).collect(),
         };
         client
             .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), control_link::run_verdict(&v)))
+            .map(|v| (v.sink_session.clone(), verdict::run_verdict(&v)))
             .map_err(|e| e.to_string())
     }
 }
@@ -348,7 +348,7 @@ impl SenderView for PartView {
                 .books
                 .reports(self.part)
                 .iter()
-                .map(control_link::progress_of)
+                .map(verdict::progress_of)
                 .collect(),
         }
     }

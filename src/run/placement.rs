@@ -12,23 +12,23 @@ use crate::{
 
 /// Placement inputs from the command line.
 #[derive(Clone, Debug, Default)]
-pub struct PlacementArgs<'a> {
+pub(crate) struct PlacementArgs<'a> {
     /// Queues to place.
-    pub queues: usize,
+    pub(crate) queues: usize,
     /// `--cpus` text.
-    pub cpus: Option<&'a str>,
+    pub(crate) cpus: Option<&'a str>,
     /// `--node`.
-    pub node: Option<u32>,
+    pub(crate) node: Option<u32>,
     /// Address whose interface decides NIC locality.
-    pub address: Option<SocketAddr>,
+    pub(crate) address: Option<SocketAddr>,
     /// CPUs to stay off while others are left.
-    pub avoid_cpus: &'a [u32],
+    pub(crate) avoid_cpus: &'a [u32],
     /// A sink: take CPUs from the top of each node's list.
-    pub from_top: bool,
+    pub(crate) from_top: bool,
 }
 
 /// The topology and the NIC the address goes through, for `topo` and for planning.
-pub fn discover(
+pub(crate) fn discover(
     address: Option<SocketAddr>,
 ) -> Result<(Topology, Option<(String, NicLocality)>), Error> {
     let topo = Topology::detect().map_err(|e| Error::Unsupported(e.to_string()))?;
@@ -44,7 +44,7 @@ pub fn discover(
 }
 
 /// Plans `args.queues` queues for `role`; returns them with the plan and its warnings as text.
-pub fn plan_queues(
+pub(crate) fn plan_queues(
     role: &str,
     args: &PlacementArgs<'_>,
 ) -> Result<(Vec<QueueView>, String), Error> {

@@ -24,64 +24,64 @@ use crate::{
 };
 
 /// Largest UDP payload of one send (IPv4: 65535 − 20 − 8).
-pub const MAX_SEND_BYTES: usize = 65_507;
+pub(crate) const MAX_SEND_BYTES: usize = 65_507;
 /// Largest GSO segment count the kernel accepts per send (`UDP_MAX_SEGMENTS`).
-pub const MAX_GSO_SEGMENTS: u16 = 128;
+pub(crate) const MAX_GSO_SEGMENTS: u16 = 128;
 
 /// Running senders.
-pub struct SenderSet {
+pub(crate) struct SenderSet {
     /// Placement of each queue.
-    pub queues: Vec<QueueView>,
+    pub(crate) queues: Vec<QueueView>,
     /// Shared counters per queue.
-    pub shared: Vec<Arc<SenderShared>>,
+    pub(crate) shared: Vec<Arc<SenderShared>>,
     /// The threads.
-    pub group: Group<SenderOutcome>,
+    pub(crate) group: Group<SenderOutcome>,
     /// The session epoch in every header.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Flow ids per queue.
-    pub flows: Vec<Vec<u32>>,
+    pub(crate) flows: Vec<Vec<u32>>,
     /// Target packets per second over all queues (None = max).
-    pub target_pps: Option<f64>,
+    pub(crate) target_pps: Option<f64>,
     /// First sequence number of every flow.
-    pub first_seq: u64,
+    pub(crate) first_seq: u64,
     /// UDP payload bytes of the largest datagram.
-    pub size: usize,
+    pub(crate) size: usize,
     /// The size classes sent.
-    pub sizes: Arc<SizePlan>,
+    pub(crate) sizes: Arc<SizePlan>,
     /// Where the datagrams go.
-    pub to: SocketAddr,
+    pub(crate) to: SocketAddr,
     /// Packets per pacing tick (1 = evenly spaced).
-    pub burst: u64,
+    pub(crate) burst: u64,
     /// The whole run's rate schedule, if any (the queues' shares summed).
-    pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    pub(crate) schedule: Option<Arc<crate::schedule::RateSchedule>>,
     /// The session epoch of each part of the schedule.
-    pub part_epochs: Arc<[u32]>,
+    pub(crate) part_epochs: Arc<[u32]>,
     /// The sink's results of the steps judged so far (a constant rate: one step).
-    pub tally: Arc<crate::metrics::steps::StepTally>,
+    pub(crate) tally: Arc<crate::metrics::steps::StepTally>,
     /// The header fields and port mapping line for the start plan, if any is set.
-    pub fields_plan: Option<String>,
+    pub(crate) fields_plan: Option<String>,
 }
 
 /// Running sinks.
-pub struct SinkSet {
+pub(crate) struct SinkSet {
     /// Placement of each queue.
-    pub queues: Vec<QueueView>,
+    pub(crate) queues: Vec<QueueView>,
     /// Shared counters per queue.
-    pub shared: Vec<Arc<SinkShared>>,
+    pub(crate) shared: Vec<Arc<SinkShared>>,
     /// The threads.
-    pub group: Group<SinkOutcome>,
+    pub(crate) group: Group<SinkOutcome>,
     /// Books per sender, beside the workers.
-    pub registry: Arc<Registry>,
+    pub(crate) registry: Arc<Registry>,
     /// Session slots per queue.
-    pub max_sessions: usize,
+    pub(crate) max_sessions: usize,
     /// Monotonic ns when every queue was bound with its receive armed.
-    pub ready_ns: u64,
+    pub(crate) ready_ns: u64,
     /// The size classes the sink counts.
-    pub sizes: Arc<SizeTable>,
+    pub(crate) sizes: Arc<SizeTable>,
 }
 
 /// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
-pub fn sender_configs(
+pub(crate) fn sender_configs(
     to: SocketAddr,
     t: &TrafficArgs,
     queues: usize,
@@ -218,12 +218,12 @@ pub fn sender_configs(
 }
 
 /// The whole run's target rate (the queues' shares summed), `None` when unpaced.
-pub fn target_pps(configs: &[(SenderConfig, Vec<u32>)]) -> Option<f64> {
+pub(crate) fn target_pps(configs: &[(SenderConfig, Vec<u32>)]) -> Option<f64> {
     configs.iter().map(|(c, _)| c.rate_pps).sum::<Option<f64>>()
 }
 
 /// Starts one sender per planned queue.
-pub fn start_senders(
+pub(crate) fn start_senders(
     control: &Arc<Control>,
     queues: Vec<QueueView>,
     configs: Vec<(SenderConfig, Vec<u32>)>,
@@ -268,7 +268,6 @@ pub fn start_senders(
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
         let place = SenderPlacement {
-            queue: q.queue,
             node: q.node,
             flows: my_flows,
         };
@@ -295,10 +294,10 @@ pub fn start_senders(
 }
 
 /// Provided buffers per UDP sink queue, 64 KiB each, when `--rx-buffers` is not given.
-pub const UDP_RX_BUFFERS: u16 = 512;
+pub(crate) const UDP_RX_BUFFERS: u16 = 512;
 
 /// `--rx-buffers`, checked, or `default` when not given.
-pub fn rx_buffers(given: Option<u16>, default: u16) -> Result<u16, Error> {
+pub(crate) fn rx_buffers(given: Option<u16>, default: u16) -> Result<u16, Error> {
     match given {
         None => Ok(default),
         Some(n) if n.is_power_of_two() && (8..=32768).contains(&n) => Ok(n),
@@ -309,7 +308,7 @@ pub fn rx_buffers(given: Option<u16>, default: u16) -> Result<u16, Error> {
 }
 
 /// Checks the sink options and returns the per-queue config.
-pub fn sink_config(
+pub(crate) fn sink_config(
     listen: SocketAddr,
     t: &SinkTuning,
     duration: Option<Duration>,
@@ -361,7 +360,7 @@ pub fn sink_config(
 /// Starts one sink per planned queue, all on the same `SO_REUSEPORT` address. Unless
 /// `share_port`, the address must be held by no other process, before binding and after every
 /// queue is bound (`net::claim` explains the two checks).
-pub fn start_sinks(
+pub(crate) fn start_sinks(
     control: &Arc<Control>,
     queues: Vec<QueueView>,
     config: SinkConfig,
@@ -421,7 +420,7 @@ fn sum<T: Default>(items: impl Iterator<Item = T>, add: impl Fn(&mut T, &T)) -> 
 
 impl SenderSet {
     /// Current counters per queue.
-    pub fn samples(&self) -> Vec<TxSample> {
+    pub(crate) fn samples(&self) -> Vec<TxSample> {
         self.shared
             .iter()
             .map(|s| {
@@ -440,7 +439,7 @@ impl SenderSet {
 }
 
 /// Where every flow of these sender queues stands: first and next sequence numbers, failed sends.
-pub fn flow_reports(
+pub(crate) fn flow_reports(
     shared: &[Arc<SenderShared>],
     flows: &[Vec<u32>],
     first_seq: u64,
@@ -463,14 +462,14 @@ pub fn flow_reports(
 
 impl SenderSet {
     /// Where every flow stands: its first and next sequence numbers and its failed sends.
-    pub fn flow_reports(&self) -> Vec<FlowReport> {
+    pub(crate) fn flow_reports(&self) -> Vec<FlowReport> {
         flow_reports(&self.shared, &self.flows, self.first_seq)
     }
 }
 
 impl SinkSet {
     /// The line that says a queue's session table is full, if one is (print it once).
-    pub fn table_full_line(&self, rx: &[RxSample]) -> Option<String> {
+    pub(crate) fn table_full_line(&self, rx: &[RxSample]) -> Option<String> {
         let (q, _) = self
             .queues
             .iter()
@@ -483,7 +482,7 @@ impl SinkSet {
     }
 
     /// Current counters per queue.
-    pub fn samples(&self) -> Vec<RxSample> {
+    pub(crate) fn samples(&self) -> Vec<RxSample> {
         self.shared
             .iter()
             .map(|s| RxSample {

@@ -58,25 +58,25 @@ use crate::{error::Error, say};
 
 /// What the search is asked.
 #[derive(Clone, Debug)]
-pub struct SearchPlan {
+pub(crate) struct SearchPlan {
     /// The sender arguments every trial gets (`--to`, `--size`, ...), before its rate.
-    pub send_args: Vec<String>,
+    pub(crate) send_args: Vec<String>,
     /// Loss ratios to find the highest rate for, ascending.
-    pub loss_ratios: Vec<f64>,
+    pub(crate) loss_ratios: Vec<f64>,
     /// Lowest rate searched (pps).
-    pub min_rate: f64,
+    pub(crate) min_rate: f64,
     /// Highest rate searched (pps); `None`: measure the unpaced rate in a first trial.
-    pub max_rate: Option<f64>,
+    pub(crate) max_rate: Option<f64>,
     /// Relative width of the final interval.
-    pub precision: f64,
+    pub(crate) precision: f64,
     /// Short trial length.
-    pub trial: Duration,
+    pub(crate) trial: Duration,
     /// Final trial length.
-    pub final_trial: Duration,
+    pub(crate) final_trial: Duration,
     /// Give up after this long.
-    pub max_time: Duration,
+    pub(crate) max_time: Duration,
     /// JSON Lines on stdout.
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// One trial's outcome.
@@ -522,7 +522,7 @@ impl Found {
 
 /// Runs the search; `Ok(true)` when every ratio converged, `Ok(false)` when `--max-time` ran
 /// out (the caller exits 1).
-pub fn run(plan: &SearchPlan) -> Result<bool, Error> {
+pub(crate) fn run(plan: &SearchPlan) -> Result<bool, Error> {
     let runs = SendRuns {
         plan,
         started: Instant::now(),

@@ -14,75 +14,58 @@ use std::{
 use serde_json::{Value, json};
 
 use super::{
+    control_link::VerdictSource,
     judge::Judge,
+    link_state::LinkState,
     roles::{SenderSet, SinkSet},
+    verdict::{GOODBYE_WAIT, VerdictResult},
     wire,
 };
 use crate::{
     clock,
     error::Error,
     report::{self, RxSample, TxSample},
-    sink::registry::{FlowReport, RunVerdict},
+    sink::registry::RunVerdict,
     worker::Control,
 };
-
-/// The sink's session name and its books for one sender run, or why none came.
-pub type VerdictResult = Result<(String, RunVerdict), String>;
-/// Asks a remote sink for its verdict, given the flows' ends.
-pub type AskSink = Box<dyn FnOnce(&[FlowReport]) -> VerdictResult>;
-
-/// Where a sender's verdict comes from: the sink's books for this sender run.
-pub enum VerdictSource {
-    /// This run does not send.
-    None,
-    /// The sink runs in this process (`pair`): its registry is asked directly.
-    InProcess,
-    /// A sink elsewhere: given the flows' ends, says goodbye and waits for the verdict
-    /// (the sink's session name and its books), or says why none came.
-    Remote(AskSink),
-    /// A rate schedule: each part is its own epoch, closed as it settles (`part_link`).
-    Parts(super::part_link::PartLink),
-}
 
 mod interval;
 
 const TICK: Duration = Duration::from_millis(20);
 /// How often the sink's session starts and ends are looked for.
 const EVENTS_EVERY_NS: u64 = 500_000_000;
-/// How long a goodbye waits for the sink's verdict.
-pub const GOODBYE_WAIT: Duration = Duration::from_secs(3);
 /// How long a sender waits for its control channel's first answer before its first send:
 /// the connect timeout, so a sink that is simply down costs nothing (refused at once).
 const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// A started run: senders, sinks or both.
-pub struct Session {
+pub(crate) struct Session {
     /// Stop flag of the senders.
-    pub send_control: Arc<Control>,
+    pub(crate) send_control: Arc<Control>,
     /// Stop and drain flags of the sinks.
-    pub sink_control: Arc<Control>,
+    pub(crate) sink_control: Arc<Control>,
     /// Senders, if this run sends.
-    pub senders: Option<SenderSet>,
+    pub(crate) senders: Option<SenderSet>,
     /// Sinks, if this run receives.
-    pub sinks: Option<SinkSet>,
+    pub(crate) sinks: Option<SinkSet>,
     /// JSON Lines on stdout.
-    pub json: bool,
+    pub(crate) json: bool,
     /// Time between interval reports (zero = none).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Role names get a prefix in human lines (pair mode).
-    pub prefix_roles: bool,
+    pub(crate) prefix_roles: bool,
     /// Where the sender's verdict comes from.
-    pub verdict: VerdictSource,
+    pub(crate) verdict: VerdictSource,
     /// A sender run below this share of its target fails (`--min-rate-ratio`).
-    pub min_rate_ratio: Option<f64>,
+    pub(crate) min_rate_ratio: Option<f64>,
     /// Live lines show the L1 wire rate (`--wire-rate`).
-    pub wire_rate: bool,
+    pub(crate) wire_rate: bool,
     /// What the sender's control channel found out (its round trip, for the summary).
-    pub link: Arc<super::control_link::LinkState>,
+    pub(crate) link: Arc<LinkState>,
 }
 
 /// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
-pub fn install_signals() -> Result<Arc<AtomicBool>, Error> {
+pub(crate) fn install_signals() -> Result<Arc<AtomicBool>, Error> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
@@ -124,7 +107,11 @@ impl Session {
     }
 
     /// Releases the workers (sinks first) and reports until every worker has ended.
-    pub fn run(mut self, signal: &AtomicBool, on_tick: &mut dyn FnMut(bool)) -> Result<(), Error> {
+    pub(crate) fn run(
+        mut self,
+        signal: &AtomicBool,
+        on_tick: &mut dyn FnMut(bool),
+    ) -> Result<(), Error> {
         if let Some(s) = &self.sinks {
             s.group.release();
         }

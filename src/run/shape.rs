@@ -4,7 +4,7 @@
 use crate::{cli::TrafficArgs, error::Error, schedule::RateSchedule};
 
 /// The rate schedule `--rate-steps` or `--ramp` asks for, with bit rates over `mean_payload`.
-pub fn schedule(t: &TrafficArgs, mean_payload: f64) -> Result<Option<RateSchedule>, Error> {
+pub(crate) fn schedule(t: &TrafficArgs, mean_payload: f64) -> Result<Option<RateSchedule>, Error> {
     let parsed = match (&t.rate_steps, &t.ramp) {
         (Some(steps), _) => RateSchedule::parse_steps(steps, mean_payload),
         (None, Some(ramp)) => RateSchedule::parse_ramp(ramp, mean_payload),
@@ -14,11 +14,11 @@ pub fn schedule(t: &TrafficArgs, mean_payload: f64) -> Result<Option<RateSchedul
 }
 
 /// The largest `--burst`.
-pub const MAX_BURST: u64 = 32_768;
+pub(crate) const MAX_BURST: u64 = 32_768;
 
 /// `--burst N` must be 1 (off) or more; a burst must be whole GSO trains and fit the send
 /// window so it can leave back to back.
-pub fn check_burst(burst: u64, gso: u16, window: u32) -> Result<(), Error> {
+pub(crate) fn check_burst(burst: u64, gso: u16, window: u32) -> Result<(), Error> {
     let usage = |m: String| Err(Error::Usage(m));
     if burst == 0 || burst > MAX_BURST {
         return usage(format!(

@@ -7,12 +7,12 @@
 
 use serde_json::{Value, json};
 
-use super::{part_link::PartBooks, session::VerdictResult};
+use super::{part_link::PartBooks, verdict::VerdictResult};
 use crate::{report::counters_json, schedule::RateSchedule};
 
 /// A human line and a `"type":"step"` JSON line per part of the senders' `books`; `verdicts`
 /// holds the sink's verdict of each part (empty when the run has no sink to ask).
-pub fn step_reports(
+pub(crate) fn step_reports(
     schedule: &RateSchedule,
     books: &PartBooks,
     verdicts: &[VerdictResult],

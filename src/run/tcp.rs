@@ -158,39 +158,39 @@ fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
 }
 
 /// Started sender queues.
-pub struct TcpSenders {
+pub(crate) struct TcpSenders {
     /// Placement.
-    pub queues: Vec<QueueView>,
+    pub(crate) queues: Vec<QueueView>,
     /// Counters per queue.
-    pub shared: Vec<Arc<TcpSendShared>>,
+    pub(crate) shared: Vec<Arc<TcpSendShared>>,
     /// The threads.
-    pub group: worker::Group<crate::sender::tcp::TcpSendOutcome>,
+    pub(crate) group: worker::Group<crate::sender::tcp::TcpSendOutcome>,
     /// Records/s target of the run.
-    pub target_rps: Option<f64>,
+    pub(crate) target_rps: Option<f64>,
     /// The senders run request/response.
-    pub rr: bool,
+    pub(crate) rr: bool,
 }
 
 /// Started sink queues.
-pub struct TcpSinks {
+pub(crate) struct TcpSinks {
     /// Placement.
-    pub queues: Vec<QueueView>,
+    pub(crate) queues: Vec<QueueView>,
     /// Counters per queue.
-    pub shared: Vec<Arc<TcpSinkShared>>,
+    pub(crate) shared: Vec<Arc<TcpSinkShared>>,
     /// The threads.
-    pub group: worker::Group<()>,
+    pub(crate) group: worker::Group<()>,
 }
 
 impl TcpSenders {
     /// The start-up lines saying where each queue's packet memory is.
-    pub fn memory_text(&self) -> String {
+    pub(crate) fn memory_text(&self) -> String {
         report::memory_text("send", &self.queues, self.group.memory())
     }
 }
 
 impl TcpSinks {
     /// The start-up lines saying where each queue's packet memory is.
-    pub fn memory_text(&self) -> String {
+    pub(crate) fn memory_text(&self) -> String {
         report::memory_text("sink", &self.queues, self.group.memory())
     }
 }
@@ -277,7 +277,7 @@ fn sink_config(
 }
 
 /// `ringblast send --proto tcp`.
-pub fn send(args: SendArgs) -> Result<(), Error> {
+pub(crate) fn send(args: SendArgs) -> Result<(), Error> {
     let common = args.common;
     let conns_per_queue = args.tcp.conns.unwrap_or(1);
     let link = match args.control {
@@ -344,7 +344,7 @@ pub fn send(args: SendArgs) -> Result<(), Error> {
 /// A run whose sink refused this sender's credentials fails as an environment error (exit 3).
 fn refused_means_exit_3(
     result: Result<(), Error>,
-    refused: Option<&Arc<super::control_link::LinkState>>,
+    refused: Option<&Arc<super::link_state::LinkState>>,
 ) -> Result<(), Error> {
     if result.is_ok() && tcp_control::was_refused(refused) {
         return Err(Error::Unsupported(
@@ -356,7 +356,7 @@ fn refused_means_exit_3(
 }
 
 /// `ringblast sink --proto tcp`.
-pub fn sink(args: SinkArgs) -> Result<(), Error> {
+pub(crate) fn sink(args: SinkArgs) -> Result<(), Error> {
     let common = args.common;
     let secret = super::read_secret(args.secret_file.as_deref())?;
     let serve_control = secret.is_some() || args.listen.ip().is_loopback() || args.insecure_control;
@@ -417,7 +417,7 @@ pub fn sink(args: SinkArgs) -> Result<(), Error> {
 }
 
 /// `ringblast pair --proto tcp`.
-pub fn pair(args: PairArgs) -> Result<(), Error> {
+pub(crate) fn pair(args: PairArgs) -> Result<(), Error> {
     let common = args.common;
     let probe = std::net::TcpListener::bind((args.address, 0))
         .and_then(|l| l.local_addr())

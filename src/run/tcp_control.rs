@@ -11,8 +11,9 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use serde_json::{Map, Value, json};
 
 use super::{
-    control_link::{self, LinkState},
-    session::GOODBYE_WAIT,
+    control_link,
+    link_state::{self, LinkState},
+    verdict::{self, GOODBYE_WAIT},
 };
 use crate::{
     clock,
@@ -34,15 +35,15 @@ use crate::{
 };
 
 /// Control connections that may wait at once between the sink's workers and its server.
-pub const HANDOFF_SLOTS: usize = 16;
+pub(crate) const HANDOFF_SLOTS: usize = 16;
 
 /// The sink's verdict on this sender run (its session and the verdict), or why none came.
-pub type TcpVerdictResult = Result<(String, Verdict), String>;
+pub(crate) type TcpVerdictResult = Result<(String, Verdict), String>;
 /// Says Goodbye with the queues' final counts and waits for the verdict.
-pub type AskTcpSink = Box<dyn FnOnce(&[Arc<TcpSendShared>]) -> TcpVerdictResult>;
+pub(crate) type AskTcpSink = Box<dyn FnOnce(&[Arc<TcpSendShared>]) -> TcpVerdictResult>;
 
 /// Starts the control server of a TCP sink on `listen`, fed by its workers through `handoff`.
-pub fn serve(
+pub(crate) fn serve(
     listen: SocketAddr,
     secret: Option<Arc<Secret>>,
     books: Arc<TcpBooks>,
@@ -72,7 +73,7 @@ impl SinkBooks for Books {
             hello.name,
             hello.epoch
         );
-        let clock = control_link::hello_clock(hello, version);
+        let clock = verdict::hello_clock(hello, version);
         self.books.hello(&hello.name, hello.epoch, clock)
     }
 
@@ -98,7 +99,7 @@ impl SinkBooks for Books {
             ..FlowVerdict::default()
         };
         let clock =
-            control_link::verdict_clock(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
+            verdict::verdict_clock(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
         Verdict {
             sink_session: self.sink_session.clone(),
             name: name.into(),
@@ -175,18 +176,18 @@ impl SenderView for View {
 }
 
 /// What a TCP sender needs to reach its sink's control channel.
-pub struct SenderLink {
+pub(crate) struct SenderLink {
     /// The sink's control address (its data port unless `--control ADDR:PORT`).
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Shared secret, if any.
-    pub secret: Option<Arc<Secret>>,
+    pub(crate) secret: Option<Arc<Secret>>,
     /// The name this sender gives.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// Starts the sender's control thread; returns how to ask for the verdict and what the channel
 /// finds out (the sink refused this sender's credentials; the control round trip).
-pub fn connect(
+pub(crate) fn connect(
     link: SenderLink,
     epoch: u32,
     size: usize,
@@ -208,7 +209,7 @@ pub fn connect(
     let client = ControlClient::start(
         config,
         view,
-        Box::new(move |e| control_link::event(e, &events)),
+        Box::new(move |e| link_state::event(e, &events)),
     );
     let ask: AskTcpSink = Box::new(move |shared: &[Arc<TcpSendShared>]| {
         let goodbye = Goodbye {
@@ -223,7 +224,7 @@ pub fn connect(
 }
 
 /// The verdict of a sender with `--control off`: none, and why.
-pub fn off() -> AskTcpSink {
+pub(crate) fn off() -> AskTcpSink {
     Box::new(|_: &[Arc<TcpSendShared>]| {
         Err(
             "the control channel is off (--control off): the sink cannot report what it counted"
@@ -233,13 +234,13 @@ pub fn off() -> AskTcpSink {
 }
 
 /// Whether the sink refused this sender (the run then exits 3).
-pub fn was_refused(state: Option<&Arc<LinkState>>) -> bool {
+pub(crate) fn was_refused(state: Option<&Arc<LinkState>>) -> bool {
     state.is_some_and(|s| s.refused())
 }
 
 /// Puts the sink's verdict into a TCP send summary (`"verdict"`, or `"sink_error"`) and
 /// returns the line for humans.
-pub fn attach_verdict(
+pub(crate) fn attach_verdict(
     line: &mut Map<String, Value>,
     verdict: &TcpVerdictResult,
     tx_records: u64,
@@ -247,7 +248,7 @@ pub fn attach_verdict(
     match verdict {
         Ok((session, verdict)) => {
             let v = &verdict.totals;
-            let clock = control_link::run_verdict(verdict);
+            let clock = verdict::run_verdict(verdict);
             line.insert(
                 "verdict".into(),
                 json!({
@@ -289,7 +290,7 @@ pub fn attach_verdict(
 }
 
 /// The `senders` array of a TCP sink summary.
-pub fn senders_json(rows: &[TcpSenderRow]) -> Value {
+pub(crate) fn senders_json(rows: &[TcpSenderRow]) -> Value {
     Value::Array(
         rows.iter()
             .map(|r| {

@@ -31,7 +31,7 @@ const TICK: Duration = Duration::from_millis(20);
 const DRAIN_BOUND_NS: u64 = 3_000_000_000;
 
 /// Reports one TCP run to its end.
-pub struct Reporter {
+pub(crate) struct Reporter {
     json: bool,
     interval: Duration,
     senders: Option<TcpSenders>,
@@ -56,7 +56,7 @@ pub struct Reporter {
     /// The summaries' `placement` arrays (queue, node, CPU, packet memory), taken at set-up.
     placement: (Option<Value>, Option<Value>),
     /// What the sender's control channel found out (its round trip, for the summary).
-    link: Option<Arc<super::control_link::LinkState>>,
+    link: Option<Arc<super::link_state::LinkState>>,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -157,7 +157,7 @@ fn interval_json(
 
 impl Reporter {
     /// A reporter for these groups; `sink` is the sinks' control and a sink-only duration.
-    pub fn new(
+    pub(crate) fn new(
         json: bool,
         interval: Duration,
         senders: Option<TcpSenders>,
@@ -197,7 +197,7 @@ impl Reporter {
     }
 
     /// Registers the TCP series (at 0) when `addr` is given; the exporter must be installed.
-    pub fn with_metrics(mut self, on: bool) -> Reporter {
+    pub(crate) fn with_metrics(mut self, on: bool) -> Reporter {
         if on {
             let tx: Vec<_> = self
                 .senders
@@ -225,7 +225,7 @@ impl Reporter {
     }
 
     /// The sink's per-sender books (a sink run) and how to ask for the verdict (a sender run).
-    pub fn with_control(
+    pub(crate) fn with_control(
         mut self,
         books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
         ask: Option<AskTcpSink>,
@@ -241,7 +241,7 @@ impl Reporter {
     }
 
     /// The TCP sink's control server counters (`ringblast_rx_control_connections_total`).
-    pub fn with_control_stats(
+    pub(crate) fn with_control_stats(
         mut self,
         stats: Option<Arc<crate::control::server::ServerStats>>,
     ) -> Reporter {
@@ -250,13 +250,13 @@ impl Reporter {
     }
 
     /// What the sender's control channel finds out (none with `--control off`).
-    pub fn with_link(mut self, link: Option<Arc<super::control_link::LinkState>>) -> Reporter {
+    pub(crate) fn with_link(mut self, link: Option<Arc<super::link_state::LinkState>>) -> Reporter {
         self.link = link;
         self
     }
 
     /// The sinks were released already (a pair starts them before the senders).
-    pub fn pair_released(mut self) -> Reporter {
+    pub(crate) fn pair_released(mut self) -> Reporter {
         self.sinks_released = true;
         self
     }
@@ -341,7 +341,7 @@ impl Reporter {
     }
 
     /// Runs until the run ends, then prints the summaries.
-    pub fn run(mut self, signal: &AtomicBool) -> Result<(), Error> {
+    pub(crate) fn run(mut self, signal: &AtomicBool) -> Result<(), Error> {
         if let Some(s) = &self.sinks
             && !self.sinks_released
         {

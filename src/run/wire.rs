@@ -9,11 +9,11 @@ use std::net::SocketAddr;
 use crate::{error::Error, proto::header::COMPACT_LEN};
 
 /// Ethernet header (14) and FCS (4) around an IP packet.
-pub const ETHERNET_OVERHEAD: usize = 18;
+pub(crate) const ETHERNET_OVERHEAD: usize = 18;
 /// Preamble and SFD (8) and the inter-frame gap (12) around every frame on the wire.
-pub const L1_OVERHEAD: usize = 20;
+pub(crate) const L1_OVERHEAD: usize = 20;
 /// The smallest Ethernet frame.
-pub const MIN_FRAME: usize = 64;
+pub(crate) const MIN_FRAME: usize = 64;
 const UDP_HEADER: usize = 8;
 
 fn ip_header(to: SocketAddr) -> usize {
@@ -23,12 +23,12 @@ fn ip_header(to: SocketAddr) -> usize {
 /// The smallest frame ringblast can send to `to`: the compact ringblast header must fit (64
 /// bytes over IPv4, the Ethernet minimum; 84 over IPv6). Frames below 78 (IPv4) or 98 (IPv6)
 /// bytes carry the compact header, without a timestamp.
-pub fn smallest_frame(to: SocketAddr) -> usize {
+pub(crate) fn smallest_frame(to: SocketAddr) -> usize {
     COMPACT_LEN + UDP_HEADER + ip_header(to) + ETHERNET_OVERHEAD
 }
 
 /// The UDP payload of an Ethernet frame of `frame` bytes (FCS included) sent to `to`.
-pub fn payload_for_frame(frame: usize, to: SocketAddr) -> Result<usize, Error> {
+pub(crate) fn payload_for_frame(frame: usize, to: SocketAddr) -> Result<usize, Error> {
     let smallest = smallest_frame(to);
     if frame < smallest {
         let family = if to.is_ipv4() { "IPv4" } else { "IPv6" };
@@ -41,7 +41,7 @@ pub fn payload_for_frame(frame: usize, to: SocketAddr) -> Result<usize, Error> {
 }
 
 /// How many IP packets (fragments) one datagram of `size` payload bytes leaves as, at `mtu`.
-pub fn fragments(size: usize, mtu: usize, to: SocketAddr) -> usize {
+pub(crate) fn fragments(size: usize, mtu: usize, to: SocketAddr) -> usize {
     let datagram = size + UDP_HEADER;
     if datagram + ip_header(to) <= mtu {
         return 1;
@@ -53,7 +53,7 @@ pub fn fragments(size: usize, mtu: usize, to: SocketAddr) -> usize {
 }
 
 /// L1 bytes on an Ethernet wire for one datagram of `size` payload bytes at `mtu`.
-pub fn l1_bytes(size: usize, mtu: usize, to: SocketAddr) -> u64 {
+pub(crate) fn l1_bytes(size: usize, mtu: usize, to: SocketAddr) -> u64 {
     let n = fragments(size, mtu, to);
     let ip = size + UDP_HEADER + n * ip_header(to) + if to.is_ipv4() || n == 1 { 0 } else { 8 * n };
     let frames = ip + n * ETHERNET_OVERHEAD;
@@ -68,7 +68,11 @@ pub fn l1_bytes(size: usize, mtu: usize, to: SocketAddr) -> u64 {
 
 /// Refuses a `size` that would fragment on the path to `to`, unless `allow`; returns the path
 /// MTU and the fragments per datagram.
-pub fn check_path(to: SocketAddr, size: usize, allow: bool) -> Result<(usize, usize), Error> {
+pub(crate) fn check_path(
+    to: SocketAddr,
+    size: usize,
+    allow: bool,
+) -> Result<(usize, usize), Error> {
     let Some(mtu) = crate::net::path_mtu(to).map(|m| m as usize) else {
         return Ok((usize::MAX, 1));
     };

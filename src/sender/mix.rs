@@ -16,15 +16,15 @@ use crate::{
 };
 
 /// Size classes a mix may have (each is counted on its own at both ends).
-pub const MAX_CLASSES: usize = 8;
+pub(crate) const MAX_CLASSES: usize = 8;
 /// Longest cycle of the order (the sum of the weights once divided by their gcd).
-pub const MAX_CYCLE: u64 = 1 << 16;
+pub(crate) const MAX_CYCLE: u64 = 1 << 16;
 /// The simple IMIX: 64, 570 and 1518-byte frames, 7:4:1.
-pub const IMIX: [(usize, u32); 3] = [(64, 7), (570, 4), (1518, 1)];
+pub(crate) const IMIX: [(usize, u32); 3] = [(64, 7), (570, 4), (1518, 1)];
 
 /// What `--size` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SizeSpec {
+pub(crate) enum SizeSpec {
     /// One UDP payload size in bytes (ringblast's header included).
     Payload(usize),
     /// Ethernet frame sizes (FCS included) with weights.
@@ -83,27 +83,27 @@ impl FromStr for SizeSpec {
 
 /// One size class, resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SizeClass {
+pub(crate) struct SizeClass {
     /// The Ethernet frame size asked for, if the class was given as a frame.
-    pub frame: Option<usize>,
+    pub(crate) frame: Option<usize>,
     /// UDP payload bytes of its datagrams.
-    pub payload: usize,
+    pub(crate) payload: usize,
     /// Its weight in the mix.
-    pub weight: u32,
+    pub(crate) weight: u32,
 }
 
 /// The sizes a sender sends and the order it sends them in.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SizePlan {
+pub(crate) struct SizePlan {
     /// The classes, in the order given.
-    pub classes: Vec<SizeClass>,
+    pub(crate) classes: Vec<SizeClass>,
     /// Class index of each packet of one cycle.
-    pub order: Vec<u8>,
+    pub(crate) order: Vec<u8>,
 }
 
 impl SizePlan {
     /// One class of `payload` bytes.
-    pub fn single(payload: usize) -> SizePlan {
+    pub(crate) fn single(payload: usize) -> SizePlan {
         SizePlan {
             classes: vec![SizeClass {
                 frame: None,
@@ -117,7 +117,7 @@ impl SizePlan {
     /// Resolves `--size` (or `--frame-size`) for traffic to `to`: frames become UDP payloads
     /// (F − 46 over IPv4, F − 66 over IPv6) and every payload must hold at least the compact
     /// header.
-    pub fn resolve(
+    pub(crate) fn resolve(
         spec: &SizeSpec,
         frame_size: Option<usize>,
         to: SocketAddr,
@@ -149,12 +149,12 @@ impl SizePlan {
     }
 
     /// The largest payload (sizes the send slots and the path-MTU check).
-    pub fn max_payload(&self) -> usize {
+    pub(crate) fn max_payload(&self) -> usize {
         self.classes.iter().map(|c| c.payload).max().unwrap_or(0)
     }
 
     /// The mean payload over one cycle (turns a bit rate into packets per second).
-    pub fn mean_payload(&self) -> f64 {
+    pub(crate) fn mean_payload(&self) -> f64 {
         let total: f64 = self.classes.iter().map(|c| f64::from(c.weight)).sum();
         self.classes
             .iter()
@@ -164,17 +164,17 @@ impl SizePlan {
     }
 
     /// More than one class.
-    pub fn is_mix(&self) -> bool {
+    pub(crate) fn is_mix(&self) -> bool {
         self.classes.len() > 1
     }
 
     /// Some class uses the compact header (no timestamp, no latency sample).
-    pub fn has_compact(&self) -> bool {
+    pub(crate) fn has_compact(&self) -> bool {
         self.classes.iter().any(|c| c.payload < HEADER_LEN)
     }
 
     /// `imix 64/570/1518 7:4:1 → UDP 18/524/1472 B` for the start plan.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let list = |f: &dyn Fn(&SizeClass) -> String| {
             self.classes.iter().map(f).collect::<Vec<_>>().join("/")
         };

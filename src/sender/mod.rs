@@ -6,12 +6,12 @@
 //! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
-pub mod mix;
-pub mod parts;
-pub mod payload;
-pub mod rtt;
+pub(crate) mod mix;
+pub(crate) mod parts;
+pub(crate) mod payload;
+pub(crate) mod rtt;
 mod slots;
-pub mod tcp;
+pub(crate) mod tcp;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -42,7 +42,7 @@ const DEADLINE_GRACE_NS: u64 = 20_000_000;
 /// Which io_uring operation sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum SendOp {
+pub(crate) enum SendOp {
     /// `WRITE_FIXED` on the connected socket from the registered arena (the TCP default).
     WriteFixed,
     /// `SEND_ZC` with `buf_index` (zero-copy; every loopback send is copied anyway).
@@ -55,84 +55,82 @@ pub enum SendOp {
 
 /// Everything one sender worker needs, resolved and validated before start.
 #[derive(Clone, Debug)]
-pub struct SenderConfig {
+pub(crate) struct SenderConfig {
     /// Destination.
-    pub to: std::net::SocketAddr,
+    pub(crate) to: std::net::SocketAddr,
     /// UDP payload bytes of the largest packet (header included).
-    pub size: usize,
+    pub(crate) size: usize,
     /// The size classes and the order they are sent in.
-    pub sizes: Arc<mix::SizePlan>,
+    pub(crate) sizes: Arc<mix::SizePlan>,
     /// Packets per send (1 = no GSO).
-    pub gso: u16,
+    pub(crate) gso: u16,
     /// SQEs per `io_uring_enter`.
-    pub batch: u32,
+    pub(crate) batch: u32,
     /// Sends kept in flight at most.
-    pub window: u32,
+    pub(crate) window: u32,
     /// Packets per second for this worker, `None` = as fast as possible.
-    pub rate_pps: Option<f64>,
+    pub(crate) rate_pps: Option<f64>,
     /// Packets this worker sends before it stops.
-    pub count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// How long this worker sends.
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// The send operation.
-    pub op: SendOp,
+    pub(crate) op: SendOp,
     /// Session epoch written into every header.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Try 2 MiB pages for the arena.
-    pub hugepages: bool,
+    pub(crate) hugepages: bool,
     /// First sequence number of every flow.
-    pub first_seq: u64,
+    pub(crate) first_seq: u64,
     /// Packets sent back to back at each pacing tick (1 = evenly spaced).
-    pub burst: u64,
+    pub(crate) burst: u64,
     /// TOS, TTL and the port tuple of each flow.
-    pub fields: crate::net::fields::HeaderFields,
+    pub(crate) fields: crate::net::fields::HeaderFields,
     /// What the payload after the header carries (written at set-up).
-    pub payload: payload::PayloadFill,
+    pub(crate) payload: payload::PayloadFill,
     /// This worker's share of a rate schedule (`--rate-steps`, `--ramp`) instead of `rate_pps`.
-    pub schedule: Option<Arc<crate::schedule::RateSchedule>>,
+    pub(crate) schedule: Option<Arc<crate::schedule::RateSchedule>>,
     /// The epoch of each part of the schedule (`[epoch]` without one); see `parts`.
-    pub part_epochs: Arc<[u32]>,
+    pub(crate) part_epochs: Arc<[u32]>,
 }
 
 /// Where a worker runs and which flows it owns.
 #[derive(Clone, Debug)]
-pub struct SenderPlacement {
-    /// Queue index.
-    pub queue: usize,
+pub(crate) struct SenderPlacement {
     /// NUMA node of the worker's CPU (the arena is bound there).
-    pub node: u32,
+    pub(crate) node: u32,
     /// Flow ids this worker sends, one socket each.
-    pub flows: Vec<u32>,
+    pub(crate) flows: Vec<u32>,
 }
 
 /// Counters a sender shares with the reporter.
 #[derive(Debug, Default)]
-pub struct SenderShared {
+pub(crate) struct SenderShared {
     /// Per flow, in the order of `SenderPlacement::flows`.
-    pub flows: Vec<crate::stats::SharedTxFlow>,
+    pub(crate) flows: Vec<crate::stats::SharedTxFlow>,
     /// Engine counters.
-    pub worker: crate::stats::SharedWorkerCounters,
+    pub(crate) worker: crate::stats::SharedWorkerCounters,
     /// When the counters above were published (the worker's clock).
-    pub stamp: crate::stamp::PublishStamp,
+    pub(crate) stamp: crate::stamp::PublishStamp,
     /// Each part of the rate schedule, its own session epoch (none without a schedule).
-    pub parts: Vec<PartMarks>,
+    pub(crate) parts: Vec<PartMarks>,
     /// The part the worker is in (0 without a schedule).
-    pub part: std::sync::atomic::AtomicU64,
+    pub(crate) part: std::sync::atomic::AtomicU64,
 }
 
 /// What a sender reports when it ends.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SenderOutcome {
+pub(crate) struct SenderOutcome {
     /// Monotonic ns when sending began.
-    pub started_ns: u64,
+    pub(crate) started_ns: u64,
     /// Monotonic ns when the last completion was reaped.
-    pub ended_ns: u64,
+    pub(crate) ended_ns: u64,
     /// A fatal ring error ended the run early.
-    pub ring_failed: bool,
+    pub(crate) ring_failed: bool,
 }
 
 /// A sender worker, set up and ready to run on its thread.
-pub struct SenderWorker {
+pub(crate) struct SenderWorker {
     // Sockets must outlive the ring's in-flight sends, so they are declared after `engine`.
     engine: Engine,
     _sockets: Vec<Socket>,
@@ -150,17 +148,17 @@ pub struct SenderWorker {
 
 impl SenderWorker {
     /// Bytes of packet memory one worker registers.
-    pub fn arena_bytes(config: &SenderConfig) -> u64 {
+    pub(crate) fn arena_bytes(config: &SenderConfig) -> u64 {
         Slots::arena_bytes(config) as u64
     }
 
     /// Bytes of locked memory one worker registers (arena plus ring).
-    pub fn locked_bytes(config: &SenderConfig) -> u64 {
+    pub(crate) fn locked_bytes(config: &SenderConfig) -> u64 {
         Slots::arena_bytes(config) as u64 + ring_size(config).locked_bytes()
     }
 
     /// Builds the worker on the calling (already pinned) thread.
-    pub fn new(
+    pub(crate) fn new(
         config: SenderConfig,
         place: &SenderPlacement,
         shared: Arc<SenderShared>,

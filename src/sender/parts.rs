@@ -18,18 +18,18 @@ use std::sync::{
 
 /// One part's published state for one worker's flows.
 #[derive(Debug, Default)]
-pub struct PartMarks {
+pub(crate) struct PartMarks {
     /// Per flow (in the worker's flow order): one past the highest sequence number stamped.
-    pub next_seq: Vec<AtomicU64>,
+    pub(crate) next_seq: Vec<AtomicU64>,
     /// Per flow: sends of this part that failed.
-    pub failed: Vec<AtomicU64>,
+    pub(crate) failed: Vec<AtomicU64>,
     /// Every send of this part has completed: the numbers above are final.
-    pub settled: AtomicBool,
+    pub(crate) settled: AtomicBool,
 }
 
 impl PartMarks {
     /// Marks for `flows` flows, each starting at `first_seq`.
-    pub fn new(flows: usize, first_seq: u64) -> PartMarks {
+    pub(crate) fn new(flows: usize, first_seq: u64) -> PartMarks {
         PartMarks {
             next_seq: (0..flows).map(|_| AtomicU64::new(first_seq)).collect(),
             failed: (0..flows).map(|_| AtomicU64::new(0)).collect(),
@@ -39,7 +39,7 @@ impl PartMarks {
 }
 
 /// The epochs of a schedule's parts: the run's own epoch first, then distinct random ones.
-pub fn part_epochs(first: u32, parts: usize) -> Arc<[u32]> {
+pub(crate) fn part_epochs(first: u32, parts: usize) -> Arc<[u32]> {
     let mut epochs = vec![first];
     while epochs.len() < parts {
         let e = rand::random::<u32>().max(1);

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 /// The payload fill.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum PayloadFill {
+pub(crate) enum PayloadFill {
     /// Zero bytes (default).
     #[default]
     Zero,
@@ -46,7 +46,7 @@ impl FromStr for PayloadFill {
 
 impl PayloadFill {
     /// Fills `bytes` (a slot region) with the payload.
-    pub fn fill(&self, bytes: &mut [u8]) {
+    pub(crate) fn fill(&self, bytes: &mut [u8]) {
         match self {
             PayloadFill::Zero => bytes.fill(0),
             PayloadFill::Random => rand::fill(bytes),

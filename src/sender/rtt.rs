@@ -7,16 +7,16 @@ use crate::counters::{Counters, SharedCounters};
 const SUB_BITS: u32 = 3;
 const SUB: u64 = 1 << SUB_BITS;
 /// Cells: values below 8 ns exactly, then 8 per power of two up to 2^64.
-pub const RTT_CELLS: usize = (SUB as usize) * (64 - SUB_BITS as usize + 1);
+pub(crate) const RTT_CELLS: usize = (SUB as usize) * (64 - SUB_BITS as usize + 1);
 
 /// A worker's RTT cells.
-pub type RttCells = Counters<RTT_CELLS>;
+pub(crate) type RttCells = Counters<RTT_CELLS>;
 /// The shared mirror.
-pub type SharedRtt = SharedCounters<RTT_CELLS>;
+pub(crate) type SharedRtt = SharedCounters<RTT_CELLS>;
 
 /// The cell of a round trip of `ns` nanoseconds.
 #[inline]
-pub fn rtt_cell(ns: u64) -> usize {
+pub(crate) fn rtt_cell(ns: u64) -> usize {
     if ns < SUB {
         return ns as usize;
     }
@@ -26,7 +26,7 @@ pub fn rtt_cell(ns: u64) -> usize {
 }
 
 /// The largest value that falls into `cell`.
-pub fn cell_upper(cell: usize) -> u64 {
+pub(crate) fn cell_upper(cell: usize) -> u64 {
     let cell = cell as u64;
     if cell < SUB {
         return cell;
@@ -38,7 +38,7 @@ pub fn cell_upper(cell: usize) -> u64 {
 }
 
 /// The upper bound of the cell that holds quantile `q`; 0 when nothing was observed.
-pub fn quantile(cells: &RttCells, q: f64) -> u64 {
+pub(crate) fn quantile(cells: &RttCells, q: f64) -> u64 {
     let total: u64 = cells.0.iter().sum();
     if total == 0 {
         return 0;

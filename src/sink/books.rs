@@ -48,9 +48,9 @@ use crate::{
 
 /// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
 /// within this many sequence numbers (the sender refuses a larger `--window` × `--gso`).
-pub const MAX_SEND_LAG: u64 = WINDOW / 2;
+pub(crate) const MAX_SEND_LAG: u64 = WINDOW / 2;
 /// Bytes of memory one session takes (tracker bitmap included).
-pub const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
+pub(crate) const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
 // docs/pairing.md states about 2.6 KiB per session (2.5 KiB before the size classes): keep it true.
 const _: () = assert!(SESSION_BYTES <= 2_700);
 const EMPTY: u32 = u32::MAX;
@@ -94,13 +94,13 @@ struct Session {
 
 /// Who may open a session: how many slots sessions opened by data alone may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Admission {
+pub(crate) struct Admission {
     /// Most slots unannounced sessions hold; the rest are reserved for announced senders.
-    pub max_unannounced: usize,
+    pub(crate) max_unannounced: usize,
     /// From this monotonic time on, unannounced datagrams get no slot at all (a sink with a
     /// secret, by default, after a grace for the senders that were running before it started);
     /// `u64::MAX`: never.
-    pub refuse_unannounced_from_ns: u64,
+    pub(crate) refuse_unannounced_from_ns: u64,
 }
 
 /// A sender run that said hello, as one worker knows it.
@@ -253,7 +253,7 @@ impl Books {
     }
 
     /// The same books under `admission` (without: every slot open to every session).
-    pub fn with_admission(mut self, admission: Admission) -> Books {
+    pub(crate) fn with_admission(mut self, admission: Admission) -> Books {
         self.admission = admission;
         self
     }
@@ -272,7 +272,7 @@ impl Books {
 
     /// Counts a datagram of `key` the books refused at monotonic `now_ns` (after `record`
     /// said why): an announced run's own refusals go to its verdict.
-    pub fn note_refusal(&mut self, key: SessionKey, now_ns: u64) {
+    pub(crate) fn note_refusal(&mut self, key: SessionKey, now_ns: u64) {
         self.last_refusal_ns = now_ns.max(1);
         if let Some(i) = self.announced_at(key.epoch) {
             let r = &mut self.announced[i].refusals;
@@ -324,7 +324,7 @@ impl Books {
     }
 
     /// Tells the books the kernel dropped `n` more buffers on this socket.
-    pub fn add_kernel_drops(&mut self, n: u64) {
+    pub(crate) fn add_kernel_drops(&mut self, n: u64) {
         self.socket_drops += n;
     }
 
@@ -332,7 +332,7 @@ impl Books {
     /// the gaps charged to it, or the counter when larger (drops after the last packet leave no
     /// gap). With GRO the counter counts buffers of up to 64 datagrams, so the figure is what
     /// the sessions' books charged, and sent = received + kernel drops + lost holds exactly.
-    pub fn kernel_drops(&self) -> u64 {
+    pub(crate) fn kernel_drops(&self) -> u64 {
         if self.gro {
             self.counted_drops
         } else {
@@ -341,12 +341,13 @@ impl Books {
     }
 
     /// Counters of flow id `flow`, summed over its sessions.
-    pub fn flow(&self, flow: usize) -> RxFlow {
+    pub(crate) fn flow(&self, flow: usize) -> RxFlow {
         self.per_flow.get(flow).copied().unwrap_or_default()
     }
 
+    #[cfg(test)]
     /// Live sessions.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.live.len()
     }
 
@@ -618,7 +619,7 @@ impl Books {
     }
 
     /// Publishes every session whose books changed into its shared slot.
-    pub fn publish(&mut self, mailbox: &Mailbox) {
+    pub(crate) fn publish(&mut self, mailbox: &Mailbox) {
         for &slot in &self.live {
             let s = &mut self.sessions[slot as usize];
             if !s.dirty {

@@ -88,18 +88,18 @@ impl Books {
     }
 
     /// The worker's look at its socket that started at monotonic `at_ns` found no datagram.
-    pub fn looked_empty(&mut self, at_ns: u64) {
+    pub(crate) fn looked_empty(&mut self, at_ns: u64) {
         self.empty_look_ns = at_ns;
     }
 
     /// Goodbyes wait for their tail.
-    pub fn closing(&self) -> bool {
+    pub(crate) fn closing(&self) -> bool {
         !self.deferred.is_empty()
     }
 
     /// Closes the deferred goodbyes whose tail arrived, whose flow went quiet, or whose wait
     /// is over, as of `now`: the start of the worker's latest look at its socket.
-    pub fn retry_closes(&mut self, now: u64, mailbox: &Mailbox) {
+    pub(crate) fn retry_closes(&mut self, now: u64, mailbox: &Mailbox) {
         let mut i = 0;
         while i < self.deferred.len() {
             let (key, end, failed, arrived) = self.deferred[i];
@@ -128,7 +128,7 @@ impl Books {
 
     /// Closes sessions idle since before `idle_before` (all of them with `None`), answering into
     /// the outbox. A session whose answer does not fit stays open until the next sweep.
-    pub fn sweep(&mut self, idle_before: Option<u64>, mailbox: &Mailbox) {
+    pub(crate) fn sweep(&mut self, idle_before: Option<u64>, mailbox: &Mailbox) {
         if idle_before.is_none() {
             self.retry_closes(u64::MAX, mailbox);
         }

@@ -13,15 +13,15 @@ const ALIGN: usize = std::mem::size_of::<usize>();
 
 /// What the control messages of one received buffer said.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ControlInfo {
+pub(crate) struct ControlInfo {
     /// Segment size when the buffer holds several coalesced datagrams.
-    pub gro_segment: Option<u16>,
+    pub(crate) gro_segment: Option<u16>,
     /// The socket's cumulative drop counter, present once drops have happened.
-    pub drops: Option<u32>,
+    pub(crate) drops: Option<u32>,
 }
 
 /// The sender's address from the name bytes of a received message, if it is IPv4 or IPv6.
-pub fn parse_source(name: &[u8]) -> Option<std::net::SocketAddr> {
+pub(crate) fn parse_source(name: &[u8]) -> Option<std::net::SocketAddr> {
     let family = i32::from(u16::from_ne_bytes(name.get(0..2)?.try_into().ok()?));
     let port = u16::from_be_bytes(name.get(2..4)?.try_into().ok()?);
     match family {
@@ -38,7 +38,7 @@ pub fn parse_source(name: &[u8]) -> Option<std::net::SocketAddr> {
 }
 
 /// Walks the `cmsghdr` chain in `control`. Malformed trailing bytes are ignored.
-pub fn parse(control: &[u8]) -> ControlInfo {
+pub(crate) fn parse(control: &[u8]) -> ControlInfo {
     let mut info = ControlInfo::default();
     let mut offset = 0;
     while let Some(header) = control.get(offset..offset + CMSG_HEADER) {

@@ -53,7 +53,7 @@ pub enum ToWorker {
 
 /// Why a worker closed a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseCause {
+pub(crate) enum CloseCause {
     /// The sender said goodbye (its tail is known).
     Goodbye,
     /// No packet for `--session-idle`.
@@ -67,7 +67,7 @@ pub enum CloseCause {
 // Closed is large (final books with latency cells), but the outbox is allocated at set-up:
 // boxing it would allocate on the worker.
 #[allow(clippy::large_enum_variant)]
-pub enum FromWorker {
+pub(crate) enum FromWorker {
     /// The worker closed the session in `slot` with these final books.
     Closed {
         slot: u32,
@@ -90,23 +90,23 @@ pub enum FromWorker {
 
 /// What a worker could not book of one announced sender run (epoch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EpochRefusals {
+pub(crate) struct EpochRefusals {
     /// Its datagrams that arrived after its hello and found no free slot (`table_full`).
-    pub packets: u64,
+    pub(crate) packets: u64,
     /// Datagrams were refused while its run was on (before its hello, or for want of a slot):
     /// any of its sequence numbers the books never saw may have arrived, so they are not lost.
-    pub uncertain: bool,
+    pub(crate) uncertain: bool,
 }
 
 /// A worker's inbox, outbox and session slots.
 #[derive(Debug)]
 pub struct Mailbox {
     /// Messages for the worker.
-    pub inbox: ArrayQueue<ToWorker>,
+    pub(crate) inbox: ArrayQueue<ToWorker>,
     /// Messages from the worker.
-    pub outbox: ArrayQueue<FromWorker>,
+    pub(crate) outbox: ArrayQueue<FromWorker>,
     /// One slot per session the worker's table can hold.
-    pub sessions: Vec<SharedSession>,
+    pub(crate) sessions: Vec<SharedSession>,
 }
 
 impl Mailbox {
@@ -123,7 +123,7 @@ impl Mailbox {
 /// The published books of one session slot. `generation` is 0 while the slot is free and new
 /// for every session that takes it, so a reader can tell sessions apart.
 #[derive(Debug, Default)]
-pub struct SharedSession {
+pub(crate) struct SharedSession {
     generation: AtomicU64,
     epoch: AtomicU32,
     flow: AtomicU32,
@@ -135,22 +135,22 @@ pub struct SharedSession {
 
 /// A reader's copy of a live session slot.
 #[derive(Clone, Copy, Debug)]
-pub struct SessionView {
+pub(crate) struct SessionView {
     /// The session in this slot (unique per slot).
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Which session.
-    pub key: SessionKey,
+    pub(crate) key: SessionKey,
     /// Where its first packet came from.
-    pub source: Option<SocketAddr>,
+    pub(crate) source: Option<SocketAddr>,
     /// Monotonic ns of its first and last packet.
-    pub active_ns: (u64, u64),
+    pub(crate) active_ns: (u64, u64),
     /// Its books so far.
-    pub counters: SessionCounters,
+    pub(crate) counters: SessionCounters,
 }
 
 impl SharedSession {
     /// Publishes a session's books (single writer: the worker).
-    pub fn publish(&self, generation: u64, view: &SessionView) {
+    pub(crate) fn publish(&self, generation: u64, view: &SessionView) {
         self.epoch.store(view.key.epoch, Relaxed);
         self.flow.store(view.key.flow, Relaxed);
         let source = encode_source(view.source);
@@ -164,12 +164,12 @@ impl SharedSession {
     }
 
     /// Marks the slot free.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.generation.store(0, Relaxed);
     }
 
     /// The live session in this slot, if any.
-    pub fn load(&self) -> Option<SessionView> {
+    pub(crate) fn load(&self) -> Option<SessionView> {
         let generation = self.generation.load(Relaxed);
         if generation == 0 {
             return None;
@@ -192,7 +192,7 @@ impl SharedSession {
 }
 
 /// Packs an address into three words: the IP as 128 bits, then family and port.
-pub fn encode_source(source: Option<SocketAddr>) -> [u64; 3] {
+pub(crate) fn encode_source(source: Option<SocketAddr>) -> [u64; 3] {
     match source {
         None => [0; 3],
         Some(addr) => {
@@ -210,7 +210,7 @@ pub fn encode_source(source: Option<SocketAddr>) -> [u64; 3] {
 }
 
 /// The inverse of [`encode_source`].
-pub fn decode_source(words: [u64; 3]) -> Option<SocketAddr> {
+pub(crate) fn decode_source(words: [u64; 3]) -> Option<SocketAddr> {
     let ip = u128::from(words[0]) << 64 | u128::from(words[1]);
     let port = words[2] as u16;
     match words[2] >> 16 {

@@ -18,16 +18,16 @@
 
 pub mod books;
 mod circulation;
-pub mod cmsg;
+pub(crate) mod cmsg;
 mod inline;
 pub mod mailbox;
 mod recv_memory;
-pub mod registry;
+pub(crate) mod registry;
 mod run_loop;
-pub mod sizes;
-pub mod tcp;
+pub(crate) mod sizes;
+pub(crate) mod tcp;
 
-pub use run_loop::RxWait;
+pub(crate) use run_loop::RxWait;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -58,40 +58,40 @@ const INVALID_SHORT: usize = 0;
 /// Index of the `flow_id` reason in `WorkerCounters::invalid`.
 const INVALID_FLOW_ID: usize = 3;
 /// Index of the `table_full` reason in `WorkerCounters::invalid`.
-pub const INVALID_TABLE_FULL: usize = 4;
+pub(crate) const INVALID_TABLE_FULL: usize = 4;
 /// Index of the `unannounced` reason in `WorkerCounters::invalid`.
-pub const INVALID_UNANNOUNCED: usize = 5;
+pub(crate) const INVALID_UNANNOUNCED: usize = 5;
 /// Everything one sink worker needs, resolved before start.
 #[derive(Clone, Debug)]
-pub struct SinkConfig {
+pub(crate) struct SinkConfig {
     /// Address to listen on (shared by all queues).
-    pub listen: std::net::SocketAddr,
+    pub(crate) listen: std::net::SocketAddr,
     /// Ask the kernel for `UDP_GRO`.
-    pub gro: bool,
+    pub(crate) gro: bool,
     /// How the worker waits for completions while traffic flows.
-    pub wait: RxWait,
+    pub(crate) wait: RxWait,
     /// Provided buffers per worker (a power of two).
-    pub buffers: u16,
+    pub(crate) buffers: u16,
     /// Flow ids `0..max_flows` are tracked.
-    pub max_flows: usize,
+    pub(crate) max_flows: usize,
     /// Sessions (sender, epoch, flow) one worker's table holds.
-    pub max_sessions: usize,
+    pub(crate) max_sessions: usize,
     /// Which of them sessions opened by data alone (no hello) may take.
-    pub admission: Admission,
+    pub(crate) admission: Admission,
     /// A session without packets for this long is closed and its slot reused.
-    pub session_idle: Duration,
+    pub(crate) session_idle: Duration,
     /// Stop after this long.
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// Try 2 MiB pages for the arena.
-    pub hugepages: bool,
+    pub(crate) hugepages: bool,
     /// `--steer flow` was asked for.
-    pub steer_by_flow: bool,
+    pub(crate) steer_by_flow: bool,
     /// Steer datagrams over this many queues by flow (`net::steer`); `None`: the kernel's hash.
     /// Set by `run::roles::start_sinks`, which knows the queue count and whether the port is
     /// shared (another process's sockets in the group would get no traffic).
-    pub steer_queues: Option<u32>,
+    pub(crate) steer_queues: Option<u32>,
     /// The size classes, shared by every queue of this sink.
-    pub sizes: Arc<sizes::SizeTable>,
+    pub(crate) sizes: Arc<sizes::SizeTable>,
 }
 
 /// Catches `books` up with `socket`'s kernel drop counter, last seen as `last_drops`.
@@ -136,18 +136,18 @@ impl LatencyRun {
 
 /// Counters a sink shares with the reporter.
 #[derive(Debug)]
-pub struct SinkShared {
+pub(crate) struct SinkShared {
     /// Per flow id.
-    pub flows: Vec<SharedRxFlow>,
+    pub(crate) flows: Vec<SharedRxFlow>,
     /// Engine and sink counters.
-    pub worker: SharedWorkerCounters,
+    pub(crate) worker: SharedWorkerCounters,
     /// What senders say to this worker, what it answers, and its published sessions.
-    pub mailbox: Mailbox,
+    pub(crate) mailbox: Mailbox,
 }
 
 impl SinkShared {
     /// Shared counters for `max_flows` flows and `max_sessions` sessions.
-    pub fn new(max_flows: usize, max_sessions: usize) -> SinkShared {
+    pub(crate) fn new(max_flows: usize, max_sessions: usize) -> SinkShared {
         SinkShared {
             flows: (0..max_flows).map(|_| SharedRxFlow::default()).collect(),
             worker: SharedWorkerCounters::default(),
@@ -158,17 +158,17 @@ impl SinkShared {
 
 /// What a sink reports when it ends.
 #[derive(Debug)]
-pub struct SinkOutcome {
+pub(crate) struct SinkOutcome {
     /// Monotonic ns of the first and last valid packet, if any arrived.
-    pub active: Option<(u64, u64)>,
+    pub(crate) active: Option<(u64, u64)>,
     /// Corrected one-way latency of every valid packet with a sample, in ns.
-    pub latency: Histogram<u64>,
+    pub(crate) latency: Histogram<u64>,
     /// A fatal ring error ended the run early.
-    pub ring_failed: bool,
+    pub(crate) ring_failed: bool,
 }
 
 /// A sink worker, set up and ready to run on its thread.
-pub struct SinkWorker {
+pub(crate) struct SinkWorker {
     engine: Engine,
     socket: Socket,
     config: SinkConfig,
@@ -211,17 +211,21 @@ fn ring_size(config: &SinkConfig) -> RingSize {
 
 impl SinkWorker {
     /// Bytes of packet memory one worker gives the kernel: its buffer ring and receive memory.
-    pub fn arena_bytes(config: &SinkConfig) -> u64 {
+    pub(crate) fn arena_bytes(config: &SinkConfig) -> u64 {
         recv_memory(config).end() as u64
     }
 
     /// Bytes of locked memory one worker pins (buffer-ring entries plus the ring).
-    pub fn locked_bytes(config: &SinkConfig) -> u64 {
+    pub(crate) fn locked_bytes(config: &SinkConfig) -> u64 {
         layout(config).ring_bytes() as u64 + ring_size(config).locked_bytes()
     }
 
     /// Builds the worker on the calling (already pinned) thread.
-    pub fn new(config: SinkConfig, node: u32, shared: Arc<SinkShared>) -> Result<Self, Error> {
+    pub(crate) fn new(
+        config: SinkConfig,
+        node: u32,
+        shared: Arc<SinkShared>,
+    ) -> Result<Self, Error> {
         limits::check_memlock(Self::locked_bytes(&config))?;
         let layout = layout(&config);
         let recv = recv_memory(&config);

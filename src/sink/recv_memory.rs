@@ -16,13 +16,13 @@ use crate::{
 };
 
 /// Control bytes reserved per received datagram (UDP_GRO + SO_RXQ_OVFL, with room to spare).
-pub const RECV_CONTROL_LEN: usize = 64;
+pub(crate) const RECV_CONTROL_LEN: usize = 64;
 /// Bytes of `io_uring_recvmsg_out` at the start of every multishot `RECVMSG` buffer.
-pub const RECVMSG_OUT_LEN: usize = 16;
+pub(crate) const RECVMSG_OUT_LEN: usize = 16;
 /// Bytes reserved for the sender's address in each receive (`sockaddr_in6`).
-pub const RECV_NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_in6>();
+pub(crate) const RECV_NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_in6>();
 /// Receives queued per `io_uring_enter` in inline mode (and slots laid out for them).
-pub const INLINE_BATCH: usize = 32;
+pub(crate) const INLINE_BATCH: usize = 32;
 /// Table entry of the multishot template; inline slot `s` is entry `1 + s`.
 const TEMPLATE: usize = 0;
 
@@ -30,9 +30,9 @@ const TEMPLATE: usize = 0;
 /// messages, as long as the kernel said they were.
 pub(super) struct InlineMeta<'a> {
     /// The source `sockaddr`.
-    pub name: &'a [u8],
+    pub(crate) name: &'a [u8],
     /// The control messages (`cmsghdr`s).
-    pub control: &'a [u8],
+    pub(crate) control: &'a [u8],
 }
 
 /// Where the receive memory lies in the arena, and which inline slots are in flight.

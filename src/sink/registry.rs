@@ -35,69 +35,69 @@ const ATTRIBUTE_AFTER_NS: u64 = 2_000_000_000;
 
 /// One flow as the sender reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlowReport {
+pub(crate) struct FlowReport {
     /// Flow id.
-    pub flow: u32,
+    pub(crate) flow: u32,
     /// The flow's first sequence number this run.
-    pub first_seq: u64,
+    pub(crate) first_seq: u64,
     /// One past the highest sequence number sent.
-    pub next_seq: u64,
+    pub(crate) next_seq: u64,
     /// Sends of the flow that failed so far.
-    pub failed: u64,
+    pub(crate) failed: u64,
 }
 
 /// A sender's hello.
 #[derive(Clone, Debug)]
-pub struct Hello {
+pub(crate) struct Hello {
     /// The sender's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its run's epoch.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Its flows.
-    pub flows: Vec<FlowReport>,
+    pub(crate) flows: Vec<FlowReport>,
     /// Nanoseconds since its first send (0 before it).
-    pub elapsed_ns: u64,
+    pub(crate) elapsed_ns: u64,
     /// A later step of a rate schedule (from 1): the same sender run, so no new session.
-    pub step: u32,
+    pub(crate) step: u32,
     /// Its clock as the hello tells: the sink's own (same kernel), or unknown until an estimate.
-    pub clock: LatencyClock,
+    pub(crate) clock: LatencyClock,
 }
 
 /// What the sink saw of one sender run, after its goodbye.
 #[derive(Clone, Debug, Default)]
-pub struct RunVerdict {
+pub(crate) struct RunVerdict {
     /// Sum over the flows.
-    pub totals: SessionCounters,
+    pub(crate) totals: SessionCounters,
     /// Per flow id.
-    pub flows: Vec<(u32, SessionCounters)>,
+    pub(crate) flows: Vec<(u32, SessionCounters)>,
     /// Every worker answered for every flow in time.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// One-way latency of this sender's packets (the sink's latency cells' resolution).
-    pub latency: Latency,
+    pub(crate) latency: Latency,
     /// The sink's size classes of this sender's packets (empty when the sink did not say).
-    pub sizes: Vec<ClassCount>,
+    pub(crate) sizes: Vec<ClassCount>,
     /// How its latency relates to its clock.
-    pub clock: LatencyClock,
+    pub(crate) clock: LatencyClock,
     /// Its datagrams that arrived after its hello but found no slot in a sink queue's session
     /// table (counted as invalid `table_full`, never as received or lost).
-    pub refused: u64,
+    pub(crate) refused: u64,
 }
 
 /// One sender's books, as the reporter shows them.
 #[derive(Clone, Debug, Default)]
-pub struct SenderRow {
+pub(crate) struct SenderRow {
     /// Name, or source address.
-    pub name: String,
+    pub(crate) name: String,
     /// Closed plus live sessions.
-    pub counters: SessionCounters,
+    pub(crate) counters: SessionCounters,
     /// Sessions (epochs) seen.
-    pub sessions: u64,
+    pub(crate) sessions: u64,
     /// Sessions with packets still being counted.
-    pub active_sessions: u64,
+    pub(crate) active_sessions: u64,
     /// Nanoseconds during which its sessions received packets (gaps between sessions excluded).
-    pub active_ns: u64,
+    pub(crate) active_ns: u64,
     /// How its latency relates to its clock (its latest run's with a known clock).
-    pub clock: LatencyClock,
+    pub(crate) clock: LatencyClock,
 }
 
 #[derive(Debug)]
@@ -147,7 +147,7 @@ struct Inner {
 
 /// The sink's per-sender books.
 #[derive(Debug)]
-pub struct Registry {
+pub(crate) struct Registry {
     workers: Vec<Arc<SinkShared>>,
     max_senders: usize,
     started_ns: u64,
@@ -164,7 +164,11 @@ fn span_union(a: Option<(u64, u64)>, b: (u64, u64)) -> Option<(u64, u64)> {
 
 impl Registry {
     /// Books over these workers' mailboxes; `started_ns` is when their sockets were bound.
-    pub fn new(workers: Vec<Arc<SinkShared>>, max_senders: usize, started_ns: u64) -> Registry {
+    pub(crate) fn new(
+        workers: Vec<Arc<SinkShared>>,
+        max_senders: usize,
+        started_ns: u64,
+    ) -> Registry {
         let inner = Inner {
             closed_generation: workers
                 .iter()
@@ -182,7 +186,7 @@ impl Registry {
     }
 
     /// The same books with the sink's size classes, for the verdicts.
-    pub fn with_sizes(mut self, sizes: Arc<SizeTable>) -> Registry {
+    pub(crate) fn with_sizes(mut self, sizes: Arc<SizeTable>) -> Registry {
         self.sizes = sizes;
         self
     }
@@ -217,7 +221,7 @@ impl Registry {
     }
 
     /// A sender said hello; returns the sink's uptime for the reply and a line to log.
-    pub fn hello(&self, peer: Option<SocketAddr>, hello: &Hello) -> (u64, String) {
+    pub(crate) fn hello(&self, peer: Option<SocketAddr>, hello: &Hello) -> (u64, String) {
         let uptime = clock::monotonic_ns().saturating_sub(self.started_ns);
         // The sink was listening before the sender's first packet: its flows start where the
         // sender says. Otherwise the sink joined a running stream and counts from what it sees.
@@ -302,7 +306,7 @@ impl Registry {
 
     /// A sender run's estimate of this sink's clock offset: its sessions correct their latency
     /// by it from now on (a run on the sink's own clock keeps offset 0).
-    pub fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
+    pub(crate) fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
         let mut inner = self.lock();
         let Some(e) = inner.epochs.get_mut(&epoch) else {
             return;
@@ -317,7 +321,7 @@ impl Registry {
     }
 
     /// A sender's progress: lets a vanished sender's tail be bounded (`unconfirmed`).
-    pub fn progress(&self, epoch: u32, flows: &[FlowReport]) {
+    pub(crate) fn progress(&self, epoch: u32, flows: &[FlowReport]) {
         for f in flows {
             self.broadcast(ToWorker::Progress {
                 key: SessionKey {
@@ -332,7 +336,7 @@ impl Registry {
 
     /// A sender's goodbye: closes its flows with their true ends and returns what the sink saw,
     /// waiting up to `wait` for every worker's answer.
-    pub fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunVerdict {
+    pub(crate) fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunVerdict {
         let answered = |inner: &Inner, flow: u32| {
             inner
                 .epochs

@@ -9,24 +9,24 @@
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Lengths with a class of their own; one more cell counts every other length.
-pub const CLASSES: usize = 8;
+pub(crate) const CLASSES: usize = 8;
 /// The cell of lengths beyond [`CLASSES`].
-pub const OTHER: usize = CLASSES;
+pub(crate) const OTHER: usize = CLASSES;
 
 /// One size class's count: an exact payload length, or every other length (`None`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClassCount {
+pub(crate) struct ClassCount {
     /// The payload length, or `None` for lengths without a class of their own.
-    pub payload: Option<u32>,
+    pub(crate) payload: Option<u32>,
     /// Valid packets.
-    pub packets: u64,
+    pub(crate) packets: u64,
     /// Their payload bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 impl ClassCount {
     /// `{"payload": L or "other", "packets": N, "bytes": B}`.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         let payload = self
             .payload
             .map_or_else(|| serde_json::json!("other"), |l| serde_json::json!(l));
@@ -34,7 +34,7 @@ impl ClassCount {
     }
 
     /// Adds `c` into the list by payload (a verdict's classes summed over its parts).
-    pub fn merge(into: &mut Vec<ClassCount>, c: &ClassCount) {
+    pub(crate) fn merge(into: &mut Vec<ClassCount>, c: &ClassCount) {
         match into.iter_mut().find(|x| x.payload == c.payload) {
             Some(x) => {
                 x.packets += c.packets;
@@ -47,14 +47,14 @@ impl ClassCount {
 
 /// The sink-wide length of each class (0: not yet taken).
 #[derive(Debug, Default)]
-pub struct SizeTable {
+pub(crate) struct SizeTable {
     lengths: [AtomicU32; CLASSES],
 }
 
 impl SizeTable {
     /// The class of a datagram of `len` payload bytes (`len` > 0), claiming one if it is new.
     #[inline]
-    pub fn class_of(&self, len: usize) -> usize {
+    pub(crate) fn class_of(&self, len: usize) -> usize {
         let len = len as u32;
         for (i, slot) in self.lengths.iter().enumerate() {
             let seen = slot.load(Relaxed);
@@ -73,7 +73,7 @@ impl SizeTable {
     }
 
     /// The length of each class taken so far, by class index.
-    pub fn lengths(&self) -> Vec<(usize, u32)> {
+    pub(crate) fn lengths(&self) -> Vec<(usize, u32)> {
         self.lengths
             .iter()
             .enumerate()
@@ -84,7 +84,7 @@ impl SizeTable {
 
     /// The classes with packets, sorted by length, then the other lengths (`payload: None`);
     /// `bytes` is the total payload bytes of `packets`.
-    pub fn counts(&self, packets: &[u64; CLASSES + 1], bytes: u64) -> Vec<ClassCount> {
+    pub(crate) fn counts(&self, packets: &[u64; CLASSES + 1], bytes: u64) -> Vec<ClassCount> {
         let mut out: Vec<ClassCount> = self
             .lengths()
             .into_iter()
@@ -109,7 +109,7 @@ impl SizeTable {
 
     /// `[{"payload": L, "packets": N, "bytes": L×N}, …]` sorted by length, plus an `"other"`
     /// entry when some length had no class; `bytes` is the total payload bytes of `packets`.
-    pub fn json(&self, packets: &[u64; CLASSES + 1], bytes: u64) -> serde_json::Value {
+    pub(crate) fn json(&self, packets: &[u64; CLASSES + 1], bytes: u64) -> serde_json::Value {
         let mut rows: Vec<(u32, u64)> = self
             .lengths()
             .into_iter()

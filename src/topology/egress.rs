@@ -10,7 +10,7 @@ use super::TopologyError;
 /// Name of the interface holding the local address the kernel would use to reach `target`
 /// (`lo` for 127.0.0.1 and ::1). An unspecified target (`0.0.0.0`, `::`), typical of listen
 /// addresses, gives [`TopologyError::UnspecifiedTarget`]; callers then skip NIC locality.
-pub fn egress_interface(target: SocketAddr) -> Result<String, TopologyError> {
+pub(crate) fn egress_interface(target: SocketAddr) -> Result<String, TopologyError> {
     if target.ip().is_unspecified() {
         return Err(TopologyError::UnspecifiedTarget(target));
     }

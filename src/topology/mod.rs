@@ -2,23 +2,23 @@
 //! CPUs each holds, and which of those the process may run on (its affinity mask).
 
 mod assign;
-pub mod egress;
-pub mod placement;
-pub mod render;
-pub mod sysfs;
+pub(crate) mod egress;
+pub(crate) mod placement;
+pub(crate) mod render;
+pub(crate) mod sysfs;
 
 use std::path::{Path, PathBuf};
 
 use nix::sched::{CpuSet, sched_getaffinity};
 use nix::unistd::Pid;
 
-pub use egress::egress_interface;
-pub use render::{render_plan, render_topology};
-pub use sysfs::{NicLocality, SysfsError, format_cpu_list, nic_numa_node, parse_cpu_list};
+pub(crate) use egress::egress_interface;
+pub(crate) use render::{render_plan, render_topology};
+pub(crate) use sysfs::{NicLocality, SysfsError, format_cpu_list, nic_numa_node, parse_cpu_list};
 
 /// Building the topology or finding the egress interface failed.
 #[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
+pub(crate) enum TopologyError {
     #[error(transparent)]
     Sysfs(#[from] SysfsError),
     #[error("sysfs under {} lists no online NUMA node; point it at the host's /sys", root.display())]
@@ -45,33 +45,33 @@ pub enum TopologyError {
 
 /// One NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    pub id: u32,
+pub(crate) struct Node {
+    pub(crate) id: u32,
     /// CPUs of this node that are online (sorted).
-    pub online_cpus: Vec<u32>,
+    pub(crate) online_cpus: Vec<u32>,
     /// The subset of `online_cpus` this process may run on (sorted). Empty means the node is
     /// kept for display only: no queue can be placed there.
-    pub cpus: Vec<u32>,
+    pub(crate) cpus: Vec<u32>,
 }
 
 impl Node {
     /// Whether at least one CPU of this node is usable by the process.
-    pub fn has_allowed_cpus(&self) -> bool {
+    pub(crate) fn has_allowed_cpus(&self) -> bool {
         !self.cpus.is_empty()
     }
 }
 
 /// Online NUMA nodes in ascending id order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Topology {
-    pub nodes: Vec<Node>,
+pub(crate) struct Topology {
+    pub(crate) nodes: Vec<Node>,
 }
 
 impl Topology {
     /// Reads nodes and CPUs from sysfs at `root` and keeps, per node, the online CPUs that are
     /// also in `allowed` (the affinity mask). Without a node directory (kernel built without
     /// NUMA) the machine is one node 0 holding all online CPUs.
-    pub fn read(root: &Path, allowed: &[u32]) -> Result<Topology, TopologyError> {
+    pub(crate) fn read(root: &Path, allowed: &[u32]) -> Result<Topology, TopologyError> {
         let online = sysfs::online_cpus(root)?;
         let node_cpu_lists = match sysfs::online_nodes(root)? {
             None => vec![(0, online.clone())],
@@ -108,22 +108,24 @@ impl Topology {
     }
 
     /// Reads the real `/sys` with this process's affinity mask.
-    pub fn detect() -> Result<Topology, TopologyError> {
+    pub(crate) fn detect() -> Result<Topology, TopologyError> {
         Topology::read(Path::new(sysfs::SYSFS_ROOT), &allowed_cpus()?)
     }
 
     /// The node with this id, if online.
-    pub fn node(&self, id: u32) -> Option<&Node> {
+    pub(crate) fn node(&self, id: u32) -> Option<&Node> {
         self.nodes.iter().find(|node| node.id == id)
     }
 
+    #[cfg(test)]
     /// Whether `id` is an online node.
-    pub fn is_node(&self, id: u32) -> bool {
+    pub(crate) fn is_node(&self, id: u32) -> bool {
         self.node(id).is_some()
     }
 
+    #[cfg(test)]
     /// The node an online CPU belongs to (whether or not the process may use it).
-    pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
+    pub(crate) fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
         self.nodes
             .iter()
             .find(|node| node.online_cpus.contains(&cpu))
@@ -131,12 +133,12 @@ impl Topology {
     }
 
     /// Ids of all online nodes, ascending.
-    pub fn node_ids(&self) -> Vec<u32> {
+    pub(crate) fn node_ids(&self) -> Vec<u32> {
         self.nodes.iter().map(|node| node.id).collect()
     }
 
     /// Every CPU the process may use, over all nodes, ascending.
-    pub fn usable_cpus(&self) -> Vec<u32> {
+    pub(crate) fn usable_cpus(&self) -> Vec<u32> {
         let mut cpus: Vec<u32> = self
             .nodes
             .iter()
@@ -148,7 +150,7 @@ impl Topology {
 }
 
 /// CPUs this process may run on, from `sched_getaffinity` (taskset/cpuset restrictions).
-pub fn allowed_cpus() -> Result<Vec<u32>, TopologyError> {
+pub(crate) fn allowed_cpus() -> Result<Vec<u32>, TopologyError> {
     let set = sched_getaffinity(Pid::from_raw(0)).map_err(TopologyError::Affinity)?;
     Ok((0..CpuSet::count())
         .filter(|&cpu| set.is_set(cpu).unwrap_or(false))

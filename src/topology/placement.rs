@@ -10,25 +10,25 @@ use super::{Node, Topology, list_or_none};
 
 /// What the caller asks for; built from the CLI (and, for `pair`, the sender's plan).
 #[derive(Debug, Clone, Copy)]
-pub struct PlacementRequest<'a> {
+pub(crate) struct PlacementRequest<'a> {
     /// Number of queues (workers) to place; must be at least 1.
-    pub queues: usize,
+    pub(crate) queues: usize,
     /// Explicit `--cpus`: queue i runs on `cpus[i % len]`.
-    pub cpus: Option<&'a [u32]>,
+    pub(crate) cpus: Option<&'a [u32]>,
     /// Explicit `--node`.
-    pub node: Option<u32>,
+    pub(crate) node: Option<u32>,
     /// The egress/ingress interface and its locality, when known.
-    pub nic: Option<(&'a str, NicLocality)>,
+    pub(crate) nic: Option<(&'a str, NicLocality)>,
     /// CPUs to stay off while others are left (e.g. the sender's CPUs when placing `pair`'s sink).
-    pub avoid_cpus: &'a [u32],
+    pub(crate) avoid_cpus: &'a [u32],
     /// Take each node's CPUs from the top of its list (a sink) instead of the bottom (a
     /// sender), so a sink and a sender started as separate processes stay apart.
-    pub from_top: bool,
+    pub(crate) from_top: bool,
 }
 
 /// Why the spread rule was used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpreadCause {
+pub(crate) enum SpreadCause {
     /// No NIC was given (e.g. `topo` without `--to`).
     NoNic,
     /// The NIC has no known node; `why` is the [`NicLocality::Unknown`] reason.
@@ -39,7 +39,7 @@ pub enum SpreadCause {
 
 /// Which rule chose the placement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     ExplicitCpus,
     ExplicitNode { node: u32 },
     NicNode { nic: String, node: u32 },
@@ -74,23 +74,23 @@ impl fmt::Display for Reason {
 
 /// Where one queue runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueuePlacement {
-    pub queue: usize,
-    pub cpu: u32,
-    pub node: u32,
+pub(crate) struct QueuePlacement {
+    pub(crate) queue: usize,
+    pub(crate) cpu: u32,
+    pub(crate) node: u32,
 }
 
 /// The decided placement, the rule that produced it, and anything the operator should know.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub queues: Vec<QueuePlacement>,
-    pub reason: Reason,
-    pub warnings: Vec<String>,
+pub(crate) struct Plan {
+    pub(crate) queues: Vec<QueuePlacement>,
+    pub(crate) reason: Reason,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl Plan {
     /// Distinct CPUs used by this plan, ascending (feed to another request's `avoid_cpus`).
-    pub fn cpus(&self) -> Vec<u32> {
+    pub(crate) fn cpus(&self) -> Vec<u32> {
         let mut cpus: Vec<u32> = self.queues.iter().map(|queue| queue.cpu).collect();
         cpus.sort_unstable();
         cpus.dedup();
@@ -100,7 +100,7 @@ impl Plan {
 
 /// A request that cannot be honoured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlacementError {
+pub(crate) enum PlacementError {
     #[error("--queues must be at least 1")]
     NoQueues,
     #[error("--cpus is empty; give CPUs like 0-3")]
@@ -122,7 +122,7 @@ pub enum PlacementError {
 }
 
 /// Places `req.queues` queues on `topo`; see the module docs for the rule order.
-pub fn plan(topo: &Topology, req: &PlacementRequest) -> Result<Plan, PlacementError> {
+pub(crate) fn plan(topo: &Topology, req: &PlacementRequest) -> Result<Plan, PlacementError> {
     if req.queues == 0 {
         return Err(PlacementError::NoQueues);
     }
@@ -232,13 +232,13 @@ pub(crate) mod test_support {
     use super::{PlacementRequest, Plan};
     use crate::topology::{Topology, fixture_root};
 
-    pub const ALL: &[u32] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+    pub(crate) const ALL: &[u32] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
-    pub fn topo(fixture: &str, allowed: &[u32]) -> Topology {
+    pub(crate) fn topo(fixture: &str, allowed: &[u32]) -> Topology {
         Topology::read(&fixture_root(fixture), allowed).unwrap()
     }
 
-    pub fn request(queues: usize) -> PlacementRequest<'static> {
+    pub(crate) fn request(queues: usize) -> PlacementRequest<'static> {
         PlacementRequest {
             queues,
             cpus: None,
@@ -249,11 +249,11 @@ pub(crate) mod test_support {
         }
     }
 
-    pub fn cpus_of(plan: &Plan) -> Vec<u32> {
+    pub(crate) fn cpus_of(plan: &Plan) -> Vec<u32> {
         plan.queues.iter().map(|queue| queue.cpu).collect()
     }
 
-    pub fn nodes_of(plan: &Plan) -> Vec<u32> {
+    pub(crate) fn nodes_of(plan: &Plan) -> Vec<u32> {
         plan.queues.iter().map(|queue| queue.node).collect()
     }
 }

@@ -13,7 +13,7 @@ use super::{Topology, list_or_none};
 ///   node 0: cpus 0-1 (allowed 0-1)
 /// nic: lo (NUMA node unknown: virtual interface)
 /// ```
-pub fn render_topology(topo: &Topology, nic: Option<(&str, &NicLocality)>) -> String {
+pub(crate) fn render_topology(topo: &Topology, nic: Option<(&str, &NicLocality)>) -> String {
     let count = topo.nodes.len();
     let mut text = format!(
         "{count} node{} online: {}\n",
@@ -48,7 +48,7 @@ pub fn render_topology(topo: &Topology, nic: Option<(&str, &NicLocality)>) -> St
 ///   q0 -> cpu 4 node 1
 /// warning: explicit --cpus 4 (node 1) differ from NIC eth1's node 0; keeping --cpus
 /// ```
-pub fn render_plan(role: &str, plan: &Plan) -> String {
+pub(crate) fn render_plan(role: &str, plan: &Plan) -> String {
     let mut text = format!("placement ({role}): {}\n", plan.reason);
     for queue in &plan.queues {
         let _ = writeln!(

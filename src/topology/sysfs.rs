@@ -6,14 +6,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// The real sysfs mount point.
-pub const SYSFS_ROOT: &str = "/sys";
+pub(crate) const SYSFS_ROOT: &str = "/sys";
 
 /// Largest CPU or node number accepted in a list; protects against ranges like `0-4294967295`.
-pub const MAX_CPU_ID: u32 = 65_535;
+pub(crate) const MAX_CPU_ID: u32 = 65_535;
 
 /// A cpulist (`0-3,8`) that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CpuListError {
+pub(crate) enum CpuListError {
     #[error("empty item in CPU list {list:?}; write it like 0-3,8")]
     EmptyItem { list: String },
     #[error("{item:?} in CPU list {list:?} is not a number or range; write it like 0-3,8")]
@@ -26,7 +26,7 @@ pub enum CpuListError {
 
 /// Reading sysfs failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SysfsError {
+pub(crate) enum SysfsError {
     #[error("cannot read {}: {source}; is sysfs mounted at /sys?", path.display())]
     Read { path: PathBuf, source: io::Error },
     #[error("cannot parse {}: {source}", path.display())]
@@ -35,7 +35,7 @@ pub enum SysfsError {
 
 /// Parses the kernel cpulist format (`0-3,8,10-11`) into a sorted list without duplicates.
 /// An empty or all-whitespace string is an empty list (a node without CPUs prints that).
-pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, CpuListError> {
+pub(crate) fn parse_cpu_list(text: &str) -> Result<Vec<u32>, CpuListError> {
     let list = text.trim();
     let mut cpus = Vec::new();
     if list.is_empty() {
@@ -87,7 +87,7 @@ fn parse_id(number: &str, item: &str, list: &str) -> Result<u32, CpuListError> {
 
 /// Formats CPU (or node) numbers as a cpulist, merging runs: `[0,1,2,3,8]` -> `"0-3,8"`.
 /// The input may be unsorted and contain duplicates; an empty input gives `""`.
-pub fn format_cpu_list(cpus: &[u32]) -> String {
+pub(crate) fn format_cpu_list(cpus: &[u32]) -> String {
     let mut sorted = cpus.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -119,13 +119,13 @@ fn read_cpu_list_file(path: PathBuf) -> Result<Vec<u32>, SysfsError> {
 }
 
 /// CPUs the kernel reports online (`devices/system/cpu/online`).
-pub fn online_cpus(root: &Path) -> Result<Vec<u32>, SysfsError> {
+pub(crate) fn online_cpus(root: &Path) -> Result<Vec<u32>, SysfsError> {
     read_cpu_list_file(root.join("devices/system/cpu/online"))
 }
 
 /// Online NUMA nodes (`devices/system/node/online`), or `None` when the kernel has no node
 /// directory (built without NUMA); callers then treat the machine as one node 0.
-pub fn online_nodes(root: &Path) -> Result<Option<Vec<u32>>, SysfsError> {
+pub(crate) fn online_nodes(root: &Path) -> Result<Option<Vec<u32>>, SysfsError> {
     let node_dir = root.join("devices/system/node");
     if !node_dir.is_dir() {
         return Ok(None);
@@ -134,13 +134,13 @@ pub fn online_nodes(root: &Path) -> Result<Option<Vec<u32>>, SysfsError> {
 }
 
 /// CPUs the kernel lists for one NUMA node (`devices/system/node/nodeN/cpulist`).
-pub fn node_cpus(root: &Path, node: u32) -> Result<Vec<u32>, SysfsError> {
+pub(crate) fn node_cpus(root: &Path, node: u32) -> Result<Vec<u32>, SysfsError> {
     read_cpu_list_file(root.join(format!("devices/system/node/node{node}/cpulist")))
 }
 
 /// Which NUMA node a network interface is attached to, as far as sysfs tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NicLocality {
+pub(crate) enum NicLocality {
     /// The device (or its nearest ancestor reporting one) sits on this node.
     Node(u32),
     /// Unknown, with the reason (e.g. "virtual interface").
@@ -148,20 +148,20 @@ pub enum NicLocality {
 }
 
 /// Reason used when an interface has no `device` link (lo, veth, ifb, bridges).
-pub const VIRTUAL_INTERFACE: &str = "virtual interface";
+pub(crate) const VIRTUAL_INTERFACE: &str = "virtual interface";
 /// Reason used when no ancestor reports a node, or it reports `-1`.
-pub const NO_LOCALITY_REPORTED: &str = "no NUMA locality reported";
+pub(crate) const NO_LOCALITY_REPORTED: &str = "no NUMA locality reported";
 /// Reason used when `class/net/IF` does not exist.
-pub const INTERFACE_NOT_FOUND: &str = "interface not found";
+pub(crate) const INTERFACE_NOT_FOUND: &str = "interface not found";
 /// Reason used when the name cannot be an interface (empty, contains `/`, `.` or `..`).
-pub const INVALID_INTERFACE_NAME: &str = "invalid interface name";
+pub(crate) const INVALID_INTERFACE_NAME: &str = "invalid interface name";
 
 /// Finds the NUMA node of interface `ifname` under sysfs `root`.
 ///
 /// Reads `class/net/IF/device/numa_node`; when absent (virtio-net: the netdev's parent is a
 /// virtio device) it walks up the resolved device path to the first ancestor that has a
 /// `numa_node` file, never leaving `root/devices`. `-1` or no such file means unknown.
-pub fn nic_numa_node(root: &Path, ifname: &str) -> NicLocality {
+pub(crate) fn nic_numa_node(root: &Path, ifname: &str) -> NicLocality {
     if ifname.is_empty() || ifname.contains('/') || ifname == "." || ifname == ".." {
         return NicLocality::Unknown(INVALID_INTERFACE_NAME);
     }

@@ -1,7 +1,7 @@
 //! Hex encoding of nonces and MACs, and the serde adapters the messages use for them.
 
 /// Lower-case hex of `bytes`.
-pub fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const D: &[u8; 16] = b"0123456789abcdef";
     bytes
         .iter()
@@ -15,7 +15,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 }
 
 /// Parses exactly 64 hex digits.
-pub fn from_hex32(s: &str) -> Option<[u8; 32]> {
+pub(crate) fn from_hex32(s: &str) -> Option<[u8; 32]> {
     let b = s.as_bytes();
     if b.len() != 64 {
         return None;
@@ -32,11 +32,11 @@ pub(super) mod hex32 {
     //! Serde for `[u8; 32]` as a 64-digit hex string.
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
-    pub fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&super::to_hex(v))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         super::from_hex32(&s).ok_or_else(|| D::Error::custom("expected 64 hex digits"))
     }
@@ -46,14 +46,16 @@ pub(super) mod hex32_opt {
     //! Serde for `Option<[u8; 32]>` as a hex string or null.
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
-    pub fn serialize<S: Serializer>(v: &Option<[u8; 32]>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<[u8; 32]>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(v) => s.serialize_str(&super::to_hex(v)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[u8; 32]>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<[u8; 32]>, D::Error> {
         let s = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
         s.map(|s| super::from_hex32(&s).ok_or_else(|| D::Error::custom("expected 64 hex digits")))
             .transpose()

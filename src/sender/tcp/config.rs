@@ -56,18 +56,18 @@ crate::counter_array! {
 
 /// What one TCP sender queue shares with the reporter.
 #[derive(Debug, Default)]
-pub struct TcpSendShared {
+pub(crate) struct TcpSendShared {
     /// Counters.
-    pub counters: TcpTxShared,
+    pub(crate) counters: TcpTxShared,
     /// rr: round-trip time cells.
-    pub rtt: SharedRtt,
+    pub(crate) rtt: SharedRtt,
     /// The connections' descriptors, for the reporter's TCP_INFO samples (see `info`).
-    pub fds: super::info::ConnFds,
+    pub(crate) fds: super::info::ConnFds,
 }
 
 impl TcpSendShared {
     /// Shared state of a queue with `conns` connections.
-    pub fn new(conns: u32) -> TcpSendShared {
+    pub(crate) fn new(conns: u32) -> TcpSendShared {
         TcpSendShared {
             fds: super::info::ConnFds::new(conns),
             ..TcpSendShared::default()
@@ -77,40 +77,40 @@ impl TcpSendShared {
 
 /// The request/response shape of a sender.
 #[derive(Clone, Copy, Debug)]
-pub struct RrShape {
+pub(crate) struct RrShape {
     /// Request bytes (the record size).
-    pub request: usize,
+    pub(crate) request: usize,
     /// Response bytes asked for.
-    pub response: usize,
+    pub(crate) response: usize,
     /// Requests outstanding per connection.
-    pub depth: u32,
+    pub(crate) depth: u32,
 }
 
 /// Everything one TCP sender worker needs, resolved before start.
 #[derive(Clone, Debug)]
-pub struct TcpSendConfig {
+pub(crate) struct TcpSendConfig {
     /// Destination.
-    pub to: std::net::SocketAddr,
+    pub(crate) to: std::net::SocketAddr,
     /// Record bytes, header included.
-    pub size: usize,
+    pub(crate) size: usize,
     /// Connections of this queue.
-    pub conns: u32,
+    pub(crate) conns: u32,
     /// Flow id of this queue's first connection (ids are queue-major).
-    pub first_flow: u16,
+    pub(crate) first_flow: u16,
     /// Records per second for this worker, `None` = as fast as possible.
-    pub rate_rps: Option<f64>,
+    pub(crate) rate_rps: Option<f64>,
     /// Records this worker writes before it stops.
-    pub count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// How long this worker sends.
-    pub duration: Option<Duration>,
+    pub(crate) duration: Option<Duration>,
     /// The write operation.
-    pub op: SendOp,
+    pub(crate) op: SendOp,
     /// Epoch written into every record.
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Try 2 MiB pages for the arena.
-    pub hugepages: bool,
+    pub(crate) hugepages: bool,
     /// The request/response pattern, `None` for streams.
-    pub rr: Option<RrShape>,
+    pub(crate) rr: Option<RrShape>,
 }
 
 impl TcpSendConfig {
@@ -142,7 +142,7 @@ impl TcpSendConfig {
     }
 
     /// Arena bytes of one worker.
-    pub fn arena_bytes(&self) -> usize {
+    pub(crate) fn arena_bytes(&self) -> usize {
         self.send_buffers().end(self.conns as usize).div_ceil(4096) * 4096
     }
 
@@ -157,11 +157,11 @@ impl TcpSendConfig {
 
 /// What a TCP sender worker reports when it ends.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TcpSendOutcome {
+pub(crate) struct TcpSendOutcome {
     /// Monotonic ns when sending began.
-    pub started_ns: u64,
+    pub(crate) started_ns: u64,
     /// Monotonic ns when the worker ended.
-    pub ended_ns: u64,
+    pub(crate) ended_ns: u64,
     /// A fatal ring error ended the run early.
-    pub ring_failed: bool,
+    pub(crate) ring_failed: bool,
 }

@@ -28,13 +28,13 @@ const LOW: u64 = 0xffff_ffff;
 
 /// The published descriptors of one queue's connections.
 #[derive(Debug, Default)]
-pub struct ConnFds {
+pub(crate) struct ConnFds {
     words: Box<[AtomicU64]>,
 }
 
 impl ConnFds {
     /// Slots for `conns` connections.
-    pub fn new(conns: u32) -> ConnFds {
+    pub(crate) fn new(conns: u32) -> ConnFds {
         ConnFds {
             words: (0..conns).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -69,19 +69,19 @@ impl ConnFds {
 
 /// One queue's TCP_INFO, as last sampled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueInfo {
+pub(crate) struct QueueInfo {
     /// Connections sampled.
-    pub conns: u64,
+    pub(crate) conns: u64,
     /// Largest smoothed RTT among them, microseconds.
-    pub srtt_us_max: u64,
+    pub(crate) srtt_us_max: u64,
     /// Sum of their congestion windows, segments.
-    pub cwnd_segments: u64,
+    pub(crate) cwnd_segments: u64,
     /// Retransmitted segments: the open connections' and those last seen on closed ones.
-    pub retransmits: u64,
+    pub(crate) retransmits: u64,
 }
 
 /// The reporter's sampler over every sender queue.
-pub struct Sampler {
+pub(crate) struct Sampler {
     queues: Vec<Arc<TcpSendShared>>,
     /// Per queue, per connection: the word of the last sample and its retransmits.
     seen: Vec<Vec<(u64, u64)>>,
@@ -91,7 +91,7 @@ pub struct Sampler {
 
 impl Sampler {
     /// A sampler over these queues.
-    pub fn new(queues: Vec<Arc<TcpSendShared>>) -> Sampler {
+    pub(crate) fn new(queues: Vec<Arc<TcpSendShared>>) -> Sampler {
         let seen = queues
             .iter()
             .map(|q| vec![(0, 0); q.fds.words.len()])
@@ -105,7 +105,7 @@ impl Sampler {
     }
 
     /// Samples every open connection; one entry per queue.
-    pub fn sample(&mut self) -> Vec<QueueInfo> {
+    pub(crate) fn sample(&mut self) -> Vec<QueueInfo> {
         let mut out = Vec::with_capacity(self.queues.len());
         for (q, shared) in self.queues.iter().enumerate() {
             let mut info = QueueInfo::default();
@@ -140,7 +140,7 @@ impl Sampler {
 }
 
 /// The queues' samples together: connections, the largest RTT, the sums.
-pub fn total(infos: &[QueueInfo]) -> QueueInfo {
+pub(crate) fn total(infos: &[QueueInfo]) -> QueueInfo {
     infos.iter().fold(QueueInfo::default(), |a, q| QueueInfo {
         conns: a.conns + q.conns,
         srtt_us_max: a.srtt_us_max.max(q.srtt_us_max),

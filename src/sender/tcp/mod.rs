@@ -14,13 +14,12 @@
 
 mod buffers;
 mod config;
-pub mod info;
+pub(crate) mod info;
 mod rr;
 mod run_loop;
 
-pub use self::config::{
-    RrShape, TX_KEYS, TcpSendConfig, TcpSendOutcome, TcpSendShared, TcpTxShared, TxCounter,
-    TxCounters,
+pub(crate) use self::config::{
+    RrShape, TX_KEYS, TcpSendConfig, TcpSendOutcome, TcpSendShared, TxCounter, TxCounters,
 };
 
 use std::{os::fd::AsRawFd, sync::Arc};
@@ -82,7 +81,7 @@ struct Conn {
 }
 
 /// A TCP sender worker, set up and ready to run on its thread.
-pub struct TcpSendWorker {
+pub(crate) struct TcpSendWorker {
     engine: Engine,
     conns: Vec<Conn>,
     config: TcpSendConfig,
@@ -105,7 +104,7 @@ fn stream_socket(to: std::net::SocketAddr) -> std::io::Result<Socket> {
 
 impl TcpSendWorker {
     /// Builds the worker on the calling (already pinned) thread.
-    pub fn new(
+    pub(crate) fn new(
         config: TcpSendConfig,
         node: u32,
         shared: Arc<TcpSendShared>,

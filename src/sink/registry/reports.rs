@@ -10,7 +10,7 @@ use crate::{clock, latency_clock::LatencyClock, stats::SessionCounters};
 impl Registry {
     /// Valid packets per size class (the last cell: other lengths) and their payload bytes, over
     /// every sender's closed and live sessions (attributed or not).
-    pub fn size_totals(&self) -> ([u64; crate::sink::sizes::CLASSES + 1], u64) {
+    pub(crate) fn size_totals(&self) -> ([u64; crate::sink::sizes::CLASSES + 1], u64) {
         let mut inner = self.lock();
         self.drain(&mut inner);
         let mut total = SessionCounters::default();
@@ -30,13 +30,13 @@ impl Registry {
     }
 
     /// Packets lost in flows no sink queue ever saw (booked per sender, not per queue).
-    pub fn unseen_lost(&self) -> u64 {
+    pub(crate) fn unseen_lost(&self) -> u64 {
         self.lock().unseen_lost
     }
 
     /// Every sender's books now. With `all`, sessions too young to attribute are attributed
     /// anyway (the final summary).
-    pub fn rows(&self, all: bool) -> Vec<SenderRow> {
+    pub(crate) fn rows(&self, all: bool) -> Vec<SenderRow> {
         let mut inner = self.lock();
         self.drain(&mut inner);
         let now = clock::monotonic_ns();

@@ -27,7 +27,7 @@ impl Registry {
     }
 
     /// Nanoseconds during which any session received packets (idle gaps excluded).
-    pub fn active_ns(&self) -> u64 {
+    pub(crate) fn active_ns(&self) -> u64 {
         let inner = self.lock();
         let mut spans: Vec<(u64, u64)> = inner.epochs.values().filter_map(|e| e.span).collect();
         spans.sort_unstable();
@@ -46,7 +46,7 @@ impl Registry {
     }
 
     /// Lines about sessions that started without a hello or ended since the last call.
-    pub fn take_events(&self) -> Vec<String> {
+    pub(crate) fn take_events(&self) -> Vec<String> {
         let _ = self.rows(false);
         std::mem::take(&mut self.lock().events)
     }

@@ -27,32 +27,32 @@ const OTHER: &str = "other";
 
 /// What the sink counted for one sender run, at its Goodbye.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TcpVerdict {
+pub(crate) struct TcpVerdict {
     /// Records, bytes and invalid events of all its connections.
-    pub tally: ConnTally,
+    pub(crate) tally: ConnTally,
     /// Its connections that ended.
-    pub conns: u64,
+    pub(crate) conns: u64,
     /// Every connection of the run had ended before the answer (else the tally is so far).
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// How its latency relates to its clock.
-    pub clock: LatencyClock,
+    pub(crate) clock: LatencyClock,
 }
 
 /// One sender's books, as the reporter shows them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TcpSenderRow {
+pub(crate) struct TcpSenderRow {
     /// Name from its Hello, or `epoch-XXXXXXXX`.
-    pub name: String,
+    pub(crate) name: String,
     /// Its records, bytes and invalid events, over all its runs.
-    pub tally: ConnTally,
+    pub(crate) tally: ConnTally,
     /// Runs (epochs) seen.
-    pub sessions: u64,
+    pub(crate) sessions: u64,
     /// Connections open now.
-    pub conns_open: u64,
+    pub(crate) conns_open: u64,
     /// Connections that ended.
-    pub conns_closed: u64,
+    pub(crate) conns_closed: u64,
     /// How its latency relates to its clock (its latest run's).
-    pub clock: LatencyClock,
+    pub(crate) clock: LatencyClock,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -73,7 +73,7 @@ struct Inner {
 
 /// The per-sender books over these queues' connection slots.
 #[derive(Debug)]
-pub struct TcpBooks {
+pub(crate) struct TcpBooks {
     queues: Vec<Arc<TcpSinkShared>>,
     max_senders: usize,
     started_ns: u64,
@@ -82,7 +82,7 @@ pub struct TcpBooks {
 
 impl TcpBooks {
     /// Books over `queues`; at most `max_senders` names get books of their own.
-    pub fn new(queues: Vec<Arc<TcpSinkShared>>, max_senders: usize) -> TcpBooks {
+    pub(crate) fn new(queues: Vec<Arc<TcpSinkShared>>, max_senders: usize) -> TcpBooks {
         TcpBooks {
             queues,
             max_senders: max_senders.max(1),
@@ -118,7 +118,7 @@ impl TcpBooks {
     }
 
     /// Books the connections the workers closed, so their slots can be reused.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         if let Ok(mut inner) = self.inner.lock() {
             self.collect(&mut inner);
         }
@@ -126,7 +126,7 @@ impl TcpBooks {
 
     /// A sender run said Hello, its clock as the hello tells (a reconnect keeps a known one);
     /// returns the sink's uptime.
-    pub fn hello(&self, name: &str, epoch: u32, clock: LatencyClock) -> u64 {
+    pub(crate) fn hello(&self, name: &str, epoch: u32, clock: LatencyClock) -> u64 {
         if let Ok(mut inner) = self.inner.lock() {
             let clock = LatencyClock::at_hello(inner.clocks.get(&epoch), clock);
             inner.clocks.insert(epoch, clock);
@@ -145,7 +145,7 @@ impl TcpBooks {
 
     /// A sender run told its estimate of this sink's clock: its live connections correct their
     /// latency by it from now on.
-    pub fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
+    pub(crate) fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
         if let Ok(mut inner) = self.inner.lock() {
             let changed =
                 inner
@@ -161,7 +161,7 @@ impl TcpBooks {
 
     /// A sender run said Goodbye: waits (at most `wait`) until every connection of it ended,
     /// then returns what the sink counted for it.
-    pub fn goodbye(&self, epoch: u32, wait: Duration) -> TcpVerdict {
+    pub(crate) fn goodbye(&self, epoch: u32, wait: Duration) -> TcpVerdict {
         let until = Instant::now() + wait;
         loop {
             let Ok(mut inner) = self.inner.lock() else {
@@ -187,7 +187,7 @@ impl TcpBooks {
     }
 
     /// Every sender's books (closed plus live connections), by name.
-    pub fn rows(&self) -> Vec<TcpSenderRow> {
+    pub(crate) fn rows(&self) -> Vec<TcpSenderRow> {
         let Ok(mut inner) = self.inner.lock() else {
             return Vec::new();
         };
@@ -230,7 +230,7 @@ impl TcpBooks {
     }
 
     /// Invalid events on connections that never carried a record (no sender to charge).
-    pub fn unattributed_invalid(&self) -> u64 {
+    pub(crate) fn unattributed_invalid(&self) -> u64 {
         self.inner.lock().map_or(0, |i| i.unattributed.invalid)
     }
 }

@@ -15,12 +15,12 @@ use crate::{
 };
 
 /// Bytes of each provided receive buffer.
-pub const TCP_BUFFER_BYTES: u32 = 32 * 1024;
+pub(crate) const TCP_BUFFER_BYTES: u32 = 32 * 1024;
 /// Provided buffers per TCP sink queue when `--rx-buffers` is not given: 2 MiB in all. The
 /// sink copies every byte it reads into this ring, and the kernel fills it in ring order, so
 /// the whole ring is the copy's working set; at 2 MiB it stays in cache, where 512 buffers
 /// (16 MiB) cost the sink twice the CPU per byte and throttled a loopback stream.
-pub const TCP_RX_BUFFERS: u16 = 64;
+pub(crate) const TCP_RX_BUFFERS: u16 = 64;
 
 crate::counter_array! {
     /// Counters of one TCP sink queue.
@@ -72,24 +72,24 @@ crate::counter_array! {
 }
 
 /// Latency cells of one queue (corrected one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
-pub type LatencyCells = Counters<LATENCY_CELLS>;
+pub(crate) type LatencyCells = Counters<LATENCY_CELLS>;
 /// Shared latency cells.
-pub type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;
+pub(crate) type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;
 
 /// What one TCP sink queue shares with the reporter.
 #[derive(Debug, Default)]
-pub struct TcpSinkShared {
+pub(crate) struct TcpSinkShared {
     /// Counters.
-    pub counters: TcpRxShared,
+    pub(crate) counters: TcpRxShared,
     /// One-way latency cells.
-    pub latency: SharedLatency,
+    pub(crate) latency: SharedLatency,
     /// Per connection slot, the tally of the sender run on it (see [`peers`]).
-    pub slots: Box<[peers::SlotBooks]>,
+    pub(crate) slots: Box<[peers::SlotBooks]>,
 }
 
 impl TcpSinkShared {
     /// Shared state of a queue with `max_conns` connection slots.
-    pub fn new(max_conns: u32) -> TcpSinkShared {
+    pub(crate) fn new(max_conns: u32) -> TcpSinkShared {
         TcpSinkShared {
             slots: (0..max_conns)
                 .map(|_| peers::SlotBooks::default())
@@ -101,21 +101,21 @@ impl TcpSinkShared {
 
 /// Everything one TCP sink worker needs.
 #[derive(Clone, Debug)]
-pub struct TcpSinkConfig {
+pub(crate) struct TcpSinkConfig {
     /// Listen address (TCP).
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Connection slots per queue.
-    pub max_conns: u32,
+    pub(crate) max_conns: u32,
     /// Provided receive buffers (a power of two).
-    pub rx_buffers: u16,
+    pub(crate) rx_buffers: u16,
     /// Try 2 MiB pages for the arena.
-    pub hugepages: bool,
+    pub(crate) hugepages: bool,
     /// Where connections that open with a control frame go (none: they count as invalid).
-    pub control: Option<Arc<peers::ControlHandoff>>,
+    pub(crate) control: Option<Arc<peers::ControlHandoff>>,
     /// Multishot receive with or without bundles.
-    pub recv: RecvMode,
+    pub(crate) recv: RecvMode,
     /// How the worker waits for completions.
-    pub wait: super::TcpWait,
+    pub(crate) wait: super::TcpWait,
 }
 
 impl TcpSinkConfig {
@@ -146,7 +146,7 @@ impl TcpSinkConfig {
 }
 
 /// A listening TCP socket for one queue (`SO_REUSEPORT`, so every queue binds the same port).
-pub fn listener(listen: SocketAddr) -> Result<Socket, Error> {
+pub(crate) fn listener(listen: SocketAddr) -> Result<Socket, Error> {
     let socket = Socket::new(
         Domain::for_address(listen),
         Type::STREAM,

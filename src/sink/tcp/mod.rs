@@ -22,19 +22,19 @@
 //! published to its slot for the per-sender books (see `books`). The loop never allocates,
 //! locks, logs or formats.
 
-pub mod books;
+pub(crate) mod books;
 mod config;
-pub mod peers;
+pub(crate) mod peers;
 mod recv_mode;
 mod respond;
 mod wait;
 
-pub use self::config::{
-    LatencyCells, RX_KEYS, RxCounter, RxCounters, SharedLatency, TCP_BUFFER_BYTES, TCP_RX_BUFFERS,
-    TcpRxShared, TcpSinkConfig, TcpSinkShared, listener,
+pub(crate) use self::config::{
+    LatencyCells, RX_KEYS, RxCounter, RxCounters, TCP_BUFFER_BYTES, TCP_RX_BUFFERS, TcpSinkConfig,
+    TcpSinkShared, listener,
 };
-pub use self::recv_mode::{RECV_MODE_ENV, RecvMode};
-pub use self::wait::TcpWait;
+pub(crate) use self::recv_mode::RecvMode;
+pub(crate) use self::wait::TcpWait;
 
 use std::{
     os::fd::{AsRawFd, OwnedFd},
@@ -85,7 +85,7 @@ struct Conn {
 }
 
 /// A TCP sink worker, set up and ready to run.
-pub struct TcpSinkWorker {
+pub(crate) struct TcpSinkWorker {
     engine: Engine,
     listener: Socket,
     conns: Vec<Conn>,
@@ -107,7 +107,7 @@ pub struct TcpSinkWorker {
 
 impl TcpSinkWorker {
     /// Builds the worker on the calling (already pinned) thread.
-    pub fn new(
+    pub(crate) fn new(
         config: TcpSinkConfig,
         node: u32,
         shared: Arc<TcpSinkShared>,

@@ -31,24 +31,24 @@ const CLOSED: u32 = 2;
 
 /// One connection's tally: its sender run and what it brought.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ConnTally {
+pub(crate) struct ConnTally {
     /// The sender run's epoch, from its records' headers (0 until the first record).
-    pub epoch: u32,
+    pub(crate) epoch: u32,
     /// Complete, in-sequence records.
-    pub records: u64,
+    pub(crate) records: u64,
     /// Bytes of those records.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Invalid events on this connection (sequence, lost framing, depth).
-    pub invalid: u64,
+    pub(crate) invalid: u64,
     /// Records that gave no latency sample: no clock correction for their sender run yet.
-    pub latency_unknown: u64,
+    pub(crate) latency_unknown: u64,
     /// Latency samples whose negative corrected transit was taken as 0.
-    pub latency_clamped: u64,
+    pub(crate) latency_clamped: u64,
 }
 
 impl ConnTally {
     /// Adds `other`'s counts (not its epoch).
-    pub fn add(&mut self, other: &ConnTally) {
+    pub(crate) fn add(&mut self, other: &ConnTally) {
         self.records += other.records;
         self.bytes += other.bytes;
         self.invalid += other.invalid;
@@ -59,7 +59,7 @@ impl ConnTally {
 
 /// One connection slot's tally, shared by its worker (writer) and the books (reader).
 #[derive(Debug, Default)]
-pub struct SlotBooks {
+pub(crate) struct SlotBooks {
     state: AtomicU32,
     epoch: AtomicU32,
     records: AtomicU64,
@@ -74,7 +74,7 @@ pub struct SlotBooks {
 
 /// What the books read from a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotRead {
+pub(crate) enum SlotRead {
     /// No connection, or one whose final tally was booked already.
     Free,
     /// A connection still counting: its tally so far.
@@ -108,7 +108,7 @@ impl SlotBooks {
 
     /// Books: the records of sender run `epoch` on this slot's connection correct their
     /// latency by `correction` ns. The correction is stored before the epoch it belongs to.
-    pub fn set_clock(&self, epoch: u32, correction: i64) {
+    pub(crate) fn set_clock(&self, epoch: u32, correction: i64) {
         self.clock_correction.store(correction, Ordering::Relaxed);
         self.clock_epoch.store(epoch, Ordering::Release);
     }
@@ -143,7 +143,7 @@ impl SlotBooks {
     }
 
     /// Books: reads the slot, freeing it when it held a final tally.
-    pub fn read(&self) -> SlotRead {
+    pub(crate) fn read(&self) -> SlotRead {
         match self.state.load(Ordering::Acquire) {
             LIVE => SlotRead::Live(self.load()),
             CLOSED => {
@@ -166,14 +166,14 @@ struct Handed {
 
 /// The queue between the TCP sink workers and the control server.
 #[derive(Debug)]
-pub struct ControlHandoff {
+pub(crate) struct ControlHandoff {
     ready: ArrayQueue<Handed>,
     free: ArrayQueue<Box<[u8]>>,
 }
 
 impl ControlHandoff {
     /// `slots` connections may wait at once, each with up to one receive buffer of bytes.
-    pub fn new(slots: usize) -> ControlHandoff {
+    pub(crate) fn new(slots: usize) -> ControlHandoff {
         let free = ArrayQueue::new(slots.max(1));
         for _ in 0..slots.max(1) {
             let _ = free.push(vec![0u8; TCP_BUFFER_BYTES as usize].into_boxed_slice());

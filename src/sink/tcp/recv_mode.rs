@@ -6,11 +6,11 @@
 use crate::{error::Error, ring::probe};
 
 /// The environment variable that forces a receive mode.
-pub const RECV_MODE_ENV: &str = "RINGBLAST_TCP_RECV";
+pub(crate) const RECV_MODE_ENV: &str = "RINGBLAST_TCP_RECV";
 
 /// How a TCP sink's connections receive once their first bytes were seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecvMode {
+pub(crate) enum RecvMode {
     /// Multishot `RECV` bundles (Linux 6.10).
     Bundle,
     /// Plain multishot `RECV`, one buffer per completion.
@@ -21,7 +21,7 @@ impl RecvMode {
     /// The mode `RINGBLAST_TCP_RECV` asks for, checked against the kernel: `auto` (or unset)
     /// takes bundles where the kernel has them; `bundle` on a kernel without them is an
     /// environment error, any other value a usage error.
-    pub fn choose() -> Result<RecvMode, Error> {
+    pub(crate) fn choose() -> Result<RecvMode, Error> {
         let asked = std::env::var(RECV_MODE_ENV).unwrap_or_default();
         Self::choose_from(&asked, probe::recv_bundles())
     }
@@ -42,7 +42,7 @@ impl RecvMode {
     }
 
     /// The line `topo` and the sink's start-up notes show.
-    pub fn note(self) -> &'static str {
+    pub(crate) fn note(self) -> &'static str {
         match self {
             RecvMode::Bundle => {
                 "  tcp sink: SO_REUSEPORT listener per queue, multishot ACCEPT, multishot RECV bundles into the provided-buffer ring\n"

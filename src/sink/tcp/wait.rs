@@ -17,7 +17,7 @@ const MAX_SLEEP_NS: u64 = 5_000_000;
 
 /// A TCP sink worker's way of waiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TcpWait {
+pub(crate) enum TcpWait {
     /// Poll while completions keep coming, sleep after [`BUSY_POLL_NS`] without one
     /// (`--rx-wait batch`, the default).
     BusyPoll,
@@ -29,7 +29,7 @@ pub enum TcpWait {
 
 impl TcpWait {
     /// The TCP meaning of `--rx-wait`; `None` for `inline`, which is UDP only.
-    pub fn from_rx_wait(wait: RxWait) -> Option<TcpWait> {
+    pub(crate) fn from_rx_wait(wait: RxWait) -> Option<TcpWait> {
         match wait {
             RxWait::Batch => Some(TcpWait::BusyPoll),
             RxWait::Spin => Some(TcpWait::Spin),
@@ -39,7 +39,7 @@ impl TcpWait {
     }
 
     /// What to wait for, `idle_ns` after the last reap that found completions.
-    pub fn wait(self, idle_ns: u64) -> Wait {
+    pub(crate) fn wait(self, idle_ns: u64) -> Wait {
         let sleep = Wait::One {
             timeout_ns: MAX_SLEEP_NS,
         };

@@ -1,0 +1,151 @@
+//! What a sender's control channel found out, for its summary and its start: whether the sink
+//! refused it, the best control round trip, integrity failures, and whether its first hello has
+//! an answer yet. The control client's events update it (and the sender's control metrics).
+
+use std::{
+    sync::{
+        Condvar, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use crate::{control::client::ClientEvent, metrics::names, say};
+
+/// What a sender's control channel found out, for its summary.
+#[derive(Debug)]
+pub(crate) struct LinkState {
+    /// The sink refused this sender's credentials (the run exits 3).
+    pub(crate) refused: AtomicBool,
+    /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
+    control_rtt_ns: AtomicU64,
+    /// Connections dropped because a frame from the sink failed its integrity check, in the
+    /// order of [`INTEGRITY_REASONS`].
+    integrity_failures: [AtomicU64; INTEGRITY_REASONS.len()],
+    /// The sender's first connection attempt has an outcome (hello answered, refused or
+    /// unreachable); set with `awaits` by a sender that talks to a sink.
+    answered: Mutex<bool>,
+    answered_now: Condvar,
+    awaits: AtomicBool,
+}
+
+/// The integrity failures a sender counts (`FrameError::integrity_label`).
+const INTEGRITY_REASONS: [&str; 4] = ["bad_mac", "replayed", "out_of_order", "truncated"];
+
+impl Default for LinkState {
+    fn default() -> LinkState {
+        LinkState {
+            refused: AtomicBool::new(false),
+            control_rtt_ns: AtomicU64::new(u64::MAX),
+            integrity_failures: Default::default(),
+            answered: Mutex::new(false),
+            answered_now: Condvar::new(),
+            awaits: AtomicBool::new(false),
+        }
+    }
+}
+
+impl LinkState {
+    /// The smallest control round trip measured, if any clock exchange completed.
+    pub(crate) fn control_rtt_ns(&self) -> Option<u64> {
+        Some(self.control_rtt_ns.load(Ordering::Relaxed)).filter(|&ns| ns != u64::MAX)
+    }
+
+    /// Whether the sink refused this sender's credentials.
+    pub(crate) fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The summary's `control_integrity_failures`: connections dropped per reason.
+    pub(crate) fn integrity_json(&self) -> serde_json::Value {
+        INTEGRITY_REASONS
+            .iter()
+            .zip(&self.integrity_failures)
+            .map(|(reason, n)| ((*reason).to_string(), n.load(Ordering::Relaxed).into()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// Marks that the sender waits for its first connection attempt's outcome
+    /// ([`LinkState::wait_first_answer`]): it talks to a sink over the control channel.
+    pub(crate) fn expect_answer(&self) {
+        self.awaits.store(true, Ordering::Relaxed);
+    }
+
+    fn answer(&self) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        *answered = true;
+        self.answered_now.notify_all();
+    }
+
+    /// Waits up to `limit` for the sender's first connection attempt, so its hello reaches the
+    /// sink before its first datagram (a sink with a secret counts only the datagrams of senders
+    /// that said hello). Returns false when it gave up waiting; true at once without a link.
+    pub(crate) fn wait_first_answer(&self, limit: Duration) -> bool {
+        if !self.awaits.load(Ordering::Relaxed) {
+            return true;
+        }
+        let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        let (answered, _) = self
+            .answered_now
+            .wait_timeout_while(answered, limit, |a| !*a)
+            .unwrap_or_else(|e| e.into_inner());
+        *answered
+    }
+}
+
+/// Records a control client event in `state`, the control metrics and the log.
+pub(crate) fn event(e: ClientEvent, state: &LinkState) {
+    if !matches!(e, ClientEvent::Clock { .. }) {
+        state.answer();
+    }
+    match e {
+        ClientEvent::Connected {
+            addr,
+            sink_session,
+            reconnect,
+        } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
+            if reconnect > 0 {
+                metrics::counter!(names::TX_CONTROL_RECONNECTS).increment(1);
+            }
+            say!(
+                "control: connected to sink {sink_session} at {addr} (connection {})",
+                reconnect + 1
+            );
+        }
+        ClientEvent::Unreachable {
+            addr,
+            reason,
+            retry_in,
+        } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            say!(
+                "control: cannot reach the sink at {addr}: {reason}; sending anyway, retrying (next in {:.1}s)",
+                retry_in.as_secs_f64()
+            );
+        }
+        ClientEvent::Lost { reason } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            say!("control: lost the sink: {reason}; sending anyway, reconnecting");
+        }
+        ClientEvent::Refused { reason } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            state.refused.store(true, Ordering::Relaxed);
+            say!("control: {reason}");
+        }
+        ClientEvent::Breach { reason } => {
+            if let Some(i) = INTEGRITY_REASONS.iter().position(|r| *r == reason) {
+                state.integrity_failures[i].fetch_add(1, Ordering::Relaxed);
+            }
+            metrics::counter!(names::TX_CONTROL_INTEGRITY, "reason" => reason).increment(1);
+        }
+        ClientEvent::Clock { min_rtt_ns, .. } => {
+            let min = state
+                .control_rtt_ns
+                .fetch_min(min_rtt_ns, Ordering::Relaxed)
+                .min(min_rtt_ns);
+            metrics::gauge!(names::TX_CONTROL_RTT).set(min as f64 / 1e9);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The vocabulary of a sender's verdict, shared by every way of linking sender and sink: the
+//! verdict's result type, how long a goodbye waits, and the conversions between the control
+//! channel's messages and the sink registry's books. It is the bottom of `run/`: it imports
+//! nothing from it.
+
+use std::time::Duration;
+
+use crate::{
+    clock,
+    control::msg::{FlowProgress, FlowVerdict, Hello, Verdict, VerdictClock},
+    latency_clock::{ClockKind, LatencyClock, NO_ESTIMATE_YET},
+    sink::{
+        registry::{FlowReport, RunVerdict},
+        sizes::ClassCount,
+    },
+    stats::{Latency, SessionCounters},
+};
+
+/// The sink's session name and its books for one sender run, or why none came.
+pub(crate) type VerdictResult = Result<(String, RunVerdict), String>;
+/// Asks a remote sink for its verdict, given the flows' ends.
+pub(crate) type AskSink = Box<dyn FnOnce(&[FlowReport]) -> VerdictResult>;
+
+/// How long a goodbye waits for the sink's verdict.
+pub(crate) const GOODBYE_WAIT: Duration = Duration::from_secs(3);
+
+/// The clock of `pair`'s sender at its in-process sink: the same clock (moved by the test
+/// skew, which the one process knows exactly, when that hook is set).
+pub(crate) fn in_process_clock() -> LatencyClock {
+    LatencyClock {
+        offset_ns: clock::test_skew_ns().unwrap_or(0),
+        ..LatencyClock::same_clock()
+    }
+}
+
+/// The clock of a sender at its hello in protocol `version`, as far as the hello tells.
+pub(crate) fn hello_clock(hello: &Hello, version: u8) -> LatencyClock {
+    if version < 3 {
+        LatencyClock::unknown(format!(
+            "no clock estimate: the sender speaks control protocol version {version}, without the clock exchange (upgrade it)"
+        ))
+    } else if clock::same_kernel(hello.boot_id.as_deref()) {
+        LatencyClock::same_clock()
+    } else {
+        LatencyClock::unknown(NO_ESTIMATE_YET)
+    }
+}
+
+/// A run's clock, with its packets without a sample and its clamped samples, for a verdict.
+pub(crate) fn verdict_clock(clock: &LatencyClock, unknown: u64, clamped: u64) -> VerdictClock {
+    let known = clock.kind != ClockKind::Unknown;
+    VerdictClock {
+        kind: clock.kind,
+        offset_ns: known.then_some(clock.offset_ns),
+        error_bound_ns: known.then_some(clock.error_bound_ns),
+        control_rtt_ns: clock.control_rtt_ns,
+        latency_unknown_packets: unknown,
+        latency_clamped_packets: clamped,
+        reason: (!known).then(|| clock.reason.clone()),
+    }
+}
+
+/// The clock a verdict carries (an older sink says nothing of it).
+pub(crate) fn clock_of(v: Option<&VerdictClock>) -> LatencyClock {
+    match v {
+        Some(c) if c.kind != ClockKind::Unknown => LatencyClock {
+            kind: c.kind,
+            offset_ns: c.offset_ns.unwrap_or(0),
+            error_bound_ns: c.error_bound_ns.unwrap_or(0),
+            control_rtt_ns: c.control_rtt_ns,
+            reason: String::new(),
+        },
+        Some(c) => LatencyClock {
+            control_rtt_ns: c.control_rtt_ns,
+            ..LatencyClock::unknown(c.reason.clone().unwrap_or_default())
+        },
+        None => LatencyClock::unknown(
+            "the sink's verdict does not say how its latency relates to this sender's clock",
+        ),
+    }
+}
+
+/// A sender's per-flow progress (PROGRESS or GOODBYE) as the registry's reports.
+pub(crate) fn reports_of(flows: &[FlowProgress]) -> Vec<FlowReport> {
+    flows
+        .iter()
+        .map(|f| FlowReport {
+            flow: f.flow,
+            first_seq: 0,
+            next_seq: f.next_seq,
+            failed: f.failed,
+        })
+        .collect()
+}
+
+pub(crate) fn progress_of(f: &FlowReport) -> FlowProgress {
+    FlowProgress {
+        flow: f.flow,
+        next_seq: f.next_seq,
+        failed: f.failed,
+    }
+}
+
+pub(crate) fn flow_verdict(c: &SessionCounters) -> FlowVerdict {
+    FlowVerdict {
+        rx_packets: c.packets,
+        rx_bytes: c.bytes,
+        rx_lost: c.lost,
+        rx_reordered: c.reordered,
+        rx_duplicates: c.duplicates,
+        rx_invalid: 0,
+        rx_kernel_drops: c.kernel_drops,
+        rx_unconfirmed: c.unconfirmed,
+        tx_failed: c.send_failed,
+    }
+}
+
+pub(crate) fn counters_of(f: &FlowVerdict) -> SessionCounters {
+    SessionCounters {
+        packets: f.rx_packets,
+        bytes: f.rx_bytes,
+        lost: f.rx_lost,
+        reordered: f.rx_reordered,
+        duplicates: f.rx_duplicates,
+        kernel_drops: f.rx_kernel_drops,
+        unconfirmed: f.rx_unconfirmed,
+        send_failed: f.tx_failed,
+        ..SessionCounters::default()
+    }
+}
+
+pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
+    let mut totals = counters_of(&v.totals);
+    if let Some(c) = &v.clock {
+        totals.latency_unknown = c.latency_unknown_packets;
+        totals.latency_clamped = c.latency_clamped_packets;
+    }
+    RunVerdict {
+        totals,
+        flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
+        complete: true,
+        latency: Latency {
+            p50_ns: v.latency_p50_ns,
+            p99_ns: v.latency_p99_ns,
+            max_ns: v.latency_max_ns,
+        },
+        sizes: v
+            .sizes
+            .iter()
+            .map(|c| ClassCount {
+                payload: (c.payload > 0).then_some(c.payload),
+                packets: c.packets,
+                bytes: c.bytes,
+            })
+            .collect(),
+        clock: clock_of(v.clock.as_ref()),
+        refused: v.totals.rx_invalid,
+    }
+}
