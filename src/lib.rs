@@ -5,13 +5,9 @@
 //! The binary is a thin shell over [`run::execute`]; everything is reachable from tests.
 
 pub mod cli;
-pub(crate) mod cli_tcp;
 pub mod clock;
-pub mod config {
-    //! Units and configuration files.
-    pub mod file;
-    #[cfg(test)]
-    mod fuzz;
+pub(crate) mod config {
+    //! Units of the command line and the configuration file.
     pub(crate) mod units;
 }
 pub(crate) mod control;
@@ -19,7 +15,6 @@ pub(crate) mod counters;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;
-pub(crate) mod generate;
 pub(crate) mod latency_clock;
 pub(crate) mod mem;
 pub(crate) mod metrics;

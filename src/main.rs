@@ -16,7 +16,7 @@ fn main() {
     ringblast::clock::launch_ns();
     ringblast::clock::init_test_skew().unwrap_or_else(|e| fail(e));
     let argv =
-        ringblast::config::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
+        ringblast::cli::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
     let cli = ringblast::cli::Cli::parse_from(argv);
     if let Err(err) = ringblast::run::execute(cli) {
         fail(err);

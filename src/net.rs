@@ -8,6 +8,7 @@
 pub(crate) mod claim;
 pub(crate) mod fields;
 pub(crate) mod steer;
+pub(crate) mod wire;
 
 use std::{
     io,

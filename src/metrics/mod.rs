@@ -4,6 +4,7 @@
 //! least every 20 ms and once more after the workers stop, before the summary is printed.
 //! The endpoint (`http`) serves the families and series in a stable, sorted order.
 
+pub(crate) mod ctx;
 pub(crate) mod exposition;
 pub(crate) mod handles;
 pub(crate) mod http;

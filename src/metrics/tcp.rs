@@ -11,8 +11,8 @@ use metrics::{Counter, Gauge, Label, counter, gauge};
 
 use super::names::*;
 use crate::{
+    metrics::ctx::CtxSample,
     report::QueueView,
-    run::ctx::CtxSample,
     sender::{
         rtt::quantile,
         tcp::{TcpSendShared, TxCounter, info::QueueInfo},
@@ -176,7 +176,7 @@ impl TcpHandles {
             }
             q.conns.set(c.get(RxCounter::ConnsOpen) as f64);
         }
-        let (process, machine) = crate::run::ctx::delta(&self.ctx_start, ctx_now);
+        let (process, machine) = crate::metrics::ctx::delta(&self.ctx_start, ctx_now);
         for (h, v) in self.ctx.iter().zip([process, machine]) {
             if let Some(v) = v {
                 h.absolute(v);

@@ -3,7 +3,6 @@
 //! only parses.
 
 pub(crate) mod control_link;
-pub(crate) mod ctx;
 pub(crate) mod exporting;
 pub(crate) mod fds;
 pub(crate) mod judge;
@@ -17,9 +16,9 @@ pub(crate) mod shape;
 pub(crate) mod steps;
 pub(crate) mod tcp;
 pub(crate) mod tcp_control;
+pub(crate) mod tcp_groups;
 pub(crate) mod tcp_report;
 pub(crate) mod verdict;
-pub(crate) mod wire;
 
 use crate::say;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -62,7 +61,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Pair(args) => pair(args),
         Command::Search(args) => search::command(args),
         Command::Topo(args) => topo(args),
-        Command::Generate(args) => crate::generate::run(args.kind, args.dir.as_deref()),
+        Command::Generate(args) => crate::cli::generate::run(args.kind, args.dir.as_deref()),
     }
 }
 
@@ -325,7 +324,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
 }
 
 fn send(args: SendArgs) -> Result<(), Error> {
-    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+    if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::send(args);
     }
     udp_only(&args.tcp)?;
@@ -369,7 +368,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
 }
 
 fn sink(args: SinkArgs) -> Result<(), Error> {
-    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+    if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::sink(args);
     }
     let common = args.common;
@@ -431,7 +430,7 @@ fn free_udp_port(ip: std::net::IpAddr) -> Result<SocketAddr, Error> {
 }
 
 fn pair(args: PairArgs) -> Result<(), Error> {
-    if args.tcp.proto == crate::cli_tcp::Proto::Tcp {
+    if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::pair(args);
     }
     udp_only(&args.tcp)?;
@@ -484,8 +483,8 @@ fn pair(args: PairArgs) -> Result<(), Error> {
 }
 
 /// Refuses TCP-only options on a UDP run.
-fn udp_only(tcp: &crate::cli_tcp::TcpSendArgs) -> Result<(), Error> {
-    if tcp.conns.is_some() || tcp.pattern != crate::cli_tcp::Pattern::Stream {
+fn udp_only(tcp: &crate::cli::tcp::TcpSendArgs) -> Result<(), Error> {
+    if tcp.conns.is_some() || tcp.pattern != crate::cli::tcp::Pattern::Stream {
         return Err(Error::Usage(
             "--conns and --pattern apply to TCP only; add --proto tcp".into(),
         ));

@@ -167,7 +167,7 @@ pub(crate) fn sender_configs(
         dst_ports: t.dst_ports,
     };
     fields.check(flows)?;
-    super::wire::check_path(to, size, t.allow_fragments)?;
+    crate::net::wire::check_path(to, size, t.allow_fragments)?;
     let schedule = super::shape::schedule(t, sizes.mean_payload())?.map(Arc::new);
     let total_pps = match &schedule {
         // The judge's target: the schedule's mean rate.

@@ -19,11 +19,11 @@ use super::{
     link_state::LinkState,
     roles::{SenderSet, SinkSet},
     verdict::{GOODBYE_WAIT, VerdictResult},
-    wire,
 };
 use crate::{
     clock,
     error::Error,
+    net::wire,
     report::{self, RxSample, TxSample},
     sink::registry::RunVerdict,
     worker::Control,

@@ -9,25 +9,24 @@ use std::{sync::Arc, time::Duration};
 use super::{
     PAIR_DEFAULT_DURATION, placement_args, plan_pair, planned,
     tcp_control::{self, HANDOFF_SLOTS, SenderLink},
+    tcp_groups::{start_senders, start_sinks},
     tcp_report::Reporter,
 };
 use crate::{
+    cli::tcp::{Pattern, TcpSendArgs},
     cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
-    cli_tcp::{Pattern, TcpSendArgs},
     error::Error,
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
-    report::{self, QueueView},
     say,
     sender::{
         mix::SizeSpec,
         payload::PayloadFill,
-        tcp::{RrShape, TcpSendConfig, TcpSendShared, TcpSendWorker},
+        tcp::{RrShape, TcpSendConfig},
     },
     sink::tcp::{
-        RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpSinkShared, TcpSinkWorker, TcpWait,
-        books::TcpBooks, peers::ControlHandoff,
+        RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpWait, books::TcpBooks, peers::ControlHandoff,
     },
-    worker::{self, Control},
+    worker::Control,
 };
 
 /// The record size a TCP run was given (a mix is refused before a run starts).
@@ -155,90 +154,6 @@ fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
         )));
     }
     Ok(Some(shape))
-}
-
-/// Started sender queues.
-pub(crate) struct TcpSenders {
-    /// Placement.
-    pub(crate) queues: Vec<QueueView>,
-    /// Counters per queue.
-    pub(crate) shared: Vec<Arc<TcpSendShared>>,
-    /// The threads.
-    pub(crate) group: worker::Group<crate::sender::tcp::TcpSendOutcome>,
-    /// Records/s target of the run.
-    pub(crate) target_rps: Option<f64>,
-    /// The senders run request/response.
-    pub(crate) rr: bool,
-}
-
-/// Started sink queues.
-pub(crate) struct TcpSinks {
-    /// Placement.
-    pub(crate) queues: Vec<QueueView>,
-    /// Counters per queue.
-    pub(crate) shared: Vec<Arc<TcpSinkShared>>,
-    /// The threads.
-    pub(crate) group: worker::Group<()>,
-}
-
-impl TcpSenders {
-    /// The start-up lines saying where each queue's packet memory is.
-    pub(crate) fn memory_text(&self) -> String {
-        report::memory_text("send", &self.queues, self.group.memory())
-    }
-}
-
-impl TcpSinks {
-    /// The start-up lines saying where each queue's packet memory is.
-    pub(crate) fn memory_text(&self) -> String {
-        report::memory_text("sink", &self.queues, self.group.memory())
-    }
-}
-
-fn start_senders(
-    control: &Arc<Control>,
-    queues: Vec<QueueView>,
-    configs: Vec<TcpSendConfig>,
-    target_rps: Option<f64>,
-) -> Result<TcpSenders, Error> {
-    let mut shared = Vec::new();
-    let mut workers = Vec::new();
-    let rr = configs.iter().any(|c| c.rr.is_some());
-    for (q, config) in queues.iter().zip(configs) {
-        let s = Arc::new(TcpSendShared::new(config.conns));
-        shared.push(Arc::clone(&s));
-        let node = q.node;
-        workers.push((q.cpu, move || TcpSendWorker::new(config, node, s)));
-    }
-    let group = worker::start("send", control, workers)?;
-    Ok(TcpSenders {
-        queues,
-        shared,
-        group,
-        target_rps,
-        rr,
-    })
-}
-
-fn start_sinks(
-    control: &Arc<Control>,
-    queues: Vec<QueueView>,
-    config: TcpSinkConfig,
-) -> Result<TcpSinks, Error> {
-    let mut shared = Vec::new();
-    let mut workers = Vec::new();
-    for q in &queues {
-        let s = Arc::new(TcpSinkShared::new(config.max_conns));
-        shared.push(Arc::clone(&s));
-        let (node, config) = (q.node, config.clone());
-        workers.push((q.cpu, move || TcpSinkWorker::new(config, node, s)));
-    }
-    let group = worker::start("sink", control, workers)?;
-    Ok(TcpSinks {
-        queues,
-        shared,
-        group,
-    })
 }
 
 fn ensure_fds(sockets: u64, queues: u64) -> Result<(), Error> {

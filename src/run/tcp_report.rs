@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 
 mod summary;
 
-use super::tcp::{TcpSenders, TcpSinks};
 use super::tcp_control::AskTcpSink;
+use super::tcp_groups::{TcpSenders, TcpSinks};
 use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::{
     clock,
@@ -212,7 +212,7 @@ impl Reporter {
             self.metrics = Some(crate::metrics::tcp::TcpHandles::register(
                 &tx,
                 &rx,
-                super::ctx::sample(),
+                crate::metrics::ctx::sample(),
             ));
             if let Some(s) = &self.senders {
                 crate::metrics::set_memory("send", &s.queues, s.group.memory());
@@ -351,7 +351,7 @@ impl Reporter {
             s.group.release();
         }
         let start = clock::monotonic_ns();
-        let ctx_start = super::ctx::sample();
+        let ctx_start = crate::metrics::ctx::sample();
         let mut ctx_last = ctx_start;
         let secs = |ns: u64| (ns - start) as f64 / 1e9;
         let mut last = Snapshot::default();
@@ -402,7 +402,7 @@ impl Reporter {
             }
             let snap = self.snapshot();
             if let Some(m) = &self.metrics {
-                m.flush(&super::ctx::sample());
+                m.flush(&crate::metrics::ctx::sample());
                 m.flush_info(&self.last_info);
                 if let Some(stats) = &self.control_stats {
                     super::control_link::export_server_stats(stats);
@@ -420,14 +420,14 @@ impl Reporter {
             let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
             let done = senders_done && sinks_done;
             if !self.interval.is_zero() && (now - last_at >= self.interval.as_nanos() as u64) {
-                let ctx_now = super::ctx::sample();
+                let ctx_now = crate::metrics::ctx::sample();
                 self.interval_lines(&snap, &last, secs(last_at), secs(now));
                 if self.rr {
                     self.rr_line(
                         &snap,
                         &last,
                         secs(now) - secs(last_at),
-                        super::ctx::delta(&ctx_last, &ctx_now),
+                        crate::metrics::ctx::delta(&ctx_last, &ctx_now),
                     );
                 }
                 ctx_last = ctx_now;
@@ -440,7 +440,7 @@ impl Reporter {
             prev_tick = now;
         }
         let end = clock::monotonic_ns();
-        let ctx = super::ctx::delta(&ctx_start, &super::ctx::sample());
+        let ctx = crate::metrics::ctx::delta(&ctx_start, &crate::metrics::ctx::sample());
         let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
         let rx_shared: Vec<_> = self.sinks.iter().flat_map(|g| g.shared.clone()).collect();
         let mut ring_failed = false;
@@ -457,7 +457,7 @@ impl Reporter {
         }
         let snap = snapshot(tx_shared.iter(), rx_shared.iter());
         if let Some(m) = &self.metrics {
-            m.flush(&super::ctx::sample());
+            m.flush(&crate::metrics::ctx::sample());
         }
         if let Some(series) = self.sender_series.as_mut() {
             series.flush();

@@ -137,7 +137,7 @@ impl SizePlan {
         let classes = frames
             .iter()
             .map(|&(frame, weight)| {
-                crate::run::wire::payload_for_frame(frame, to).map(|payload| SizeClass {
+                crate::net::wire::payload_for_frame(frame, to).map(|payload| SizeClass {
                     frame: Some(frame),
                     payload,
                     weight,

@@ -1,7 +1,6 @@
 //! Describes the machine's NUMA layout as this process sees it: which nodes are online, which
 //! CPUs each holds, and which of those the process may run on (its affinity mask).
 
-mod assign;
 pub(crate) mod egress;
 pub(crate) mod placement;
 pub(crate) mod render;

@@ -1,9 +1,9 @@
 //! Turns the placement rule that was chosen into one CPU per queue: an explicit CPU list, or
 //! round-robin over nodes' usable CPUs that stays off CPUs to avoid while others remain.
 
-use super::placement::{PlacementError, PlacementRequest, QueuePlacement};
-use super::sysfs::format_cpu_list;
-use super::{Node, Topology, list_or_none};
+use super::{PlacementError, PlacementRequest, QueuePlacement};
+use crate::topology::sysfs::format_cpu_list;
+use crate::topology::{Node, Topology, list_or_none};
 
 /// Queue i runs on `cpus[i % len]`; every CPU must be usable. Warns (never overrides) when the
 /// CPUs lie off `--node` or off the NIC's node.

@@ -8,10 +8,8 @@ use std::ffi::OsString;
 
 use rand::{Rng, rngs::SmallRng};
 
-use super::{
-    file::settings,
-    units::{Rate, parse_byte_size, parse_count, parse_duration},
-};
+use super::file::settings;
+use crate::config::units::{Rate, parse_byte_size, parse_count, parse_duration};
 use crate::fuzzing::{self, pick};
 
 const UNIT_PIECES: &[&str] = &[

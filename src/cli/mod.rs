@@ -1,5 +1,13 @@
-//! Command-line definitions (clap derive) and nothing else: what each subcommand accepts, its
-//! defaults and help text. Turning these into validated run configurations happens in `run`.
+//! The command line: the clap definitions of each subcommand (what it accepts, its defaults and
+//! help text), the configuration file that supplies defaults for them (`file`), the TCP options
+//! (`tcp`), and the files `generate` writes from them. Turning these into validated run
+//! configurations happens in `run`.
+
+pub mod file;
+#[cfg(test)]
+mod fuzz;
+pub(crate) mod generate;
+pub(crate) mod tcp;
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -46,7 +54,7 @@ pub(crate) enum Command {
 pub(crate) struct GenerateArgs {
     /// What to write.
     #[arg(value_enum)]
-    pub(crate) kind: crate::generate::Artifact,
+    pub(crate) kind: crate::cli::generate::Artifact,
     /// Write files into this directory (printing their paths) instead of to stdout.
     #[arg(long)]
     pub(crate) dir: Option<std::path::PathBuf>,
@@ -245,7 +253,7 @@ pub(crate) struct SendArgs {
     pub(crate) traffic: TrafficArgs,
     /// TCP: protocol, connections and pattern.
     #[command(flatten)]
-    pub(crate) tcp: crate::cli_tcp::TcpSendArgs,
+    pub(crate) tcp: crate::cli::tcp::TcpSendArgs,
     /// Placement and reporting.
     #[command(flatten)]
     pub(crate) common: CommonArgs,
@@ -372,7 +380,7 @@ pub(crate) struct SinkArgs {
     pub(crate) tuning: SinkTuning,
     /// TCP: protocol and connection cap.
     #[command(flatten)]
-    pub(crate) tcp: crate::cli_tcp::TcpSinkArgs,
+    pub(crate) tcp: crate::cli::tcp::TcpSinkArgs,
     /// Placement and reporting.
     #[command(flatten)]
     pub(crate) common: CommonArgs,
@@ -389,7 +397,7 @@ pub(crate) struct PairArgs {
     pub(crate) tuning: SinkTuning,
     /// TCP: protocol, connections and pattern.
     #[command(flatten)]
-    pub(crate) tcp: crate::cli_tcp::TcpSendArgs,
+    pub(crate) tcp: crate::cli::tcp::TcpSendArgs,
     /// Placement and reporting (the sink gets the same number of queues on other CPUs).
     #[command(flatten)]
     pub(crate) common: CommonArgs,

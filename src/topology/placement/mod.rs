@@ -4,7 +4,9 @@
 
 use std::fmt;
 
-use super::assign::{on_explicit_cpus, spread_over};
+mod assign;
+
+use self::assign::{on_explicit_cpus, spread_over};
 use super::sysfs::{NicLocality, format_cpu_list};
 use super::{Node, Topology, list_or_none};
 
