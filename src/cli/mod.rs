@@ -7,6 +7,7 @@ pub mod file;
 #[cfg(test)]
 mod fuzz;
 pub(crate) mod generate;
+pub(crate) mod protocols;
 pub(crate) mod tcp;
 
 use std::{net::SocketAddr, time::Duration};
@@ -138,21 +139,35 @@ fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
 /// Traffic shape options shared by `send` and `pair`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TrafficArgs {
-    /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate of UDP payload (`800Mbit`).
+    /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate (`800Mbit`). UDP: datagrams
+    /// per second, or bits of UDP payload. TCP: records per second (requests with `--pattern
+    /// rr`), or bits of record bytes.
     #[arg(long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
     pub(crate) rate: Rate,
-    /// UDP payload bytes per packet (a number), or a mix of Ethernet frame sizes: `imix` (64,
-    /// 570 and 1518-byte frames, 7:4:1) or `FRAME:WEIGHT,...` (e.g. `64:28,570:16,1518:4`).
-    /// Frames convert to UDP payload as F − 46 over IPv4 and F − 66 over IPv6 (64 → 18 B),
-    /// and are sent in a fixed, evenly spread order. Payloads from 32 B carry the full header;
-    /// 18 to 31 B carry an 18-byte compact header that gives up the timestamp (no latency
-    /// sample) and sends the sequence number's low 32 bits.
-    #[arg(long, default_value = "64", value_parser = parse_size_spec, env = "RINGBLAST_SIZE")]
+    /// UDP (default 64): payload bytes per datagram (a number), or a mix of Ethernet frame
+    /// sizes: `imix` (64, 570 and 1518-byte frames, 7:4:1) or `FRAME:WEIGHT,...` (e.g.
+    /// `64:28,570:16,1518:4`). Frames convert to UDP payload as F − 46 over IPv4 and F − 66
+    /// over IPv6 (64 → 18 B), and are sent in a fixed, evenly spread order. Payloads from 32 B
+    /// carry the full header; 18 to 31 B carry an 18-byte compact header that gives up the
+    /// timestamp (no latency sample) and sends the sequence number's low 32 bits.
+    ///
+    /// TCP (default 128000): bytes per record written, its 32-byte header included, up to
+    /// 1 MiB; one number, no mix. The default is iperf3's 128 KiB write, trimmed so that a
+    /// write never leaves a runt segment over loopback's 64 KiB segments. `--pattern rr` sizes
+    /// its records with `--request-size` and `--response-size` instead.
+    #[arg(
+        long,
+        default_value = "64",
+        default_value_if("proto", "tcp", "128000"),
+        value_parser = parse_size_spec,
+        env = "RINGBLAST_SIZE"
+    )]
     pub(crate) size: SizeSpec,
     /// Stop after this long (`10s`, `2m`).
     #[arg(long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
     pub(crate) duration: Option<Duration>,
-    /// Stop after this many packets in total (`1M`).
+    /// Stop after this many in total (`1M`). UDP: datagrams (GSO segments one by one). TCP:
+    /// records (requests with `--pattern rr`).
     #[arg(long, value_parser = parse_count, env = "RINGBLAST_COUNT")]
     pub(crate) count: Option<u64>,
     /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
@@ -386,7 +401,8 @@ pub(crate) struct SinkArgs {
     pub(crate) common: CommonArgs,
 }
 
-/// `ringblast pair`: the embedded default is `--rate max --size 64 --duration 10s`.
+/// `ringblast pair`: the embedded default is `--rate max --duration 10s`, with `--size 64` for
+/// UDP and `--size 128000` for `--proto tcp`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct PairArgs {
     /// Traffic shape.
@@ -483,4 +499,37 @@ pub(crate) struct TopoArgs {
     /// Explicit node.
     #[arg(long)]
     pub(crate) node: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+    use crate::sender::mix::SizeSpec;
+
+    fn send_size(args: &[&str]) -> SizeSpec {
+        let argv = ["ringblast", "send", "--to", "127.0.0.1:9"]
+            .iter()
+            .chain(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Send(s) => s.traffic.size,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn size_defaults_per_protocol_and_an_explicit_size_wins() {
+        assert_eq!(send_size(&[]), SizeSpec::Payload(64));
+        assert_eq!(send_size(&["--proto", "udp"]), SizeSpec::Payload(64));
+        assert_eq!(send_size(&["--proto", "tcp"]), SizeSpec::Payload(128_000));
+        assert_eq!(
+            send_size(&["--proto", "tcp", "--size", "1400"]),
+            SizeSpec::Payload(1400)
+        );
+        assert_eq!(
+            send_size(&["--size", "1400", "--proto", "tcp"]),
+            SizeSpec::Payload(1400)
+        );
+    }
 }

@@ -324,10 +324,10 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
 }
 
 fn send(args: SendArgs) -> Result<(), Error> {
+    crate::cli::protocols::check(&args.traffic, &args.tcp).map_err(Error::Usage)?;
     if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::send(args);
     }
-    udp_only(&args.tcp)?;
     let common = args.common;
     let configs = sender_configs(
         args.to,
@@ -430,10 +430,10 @@ fn free_udp_port(ip: std::net::IpAddr) -> Result<SocketAddr, Error> {
 }
 
 fn pair(args: PairArgs) -> Result<(), Error> {
+    crate::cli::protocols::check(&args.traffic, &args.tcp).map_err(Error::Usage)?;
     if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::pair(args);
     }
-    udp_only(&args.tcp)?;
     if !args.address.is_loopback() {
         return Err(Error::Usage(format!(
             "pair runs over loopback only; {} is not a loopback address",
@@ -483,15 +483,6 @@ fn pair(args: PairArgs) -> Result<(), Error> {
 }
 
 /// Refuses TCP-only options on a UDP run.
-fn udp_only(tcp: &crate::cli::tcp::TcpSendArgs) -> Result<(), Error> {
-    if tcp.conns.is_some() || tcp.pattern != crate::cli::tcp::Pattern::Stream {
-        return Err(Error::Usage(
-            "--conns and --pattern apply to TCP only; add --proto tcp".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// The shared secret from `--secret-file`, if given.
 fn read_secret(
     path: Option<&std::path::Path>,

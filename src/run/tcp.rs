@@ -20,7 +20,6 @@ use crate::{
     say,
     sender::{
         mix::SizeSpec,
-        payload::PayloadFill,
         tcp::{RrShape, TcpSendConfig},
     },
     sink::tcp::{
@@ -47,31 +46,6 @@ fn send_configs(
     hugepages: bool,
 ) -> Result<(Vec<TcpSendConfig>, Option<f64>), Error> {
     let rr = rr_shape(tcp)?;
-    let refused = [
-        (traffic.gso != 1, "--gso"),
-        (traffic.frame_size.is_some(), "--frame-size"),
-        (traffic.allow_fragments, "--allow-fragments"),
-        (traffic.wire_rate, "--wire-rate"),
-        (traffic.flows.is_some(), "--flows (use --conns)"),
-        (traffic.burst != 1, "--burst"),
-        (traffic.rate_steps.is_some(), "--rate-steps"),
-        (traffic.ramp.is_some(), "--ramp"),
-        (
-            traffic.tos.is_some() || traffic.dscp.is_some(),
-            "--tos/--dscp",
-        ),
-        (traffic.ttl.is_some(), "--ttl"),
-        (
-            traffic.src_ports.is_some() || traffic.dst_ports.is_some(),
-            "--src-ports/--dst-ports",
-        ),
-        (traffic.payload != PayloadFill::Zero, "--payload"),
-    ];
-    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
-        return Err(Error::Usage(format!(
-            "{flag} applies to UDP only; drop it for --proto tcp"
-        )));
-    }
     let conns = tcp.conns.unwrap_or(1);
     if conns == 0 || conns as usize * queues > 65_536 {
         return Err(Error::Usage(format!(
