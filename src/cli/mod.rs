@@ -12,7 +12,7 @@ pub(crate) mod tcp;
 
 use std::{net::SocketAddr, time::Duration};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     config::units::{self, Rate},
@@ -136,6 +136,58 @@ fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// `--send-op`: which io_uring operation sends (the workers' [`SendOp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SendOpArg {
+    /// `WRITE_FIXED` on the connected socket from the registered arena (the TCP default).
+    WriteFixed,
+    /// `SEND_ZC` with `buf_index` (zero-copy; every loopback send is copied anyway).
+    SendZc,
+    /// Plain `SEND` from the same node-local arena (the registration is not used; the UDP
+    /// default: it skips the file-write path `WRITE_FIXED` takes, 1.01-1.20x its datagrams per
+    /// second on loopback, benches/README.md).
+    Send,
+}
+
+impl From<SendOpArg> for SendOp {
+    fn from(op: SendOpArg) -> SendOp {
+        match op {
+            SendOpArg::WriteFixed => SendOp::WriteFixed,
+            SendOpArg::SendZc => SendOp::SendZc,
+            SendOpArg::Send => SendOp::Send,
+        }
+    }
+}
+
+/// `--rx-wait`: how a sink worker waits for completions (the workers' [`RxWait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RxWaitArg {
+    /// Sleep until 32 completions are ready or 50 µs pass (default): the sending core rarely
+    /// pays for a wake-up and the sink core stays mostly idle.
+    Batch,
+    /// Never sleep while traffic flows, one full core per queue. A UDP sink receives inline
+    /// (as `Inline`) with the batches back to back, so no poll is armed and the sending core
+    /// runs no wake-up; one poll when traffic stops. A TCP sink polls its completion queue.
+    Spin,
+    /// Sleep until the next completion.
+    Sleep,
+    /// Receive inline: batches of non-blocking receives run in the sink's own context with no
+    /// poll armed while traffic flows, so the sending core never runs a wake-up for them; a
+    /// 50 µs sleep when the socket is empty, one poll when traffic stops.
+    Inline,
+}
+
+impl From<RxWaitArg> for RxWait {
+    fn from(wait: RxWaitArg) -> RxWait {
+        match wait {
+            RxWaitArg::Batch => RxWait::Batch,
+            RxWaitArg::Spin => RxWait::Spin,
+            RxWaitArg::Sleep => RxWait::Sleep,
+            RxWaitArg::Inline => RxWait::Inline,
+        }
+    }
+}
+
 /// Traffic shape options shared by `send` and `pair`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TrafficArgs {
@@ -217,7 +269,7 @@ pub(crate) struct TrafficArgs {
     pub(crate) gso: u16,
     /// The io_uring send operation (default: send for UDP, write-fixed for TCP).
     #[arg(long, value_enum, env = "RINGBLAST_SEND_OP")]
-    pub(crate) send_op: Option<SendOp>,
+    pub(crate) send_op: Option<SendOpArg>,
     /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
     #[arg(long, default_value_t = 0, hide = true)]
     pub(crate) first_seq: u64,
@@ -287,7 +339,7 @@ pub(crate) struct SinkTuning {
     /// no poll armed while traffic flows, so the sending core pays for no wake-up; 50 µs sleeps
     /// when the socket is empty).
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
-    pub(crate) rx_wait: RxWait,
+    pub(crate) rx_wait: RxWaitArg,
     /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512
     /// of 64 KiB, of which a UDP sink keeps about 4 MiB of received data circulating (all 512
     /// for single datagrams, 64 for full GRO buffers) so the kernel's copies stay in cache; TCP

@@ -145,7 +145,7 @@ type SenderSpec = (Vec<QueueView>, Vec<(SenderConfig, Vec<u32>)>, Option<f64>);
 struct RunSpec {
     senders: Option<SenderSpec>,
     sinks: Option<(Vec<QueueView>, SinkConfig, usize)>,
-    common: CommonArgs,
+    output: Output,
     metrics: Option<SocketAddr>,
     /// Senders with their own series and JSON entry at the sink.
     max_senders: usize,
@@ -159,6 +159,29 @@ struct RunSpec {
     notes: String,
     /// Let the sink share its UDP port with another process (`--share-port`).
     share_port: bool,
+}
+
+/// How a run reports: plain data taken from the command line's common options.
+struct Output {
+    /// One JSON object per line instead of text.
+    json: bool,
+    /// Between live lines (0: none).
+    interval: Duration,
+    /// The exporter's series cap.
+    max_series: usize,
+    /// How long `/metrics` stays up after the run.
+    metrics_linger: Duration,
+}
+
+impl Output {
+    fn of(common: &CommonArgs) -> Output {
+        Output {
+            json: common.json,
+            interval: common.interval,
+            max_series: common.max_series,
+            metrics_linger: common.metrics_linger,
+        }
+    }
 }
 
 fn run_spec(spec: RunSpec) -> Result<(), Error> {
@@ -216,7 +239,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         };
         exporting::install(&exporting::Plan {
             addr,
-            max_series: spec.common.max_series,
+            max_series: spec.output.max_series,
             shape,
         })?;
     }
@@ -293,8 +316,8 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         prefix_roles: senders.is_some() && sinks.is_some(),
         senders,
         sinks,
-        json: spec.common.json,
-        interval: spec.common.interval,
+        json: spec.output.json,
+        interval: spec.output.interval,
         verdict: link.verdict,
         min_rate_ratio: spec.min_rate_ratio,
         wire_rate: spec.wire_rate,
@@ -318,7 +341,7 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
         ));
     }
     if exporter.is_some() {
-        exporting::linger(spec.common.metrics_linger, &signal);
+        exporting::linger(spec.output.metrics_linger, &signal);
     }
     result
 }
@@ -356,7 +379,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
     run_spec(RunSpec {
         senders: Some((queues, configs, target)),
         sinks: None,
-        common,
+        output: Output::of(&common),
         metrics,
         max_senders: 0,
         link,
@@ -404,7 +427,7 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
     run_spec(RunSpec {
         senders: None,
         sinks: Some((queues, config, exported)),
-        common,
+        output: Output::of(&common),
         metrics,
         max_senders: args.tuning.max_senders,
         link: control_link::Link::Serve {
@@ -471,7 +494,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     run_spec(RunSpec {
         senders: Some((send_queues, configs, target)),
         sinks: Some((sink_queues, sink_cfg, exported)),
-        common,
+        output: Output::of(&common),
         metrics,
         max_senders: args.tuning.max_senders,
         link: control_link::Link::InProcess,

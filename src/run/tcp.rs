@@ -85,7 +85,9 @@ fn send_configs(
                 .count
                 .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64)),
             duration,
-            op: traffic.send_op.unwrap_or(crate::sender::SendOp::WriteFixed),
+            op: traffic
+                .send_op
+                .map_or(crate::sender::SendOp::WriteFixed, Into::into),
             epoch,
             hugepages,
             rr,
@@ -145,7 +147,7 @@ fn sink_config(
     hugepages: bool,
 ) -> Result<TcpSinkConfig, Error> {
     let rx_buffers = super::roles::rx_buffers(tuning.rx_buffers, TCP_RX_BUFFERS)?;
-    let wait = TcpWait::from_rx_wait(tuning.rx_wait).ok_or_else(|| {
+    let wait = TcpWait::from_rx_wait(tuning.rx_wait.into()).ok_or_else(|| {
         Error::Usage(
             "--rx-wait inline is for UDP sinks; give a TCP sink batch (the default), spin or sleep"
                 .into(),

@@ -40,7 +40,7 @@ const MAX_SLEEP_NS: u64 = 5_000_000;
 const DEADLINE_GRACE_NS: u64 = 20_000_000;
 
 /// Which io_uring operation sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum SendOp {
     /// `WRITE_FIXED` on the connected socket from the registered arena (the TCP default).

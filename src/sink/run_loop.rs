@@ -23,7 +23,7 @@ const BATCH_COMPLETIONS: u32 = 32;
 pub(super) const BATCH_WAIT_NS: u64 = 50_000;
 
 /// How a sink worker waits for completions while traffic flows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RxWait {
     /// Sleep until 32 completions are ready or 50 µs pass (default): the sending core rarely
     /// pays for a wake-up and the sink core stays mostly idle.
