@@ -18,6 +18,7 @@ pub(crate) mod tcp;
 pub(crate) mod tcp_control;
 pub(crate) mod tcp_groups;
 pub(crate) mod tcp_report;
+pub(crate) mod ticker;
 pub(crate) mod verdict;
 
 use crate::say;

@@ -4,10 +4,7 @@
 
 use crate::say;
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::AtomicBool},
     time::Duration,
 };
 
@@ -18,6 +15,7 @@ use super::{
     judge::Judge,
     link_state::LinkState,
     roles::{SenderSet, SinkSet},
+    ticker::{self, Ticked},
     verdict::{GOODBYE_WAIT, VerdictResult},
 };
 use crate::{
@@ -31,7 +29,6 @@ use crate::{
 
 mod interval;
 
-const TICK: Duration = Duration::from_millis(20);
 /// How often the sink's session starts and ends are looked for.
 const EVENTS_EVERY_NS: u64 = 500_000_000;
 /// How long a sender waits for its control channel's first answer before its first send:
@@ -128,12 +125,6 @@ impl Session {
             "startup: workers released {:.1} ms after launch",
             clock::ms_since_launch(start)
         );
-        let mut last_report = start;
-        let (mut tx0, mut rx0) = self.samples();
-        let mut in_process_verdict = None;
-        let mut part_verdicts: Option<Vec<VerdictResult>> = None;
-        let mut table_full_said = false;
-        let mut header_due = true;
         // Path MTU, IP fragments per datagram and L1 bytes per datagram, for what is sent.
         let wire = self.senders.as_ref().map(|s| {
             let (mtu, n) = wire::check_path(s.to, s.size, true).unwrap_or((usize::MAX, 1));
@@ -163,74 +154,34 @@ impl Session {
         if let Some(line) = self.senders.as_ref().and_then(|s| s.fields_plan.as_ref()) {
             say!("{line}");
         }
-        let mut last_events = start;
-        let mut judge = self
+        let judge = self
             .senders
             .as_ref()
             .map(|s| Judge::new(s.to, s.target_pps, self.min_rate_ratio, start));
-        loop {
-            std::thread::sleep(TICK);
-            // A closed stdout (`| head`) stops the run like SIGINT, quietly.
-            if signal.load(Ordering::Relaxed) || crate::output::closed() {
-                // Senders stop at once; sinks stop too, or, when this process also sends,
-                // drain what is still on the way so the books close.
-                self.send_control.request_stop();
-                if self.senders.is_none() {
-                    self.sink_control.request_stop();
-                }
-            }
-            let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
-            let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
-            if self.senders.is_some() && senders_done && !self.sink_control.drain_requested() {
-                match std::mem::replace(&mut self.verdict, VerdictSource::None) {
-                    VerdictSource::Parts(link) => part_verdicts = Some(link.finish()),
-                    other => {
-                        self.verdict = other;
-                        in_process_verdict = self.in_process_goodbye();
-                    }
-                }
-                self.sink_control.request_drain();
-            }
-            on_tick(false);
-            let (tx, rx) = self.samples();
-            if !table_full_said
-                && let Some(line) = self.sinks.as_ref().and_then(|s| s.table_full_line(&rx))
-            {
-                say!("{line}");
-                table_full_said = true;
-            }
-            let now = clock::monotonic_ns();
-            if now - last_events >= EVENTS_EVERY_NS {
-                self.say_session_events();
-                last_events = now;
-            }
-            if let Some(line) = judge
-                .as_mut()
-                .and_then(|j| j.tick(now, &report::total_tx(&tx)))
-            {
-                say!("{line}");
-            }
-            let since = now - last_report;
-            if !self.interval.is_zero() && since >= self.interval.as_nanos() as u64 {
-                let seconds = since as f64 / 1e9;
-                let elapsed = (now - start) as f64 / 1e9;
-                self.print_interval(
-                    elapsed,
-                    seconds,
-                    header_due,
-                    (&tx, &rx),
-                    (&tx0, &rx0),
-                    wire.as_ref()
-                        .filter(|_| self.wire_rate)
-                        .map(|w| w.2.as_slice()),
-                );
-                header_due = false;
-                (tx0, rx0, last_report) = (tx, rx, now);
-            }
-            if senders_done && sinks_done {
-                break;
-            }
-        }
+        let (tx0, rx0) = self.samples();
+        let interval = self.interval;
+        let mut ticks = UdpTicks {
+            session: &mut self,
+            on_tick: &mut *on_tick,
+            start,
+            in_process_verdict: None,
+            part_verdicts: None,
+            table_full_said: false,
+            header_due: true,
+            wire,
+            last_events: start,
+            judge,
+            now: (tx0.clone(), rx0.clone()),
+            before: (tx0, rx0),
+        };
+        ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
+        let UdpTicks {
+            in_process_verdict,
+            mut part_verdicts,
+            wire,
+            judge,
+            ..
+        } = ticks;
         let verdict = match std::mem::replace(&mut self.verdict, VerdictSource::None) {
             VerdictSource::None => part_verdicts.as_deref().map(super::part_link::run_verdict),
             // Its parts are closed when the senders end; a run that ends before is stopped.
@@ -438,5 +389,113 @@ impl Session {
             ));
         }
         Ok(())
+    }
+}
+
+/// One UDP run as the reporting loop drives it: the session and what the loop keeps between
+/// ticks (the samples of the last interval, the verdicts taken when the senders ended, the
+/// judge of the achieved rate).
+struct UdpTicks<'a> {
+    session: &'a mut Session,
+    on_tick: &'a mut dyn FnMut(bool),
+    start: u64,
+    in_process_verdict: Option<RunVerdict>,
+    part_verdicts: Option<Vec<VerdictResult>>,
+    table_full_said: bool,
+    header_due: bool,
+    /// Path MTU, IP fragments per datagram and L1 bytes per datagram of each size class.
+    wire: Option<(usize, usize, Vec<u64>)>,
+    last_events: u64,
+    judge: Option<Judge>,
+    /// The samples of this tick, and of the last interval's end.
+    now: (Vec<TxSample>, Vec<RxSample>),
+    before: (Vec<TxSample>, Vec<RxSample>),
+}
+
+impl Ticked for UdpTicks<'_> {
+    fn sends(&self) -> bool {
+        self.session.senders.is_some()
+    }
+
+    fn senders_finished(&self) -> bool {
+        self.session
+            .senders
+            .as_ref()
+            .is_none_or(|s| s.group.finished())
+    }
+
+    fn sinks_finished(&self) -> bool {
+        self.session
+            .sinks
+            .as_ref()
+            .is_none_or(|s| s.group.finished())
+    }
+
+    fn interrupt(&mut self) {
+        // Senders stop at once; sinks stop too, or, when this process also sends, drain what
+        // is still on the way so the books close.
+        self.session.send_control.request_stop();
+        if self.session.senders.is_none() {
+            self.session.sink_control.request_stop();
+        }
+    }
+
+    fn senders_ended(&mut self, _now_ns: u64) {
+        let s = &mut *self.session;
+        match std::mem::replace(&mut s.verdict, VerdictSource::None) {
+            VerdictSource::Parts(link) => self.part_verdicts = Some(link.finish()),
+            other => {
+                s.verdict = other;
+                self.in_process_verdict = s.in_process_goodbye();
+            }
+        }
+        s.sink_control.request_drain();
+    }
+
+    fn tick(&mut self, now_ns: u64) {
+        (self.on_tick)(false);
+        self.now = self.session.samples();
+        let (tx, rx) = &self.now;
+        if !self.table_full_said
+            && let Some(line) = self
+                .session
+                .sinks
+                .as_ref()
+                .and_then(|s| s.table_full_line(rx))
+        {
+            say!("{line}");
+            self.table_full_said = true;
+        }
+        if now_ns - self.last_events >= EVENTS_EVERY_NS {
+            self.session.say_session_events();
+            self.last_events = now_ns;
+        }
+        if let Some(line) = self
+            .judge
+            .as_mut()
+            .and_then(|j| j.tick(now_ns, &report::total_tx(tx)))
+        {
+            say!("{line}");
+        }
+    }
+
+    fn interval(&mut self, from_ns: u64, now_ns: u64) {
+        let seconds = (now_ns - from_ns) as f64 / 1e9;
+        let elapsed = (now_ns - self.start) as f64 / 1e9;
+        let wire_l1 = self
+            .wire
+            .as_ref()
+            .filter(|_| self.session.wire_rate)
+            .map(|w| w.2.as_slice());
+        self.session.print_interval(
+            elapsed,
+            seconds,
+            self.header_due,
+            (&self.now.0, &self.now.1),
+            (&self.before.0, &self.before.1),
+            wire_l1,
+        );
+        self.header_due = false;
+        self.before = self.now.clone();
     }
 }

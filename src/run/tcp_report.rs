@@ -17,6 +17,7 @@ mod summary;
 
 use super::tcp_control::AskTcpSink;
 use super::tcp_groups::{TcpSenders, TcpSinks};
+use super::ticker::{self, Ticked};
 use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::{
     clock,
@@ -27,7 +28,6 @@ use crate::{
     worker::Control,
 };
 
-const TICK: Duration = Duration::from_millis(20);
 const DRAIN_BOUND_NS: u64 = 3_000_000_000;
 
 /// Reports one TCP run to its end.
@@ -352,93 +352,23 @@ impl Reporter {
         }
         let start = clock::monotonic_ns();
         let ctx_start = crate::metrics::ctx::sample();
-        let mut ctx_last = ctx_start;
+        let interval = self.interval;
+        let mut ticks = TcpTicks {
+            reporter: &mut self,
+            start,
+            ctx_last: ctx_start,
+            last: Snapshot::default(),
+            snap: Snapshot::default(),
+            senders_done_at: None,
+            rx_first: None,
+            rx_last: start,
+            rx_seen: 0,
+            prev_tick: start,
+            last_info_at: 0,
+        };
+        ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
+        let (rx_first, rx_last) = (ticks.rx_first, ticks.rx_last);
         let secs = |ns: u64| (ns - start) as f64 / 1e9;
-        let mut last = Snapshot::default();
-        let mut last_at = start;
-        let mut senders_done_at = None;
-        // The sink's active span: first and last tick at which its byte count moved.
-        let (mut rx_first, mut rx_last) = (None, start);
-        let mut rx_seen = 0;
-        let mut prev_tick = start;
-        let mut last_info_at = 0;
-        loop {
-            std::thread::sleep(TICK);
-            let now = clock::monotonic_ns();
-            let interrupted =
-                signal.load(std::sync::atomic::Ordering::Relaxed) || crate::output::closed();
-            if interrupted {
-                self.send_control.request_stop();
-                if let Some(c) = &self.sink_control {
-                    c.request_stop();
-                }
-            }
-            let senders_done = self.senders.as_ref().is_none_or(|s| s.group.finished());
-            if self.senders.is_some() && senders_done && senders_done_at.is_none() {
-                senders_done_at = Some(now);
-                if let Some(c) = &self.sink_control {
-                    c.request_drain();
-                }
-            }
-            if let (Some(at), Some(c)) = (senders_done_at, &self.sink_control)
-                && now - at > DRAIN_BOUND_NS
-            {
-                c.request_stop();
-            }
-            if let (Some(d), Some(c)) = (self.sink_duration, &self.sink_control)
-                && now - start >= d.as_nanos() as u64
-            {
-                c.request_stop();
-            }
-            if let Some(b) = &self.books {
-                b.tick();
-            }
-            if let Some(sampler) = self.info.as_mut()
-                && now - last_info_at >= INFO_EVERY_NS
-            {
-                let fresh = sampler.sample();
-                keep_open_samples(&mut self.last_info, fresh);
-                last_info_at = now;
-            }
-            let snap = self.snapshot();
-            if let Some(m) = &self.metrics {
-                m.flush(&crate::metrics::ctx::sample());
-                m.flush_info(&self.last_info);
-                if let Some(stats) = &self.control_stats {
-                    super::control_link::export_server_stats(stats);
-                }
-            }
-            if let Some(series) = self.sender_series.as_mut() {
-                series.flush();
-            }
-            let rx_bytes = snap.rx.get(RxCounter::Bytes);
-            if rx_bytes != rx_seen {
-                rx_first.get_or_insert(prev_tick);
-                rx_last = now;
-                rx_seen = rx_bytes;
-            }
-            let sinks_done = self.sinks.as_ref().is_none_or(|s| s.group.finished());
-            let done = senders_done && sinks_done;
-            if !self.interval.is_zero() && (now - last_at >= self.interval.as_nanos() as u64) {
-                let ctx_now = crate::metrics::ctx::sample();
-                self.interval_lines(&snap, &last, secs(last_at), secs(now));
-                if self.rr {
-                    self.rr_line(
-                        &snap,
-                        &last,
-                        secs(now) - secs(last_at),
-                        crate::metrics::ctx::delta(&ctx_last, &ctx_now),
-                    );
-                }
-                ctx_last = ctx_now;
-                last = snap;
-                last_at = now;
-            }
-            if done {
-                break;
-            }
-            prev_tick = now;
-        }
         let end = clock::monotonic_ns();
         let ctx = crate::metrics::ctx::delta(&ctx_start, &crate::metrics::ctx::sample());
         let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
@@ -486,5 +416,116 @@ impl Reporter {
             ));
         }
         result
+    }
+}
+
+/// One TCP run as the reporting loop drives it: the reporter and what the loop keeps between
+/// ticks (the snapshots of this tick and of the last interval, the drain's start, the sink's
+/// active span).
+struct TcpTicks<'a> {
+    reporter: &'a mut Reporter,
+    start: u64,
+    ctx_last: crate::metrics::ctx::CtxSample,
+    last: Snapshot,
+    snap: Snapshot,
+    senders_done_at: Option<u64>,
+    /// The sink's active span: first and last tick at which its byte count moved.
+    rx_first: Option<u64>,
+    rx_last: u64,
+    rx_seen: u64,
+    prev_tick: u64,
+    last_info_at: u64,
+}
+
+impl Ticked for TcpTicks<'_> {
+    fn sends(&self) -> bool {
+        self.reporter.senders.is_some()
+    }
+
+    fn senders_finished(&self) -> bool {
+        self.reporter
+            .senders
+            .as_ref()
+            .is_none_or(|s| s.group.finished())
+    }
+
+    fn sinks_finished(&self) -> bool {
+        self.reporter
+            .sinks
+            .as_ref()
+            .is_none_or(|s| s.group.finished())
+    }
+
+    fn interrupt(&mut self) {
+        self.reporter.send_control.request_stop();
+        if let Some(c) = &self.reporter.sink_control {
+            c.request_stop();
+        }
+    }
+
+    fn senders_ended(&mut self, now_ns: u64) {
+        self.senders_done_at = Some(now_ns);
+        if let Some(c) = &self.reporter.sink_control {
+            c.request_drain();
+        }
+    }
+
+    fn tick(&mut self, now: u64) {
+        let r = &mut *self.reporter;
+        if let (Some(at), Some(c)) = (self.senders_done_at, &r.sink_control)
+            && now - at > DRAIN_BOUND_NS
+        {
+            c.request_stop();
+        }
+        if let (Some(d), Some(c)) = (r.sink_duration, &r.sink_control)
+            && now - self.start >= d.as_nanos() as u64
+        {
+            c.request_stop();
+        }
+        if let Some(b) = &r.books {
+            b.tick();
+        }
+        if let Some(sampler) = r.info.as_mut()
+            && now - self.last_info_at >= INFO_EVERY_NS
+        {
+            let fresh = sampler.sample();
+            keep_open_samples(&mut r.last_info, fresh);
+            self.last_info_at = now;
+        }
+        self.snap = r.snapshot();
+        if let Some(m) = &r.metrics {
+            m.flush(&crate::metrics::ctx::sample());
+            m.flush_info(&r.last_info);
+            if let Some(stats) = &r.control_stats {
+                super::control_link::export_server_stats(stats);
+            }
+        }
+        if let Some(series) = r.sender_series.as_mut() {
+            series.flush();
+        }
+        let rx_bytes = self.snap.rx.get(RxCounter::Bytes);
+        if rx_bytes != self.rx_seen {
+            self.rx_first.get_or_insert(self.prev_tick);
+            self.rx_last = now;
+            self.rx_seen = rx_bytes;
+        }
+        self.prev_tick = now;
+    }
+
+    fn interval(&mut self, from_ns: u64, now_ns: u64) {
+        let secs = |ns: u64| (ns - self.start) as f64 / 1e9;
+        let ctx_now = crate::metrics::ctx::sample();
+        self.reporter
+            .interval_lines(&self.snap, &self.last, secs(from_ns), secs(now_ns));
+        if self.reporter.rr {
+            self.reporter.rr_line(
+                &self.snap,
+                &self.last,
+                secs(now_ns) - secs(from_ns),
+                crate::metrics::ctx::delta(&self.ctx_last, &ctx_now),
+            );
+        }
+        self.ctx_last = ctx_now;
+        self.last = self.snap.clone();
     }
 }
