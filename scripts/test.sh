@@ -112,4 +112,6 @@ echo "== Debian package: build, dpkg -i, run, systemd-analyze verify, dpkg -r"
 bash scripts/package-test.sh
 echo "== Debian package under systemd: the units start, count against the kernel, restart, stop (podman, systemd as PID 1)"
 bash scripts/units-test.sh
+echo "== deploy/README.md's walkthrough as written, three network namespaces as the hosts"
+bash scripts/walkthrough-test.sh
 echo "== all tests passed"
