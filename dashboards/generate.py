@@ -522,7 +522,9 @@ def build_panels():
         [{"color": "text", "value": None}]), width=16, height=6)
     layout.add(stat(
         "Unaccounted packets (sent − received − lost − kernel drops)",
-        "Should stay near 0: the difference is packets in flight at the range edges. A growing positive "
+        "Should stay near 0 next to rate × scrape interval: the difference comes from scrape timing (sender "
+        "and sink are scraped at different instants, and increase() extrapolates each to the range edges), "
+        "not from packets in flight; it is exact once the range ends after the sender stopped. A growing positive "
         "value means packets vanished without the sink seeing a gap (e.g. the tail of a flow: see the "
         "unconfirmed panel in the per-sender row for senders that vanished without a goodbye); a negative "
         "one means received includes repeats, or a counter reset inside the range.", "short",

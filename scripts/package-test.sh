@@ -61,8 +61,8 @@ expected=(
   /usr/share/man/man1/ringblast-sink.1.gz
   /usr/share/man/man1/ringblast-pair.1.gz
   /usr/share/man/man1/ringblast-topo.1.gz
-  /usr/share/doc/ringblast/examples/sink.toml
-  /usr/share/doc/ringblast/examples/send-example.toml
+  /usr/share/ringblast/config/sink.toml
+  /usr/share/ringblast/config/send-example.toml
   /usr/share/doc/ringblast/README.md
   /usr/share/doc/ringblast/docs/traffic.md
   /usr/share/doc/ringblast/docs/metrics.md

@@ -3,7 +3,8 @@
 # installs what the tests need, then runs: format and lint checks, every unit and integration
 # test (real packets on loopback and between two network namespaces it creates), the lab (QEMU
 # guests on Debian 12's kernel: two NUMA nodes, two hosts; docs/lab.md), the benches'
-# build, and the deployment validation. Run as root: the tests create network namespaces and
+# build, the deployment validation, and the Debian package (installed here, and under systemd in a
+# container). Run as root: the tests create network namespaces and
 # drop CAP_IPC_LOCK to check the memlock error, and the package test installs a .deb.
 #
 # As root it runs directly (a fresh root Debian machine has no sudo). As another user it runs
@@ -109,4 +110,8 @@ echo "== deployments for real under podman (compose, bridge stand-in, kube pod s
 RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/deploy-smoke.sh
 echo "== Debian package: build, dpkg -i, run, systemd-analyze verify, dpkg -r"
 bash scripts/package-test.sh
+echo "== Debian package under systemd: the units start, count against the kernel, restart, stop (podman, systemd as PID 1)"
+bash scripts/units-test.sh
+echo "== deploy/README.md's walkthrough as written, three network namespaces as the hosts"
+bash scripts/walkthrough-test.sh
 echo "== all tests passed"
