@@ -13,12 +13,15 @@
 //! - by the receive time (CLOCK_MONOTONIC when `recvmsg` returned), by the receiver thread's
 //!   scheduling on this 2-core host, where the sender spins on one core and the receiving
 //!   stack's softirq work runs on the sender's: a wake-up delayed by a few ms moves that many
-//!   ms of datagrams into the next window (±1–3 % here on a quiet host, +37 % once while other
-//!   builds loaded both cores);
+//!   ms of datagrams into the next window (±0.3–3 % in runs here, −4.7 % and +5 % while other
+//!   builds loaded both cores, +37 % once);
 //! - by the kernel stamp (taken as the veth hands each packet, or each GSO burst of 16, to the
 //!   receiving stack, in the sender's context), by the sender's own pacing and preemption: a
 //!   sender held off its core sends late and then catches up, which moves datagrams between
-//!   windows but not the long-run rate (within ±0.15 % here).
+//!   windows but not the long-run rate (±0.06–0.3 % in runs here, ±3 % under other builds).
+//!
+//! The long-run rate was within ±0.011 % on the monotonic clock and ±0.003 % on the kernel's
+//! stamps in every run here, loaded or not, so 0.5 % leaves a wide margin for a slower host.
 //!
 //! 1 Mpps is reachable through veth on this host only because the sender uses `--gso 16` and
 //! the receiver `UDP_GRO`, so each side makes 62 500 calls a second; the kernel keeps every
