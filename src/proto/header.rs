@@ -358,6 +358,11 @@ mod tests {
     fn sequence_numbers_extend_next_to_the_reference() {
         assert_eq!(extend_seq(0, 5), 5);
         assert_eq!(extend_seq(100, 90), 90);
+        assert_eq!(
+            extend_seq(0, 0xFFFF_EC78),
+            0xFFFF_EC78,
+            "a first number with no stated start: every 32-bit value is itself"
+        );
         let r = (7u64 << 32) + 0xFFFF_FFF0;
         assert_eq!(
             extend_seq(r, 0x10),

@@ -106,9 +106,11 @@ pub(crate) fn sender_configs(
             "--allow-fragments counts fragments for one size; send a --size mix without it (each class must fit the path MTU)".into(),
         );
     }
-    if sizes.has_compact() && t.first_seq > u64::from(u32::MAX / 2) {
+    // A sink that has not heard the stated start extends a first compact number next to 0,
+    // which gives the true number only below 2^32; a start just below it still crosses 2^32.
+    if sizes.has_compact() && t.first_seq > u64::from(u32::MAX) {
         return usage(format!(
-            "--first-seq {} with packets below 32 bytes: their compact header carries 32 bits of sequence; use --first-seq below 2147483648",
+            "--first-seq {} with packets below 32 bytes: their compact header carries 32 bits of sequence; use --first-seq below 4294967296",
             t.first_seq
         ));
     }

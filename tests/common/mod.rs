@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: run the real binary, read its JSON Lines summaries.
 #![allow(dead_code)]
 
+pub mod neutral;
 pub mod proc;
 pub mod tcp;
 
@@ -355,4 +356,131 @@ pub fn nft(ns: &str, rules: &str) {
         "nft -f: {}\n{rules}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Runs `f` on a thread that has joined network namespace `ns` (sockets it opens live there).
+pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    spawn_in_netns(ns, f).join().unwrap()
+}
+
+/// Starts `f` on a thread that joins network namespace `ns` first (`setns` moves only the
+/// calling thread, so the rest of the test process stays where it was).
+pub fn spawn_in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+}
+
+/// One field of `/proc/net/snmp6` (e.g. `Udp6InDatagrams`) as seen inside `ns`.
+pub fn snmp6(ns: &str, field: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp6"])
+        .output()
+        .expect("ip netns exec");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some(field)).then(|| words.next().unwrap().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no {field} in /proc/net/snmp6 of {ns}:\n{text}"))
+}
+
+/// Packets and bytes of the named nft counter `name` in table `family table` of `ns`.
+pub fn nft_named(ns: &str, family: &str, table: &str, name: &str) -> (u64, u64) {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "nft", "list", "counter", family, table, name,
+        ])
+        .output()
+        .expect("nft (apt-get install nftables)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| -> u64 {
+        text.split(key)
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no {key}in counter {family} {table} {name} of {ns}: {text}{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    (field("packets "), field("bytes "))
+}
+
+/// Waits (at most 10 s) until every UDP socket bound to `port` in `ns` has an empty receive
+/// queue, so a sink stopped now has read everything the kernel delivered to it. Panics if
+/// no socket is bound to the port at all.
+pub fn wait_udp_drained(ns: &str, port: u16) {
+    let needle = format!(":{port}");
+    let queues = || -> Vec<u64> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Huan"])
+            .output()
+            .expect("ss (iproute2)");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .nth(3)
+                    .is_some_and(|a| a.ends_with(&needle))
+            })
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+            .collect()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let q = queues();
+        assert!(!q.is_empty(), "no UDP socket bound to port {port} in {ns}");
+        if q.iter().all(|&n| n == 0) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "UDP port {port} in {ns} still holds {q:?} bytes after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+impl Lab {
+    /// Adds `fd00:0:<net>::1/64` (sender side) and `fd00:0:<net>::2/64` (sink side), without
+    /// duplicate address detection so both are usable at once; returns the two addresses.
+    pub fn add_v6(&self, net: u16) -> (String, String) {
+        let (a, b) = (format!("fd00:0:{net:x}::1"), format!("fd00:0:{net:x}::2"));
+        let rx_dev = self
+            .tx_dev
+            .strip_suffix('a')
+            .map(|d| format!("{d}b"))
+            .unwrap();
+        let ok = ip(&[
+            "-n",
+            &self.tx,
+            "addr",
+            "add",
+            &format!("{a}/64"),
+            "dev",
+            &self.tx_dev,
+            "nodad",
+        ]) && ip(&[
+            "-n",
+            &self.rx,
+            "addr",
+            "add",
+            &format!("{b}/64"),
+            "dev",
+            &rx_dev,
+            "nodad",
+        ]);
+        assert!(ok, "add IPv6 addresses to the veth pair (iproute2, root)");
+        (a, b)
+    }
 }

@@ -55,18 +55,6 @@ pub fn nft_counter(ns: &str, table: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no packet count in {text}"))
 }
 
-/// Runs `f` on a thread that has joined network namespace `ns` (sockets it opens live there).
-pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        f()
-    })
-    .join()
-    .unwrap()
-}
-
 /// One HTTP GET of `/metrics` at `addr` from the current thread's namespace (5 s at most).
 pub fn get_metrics(addr: SocketAddr) -> std::io::Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
