@@ -21,7 +21,10 @@ use crate::{
 };
 
 /// The metrics endpoint `pair` uses by default, and the documented port for every role.
-pub(crate) const DEFAULT_METRICS: &str = "127.0.0.1:9977";
+pub(crate) const DEFAULT_METRICS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    9977,
+));
 
 /// io_uring UDP traffic generator and sink with per-NUMA-node rings.
 #[derive(Debug, Parser)]

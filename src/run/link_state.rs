@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{control::client::ClientEvent, metrics::names, say};
+use crate::{control::client::ClientEvent, error::Error, metrics::names, say};
 
 /// What a sender's control channel found out, for its summary.
 #[derive(Debug)]
@@ -92,6 +92,20 @@ impl LinkState {
             .unwrap_or_else(|e| e.into_inner());
         *answered
     }
+}
+
+/// A run whose sink refused this sender's credentials fails as an environment error (exit 3).
+pub(crate) fn refused_means_exit_3(
+    result: Result<(), Error>,
+    state: Option<&LinkState>,
+) -> Result<(), Error> {
+    if result.is_ok() && state.is_some_and(LinkState::refused) {
+        return Err(Error::Unsupported(
+            "the sink refused this sender's credentials: give both sides the same --secret-file"
+                .into(),
+        ));
+    }
+    result
 }
 
 /// Records a control client event in `state`, the control metrics and the log.

@@ -335,11 +335,9 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
     if let Some(server) = link.server {
         server.stop();
     }
-    if result.is_ok() && link.state.refused() {
-        return Err(Error::Unsupported(
-            "the sink refused this sender's credentials: give both sides the same --secret-file"
-                .into(),
-        ));
+    if result.is_ok() {
+        // A refused sender ends at once, without lingering for a scrape.
+        link_state::refused_means_exit_3(Ok(()), Some(&link.state))?;
     }
     if exporter.is_some() {
         exporting::linger(spec.output.metrics_linger, &signal);
@@ -483,13 +481,10 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
     let target = roles::target_pps(&configs);
-    let default_metrics: SocketAddr = DEFAULT_METRICS
-        .parse()
-        .map_err(|_| Error::Usage("bad default metrics address".into()))?;
     let metrics = if args.no_metrics {
         None
     } else {
-        Some(common.metrics.unwrap_or(default_metrics))
+        Some(common.metrics.unwrap_or(DEFAULT_METRICS))
     };
     let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);
     run_spec(RunSpec {

@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    PAIR_DEFAULT_DURATION, placement_args, plan_pair, planned,
+    PAIR_DEFAULT_DURATION, link_state, placement_args, plan_pair, planned,
     tcp_control::{self, HANDOFF_SLOTS, SenderLink},
     tcp_groups::{start_senders, start_sinks},
     tcp_report::Reporter,
@@ -229,21 +229,7 @@ pub(crate) fn send(args: SendArgs) -> Result<(), Error> {
     .with_link(refused.clone())
     .run(&signal);
     linger(metrics, common.metrics_linger, &signal);
-    refused_means_exit_3(result, refused.as_ref())
-}
-
-/// A run whose sink refused this sender's credentials fails as an environment error (exit 3).
-fn refused_means_exit_3(
-    result: Result<(), Error>,
-    refused: Option<&Arc<super::link_state::LinkState>>,
-) -> Result<(), Error> {
-    if result.is_ok() && tcp_control::was_refused(refused) {
-        return Err(Error::Unsupported(
-            "the sink refused this sender's credentials: give both sides the same --secret-file"
-                .into(),
-        ));
-    }
-    result
+    link_state::refused_means_exit_3(result, refused.as_deref())
 }
 
 /// `ringblast sink --proto tcp`.
@@ -337,13 +323,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<(), Error> {
     let metrics_addr = if args.no_metrics {
         None
     } else {
-        Some(
-            common.metrics.unwrap_or(
-                crate::cli::DEFAULT_METRICS
-                    .parse()
-                    .map_err(|_| Error::Usage("bad default metrics address".into()))?,
-            ),
-        )
+        Some(common.metrics.unwrap_or(crate::cli::DEFAULT_METRICS))
     };
     let metrics = install_metrics(metrics_addr, common.max_series)?;
     let sink_control = Arc::new(Control::default());
@@ -384,7 +364,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<(), Error> {
     .run(&signal);
     server.stop();
     linger(metrics, common.metrics_linger, &signal);
-    refused_means_exit_3(result, Some(&refused))
+    link_state::refused_means_exit_3(result, Some(&refused))
 }
 
 /// Starts the metrics endpoint when asked (before any worker); says whether it runs.

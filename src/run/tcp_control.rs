@@ -233,11 +233,6 @@ pub(crate) fn off() -> AskTcpSink {
     })
 }
 
-/// Whether the sink refused this sender (the run then exits 3).
-pub(crate) fn was_refused(state: Option<&Arc<LinkState>>) -> bool {
-    state.is_some_and(|s| s.refused())
-}
-
 /// Puts the sink's verdict into a TCP send summary (`"verdict"`, or `"sink_error"`) and
 /// returns the line for humans.
 pub(crate) fn attach_verdict(
