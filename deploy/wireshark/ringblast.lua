@@ -168,7 +168,7 @@ local function add_marks(tree, mark)
     end
     if mark.missing then
         tree:add(f.gap_missing, UInt64(mark.missing)):set_generated()
-        tree:add_proto_expert_info(ex.gap, string.format("Gap: %d packets missing before sequence number %d",
+        tree:add_proto_expert_info(ex.gap, string.format("Gap: %d missing before sequence number %d",
             mark.missing, mark.seq))
     end
     if mark.repeat_of then
