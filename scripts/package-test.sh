@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Debian package (cargo-deb), installs it with dpkg -i on this machine, checks what it
 # installed (the binary's --version, one short loopback `ringblast pair`, the completions and man
-# pages, `systemd-analyze verify` on the installed units), then removes it with dpkg -r.
+# pages, the Wireshark dissector (loaded by tshark when tshark is installed), `systemd-analyze
+# verify` on the installed units), then removes it with dpkg -r.
 # Called by scripts/test.sh; run as root. Installs cargo-deb with `cargo install` when missing,
-# and systemd (for systemd-analyze) with apt-get when missing.
+# and systemd (for systemd-analyze) and tshark with apt-get when missing.
 #
 # Usage: scripts/package-test.sh
 # Exits 0 when every check passes, 1 on a failed check, 3 when it cannot run here.
@@ -22,6 +23,12 @@ if ! command -v systemd-analyze >/dev/null; then
   step "installing systemd (for systemd-analyze)"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+fi
+if ! command -v tshark >/dev/null; then
+  step "installing tshark (to load the installed dissector)"
+  apt-get update -qq
+  # noninteractive: tshark's install asks whether non-root users may capture (the default, no, is kept).
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tshark >/dev/null
 fi
 if ! cargo deb --version >/dev/null 2>&1; then
   step "cargo install cargo-deb"
@@ -69,6 +76,7 @@ expected=(
   /usr/share/ringblast/dashboards/ringblast.json
   /usr/share/ringblast/prometheus/rules.yml
   /usr/share/ringblast/prometheus/prometheus.yml
+  /usr/lib/x86_64-linux-gnu/wireshark/plugins/ringblast.lua
 )
 listed=$(dpkg -L ringblast)
 for path in "${expected[@]}"; do
@@ -99,6 +107,15 @@ for page in ringblast-send ringblast-sink ringblast-pair; do
   zcat "/usr/share/man/man1/$page.1.gz" | grep -q '^\\fB\\-\\-queues\\fR' || die "$page(1) does not document --queues"
 done
 zcat /usr/share/man/man1/ringblast-send.1.gz | grep -q '^\\fB\\-\\-to\\fR' || die "ringblast-send(1) does not document --to"
+
+step "Wireshark dissector"
+cmp -s deploy/wireshark/ringblast.lua /usr/lib/x86_64-linux-gnu/wireshark/plugins/ringblast.lua ||
+  die "the installed dissector differs from deploy/wireshark/ringblast.lua"
+# tshark loads every Lua file in its global plugin folder: the installed dissector registers.
+protocols=$(tshark -G protocols 2>/dev/null)
+grep -qx 'ringblast traffic'$'\t''RINGBLAST'$'\t''ringblast' <<<"$protocols" ||
+  die "tshark did not load /usr/lib/x86_64-linux-gnu/wireshark/plugins/ringblast.lua"
+echo "  tshark $(tshark --version 2>/dev/null | sed -n '1s/^TShark (Wireshark) \([^ ]*\).*/\1/p') loads it from its global Lua plugin folder"
 
 step "systemd-analyze verify (installed units)"
 # First prove that verify can fail here: a unit whose ExecStart does not exist must be reported.

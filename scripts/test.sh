@@ -66,6 +66,7 @@ command -v setpriv >/dev/null || need_apt+=(util-linux)
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v nft >/dev/null || need_apt+=(nftables)
+command -v tshark >/dev/null || need_apt+=(tshark)
 command -v iptables >/dev/null || need_apt+=(iptables)
 [ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need_apt+=(libnetfilter-queue-dev)
 if [ "${#need_apt[@]}" -gt 0 ]; then

@@ -1,5 +1,6 @@
 //! `ringblast generate`: the shell completions and man pages are generated from the real clap
-//! definitions, offer every flag `--help` lists, and never offer hidden ones.
+//! definitions, offer every flag `--help` lists, and never offer hidden ones; the Wireshark
+//! dissector is the one in `deploy/wireshark/` (tests/dissector.rs runs it in tshark).
 
 mod common;
 
@@ -133,6 +134,30 @@ fn man_pages_document_every_flag_of_their_subcommand() {
         1 + SUBCOMMANDS.len(),
         "no page for the hidden generate: {listed}"
     );
+}
+
+#[test]
+fn wireshark_dissector_is_the_deployed_file() {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/wireshark/ringblast.lua"
+    ))
+    .unwrap();
+    assert_eq!(generated("wireshark-dissector"), shipped);
+    let dir = tempfile::tempdir().unwrap();
+    let out = ringblast(&[
+        "generate",
+        "wireshark-dissector",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let path = dir.path().join("ringblast.lua");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\n", path.display())
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), shipped);
 }
 
 /// stdout is a pipe whose reader is gone before the first write: EPIPE, quietly, exit 0.

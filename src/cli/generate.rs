@@ -1,5 +1,6 @@
 //! Shell completions and man pages, generated from the clap definitions in `cli`, the way
-//! ripgrep and hyperfine ship them. `ringblast generate KIND` writes one artifact to stdout;
+//! ripgrep and hyperfine ship them, and the Wireshark dissector, built into the binary from
+//! `deploy/wireshark/ringblast.lua`. `ringblast generate KIND` writes one artifact to stdout;
 //! with `--dir DIR` it writes files instead (for `man`: one page per subcommand as well,
 //! `ringblast-send.1` and so on, as git does). The subcommand is hidden; `scripts/build-assets.sh`
 //! calls it to fill `target/assets/` for the Debian package.
@@ -25,7 +26,15 @@ pub(crate) enum Artifact {
     CompleteFish,
     /// The man page in roff (`ringblast.1`; with `--dir`, also `ringblast-SUBCOMMAND.1`).
     Man,
+    /// The Wireshark/tshark Lua dissector (`ringblast.lua`, for a Lua plugin folder or
+    /// `tshark -X lua_script:ringblast.lua`).
+    WiresharkDissector,
 }
+
+/// The dissector's source, as `deploy/wireshark/ringblast.lua` holds it.
+const DISSECTOR: &str = include_str!("../../deploy/wireshark/ringblast.lua");
+/// The file name the dissector is written under with `--dir`.
+const DISSECTOR_FILE: &str = "ringblast.lua";
 
 impl Artifact {
     fn shell(self) -> Option<Shell> {
@@ -33,7 +42,7 @@ impl Artifact {
             Artifact::CompleteBash => Some(Shell::Bash),
             Artifact::CompleteZsh => Some(Shell::Zsh),
             Artifact::CompleteFish => Some(Shell::Fish),
-            Artifact::Man => None,
+            Artifact::Man | Artifact::WiresharkDissector => None,
         }
     }
 }
@@ -70,6 +79,9 @@ fn visible(cmd: &clap::Command) -> clap::Command {
 
 /// Renders `artifact` (for `man`, the top-level page) into bytes.
 pub(crate) fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
+    if artifact == Artifact::WiresharkDissector {
+        return Ok(DISSECTOR.as_bytes().to_vec());
+    }
     let mut cmd = command();
     let mut out = Vec::new();
     match artifact.shell() {
@@ -85,6 +97,11 @@ pub(crate) fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
 pub(crate) fn write_to(artifact: Artifact, dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
     let context = || format!("writing into {}", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| Error::io(context(), e))?;
+    if artifact == Artifact::WiresharkDissector {
+        let path = dir.join(DISSECTOR_FILE);
+        std::fs::write(&path, DISSECTOR).map_err(|e| Error::io(context(), e))?;
+        return Ok(vec![path]);
+    }
     let mut cmd = command();
     match artifact.shell() {
         Some(shell) => clap_complete::generate_to(shell, &mut cmd, "ringblast", dir)
