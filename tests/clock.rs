@@ -138,6 +138,7 @@ fn assert_estimate(clock: &Value, true_offset: i64) {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces with their own clocks (a skewed ringblast per namespace)"]
 fn a_sink_5_s_ahead_reports_the_true_latency_and_the_offset() {
     require_root();
     let _guard = traffic_lock();
@@ -159,6 +160,7 @@ fn a_sink_5_s_ahead_reports_the_true_latency_and_the_offset() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces with their own clocks (a skewed ringblast per namespace)"]
 fn a_sink_5_s_behind_reports_more_than_the_clamped_lowest_cell() {
     require_root();
     let _guard = traffic_lock();
@@ -176,6 +178,7 @@ fn a_sink_5_s_behind_reports_more_than_the_clamped_lowest_cell() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces with their own clocks (a skewed ringblast per namespace)"]
 fn without_a_control_channel_latency_is_unknown_not_zero() {
     require_root();
     let _guard = traffic_lock();
@@ -199,6 +202,7 @@ fn without_a_control_channel_latency_is_unknown_not_zero() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces with their own clocks (a skewed ringblast per namespace)"]
 fn namespaces_of_one_kernel_share_its_clock() {
     require_root();
     let _guard = traffic_lock();
@@ -212,6 +216,7 @@ fn namespaces_of_one_kernel_share_its_clock() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces with their own clocks (a skewed ringblast per namespace)"]
 fn a_tcp_sink_5_s_behind_corrects_its_records_latency() {
     require_root();
     let _guard = traffic_lock();

@@ -25,6 +25,7 @@ fn counter(ns: &str, name: &str) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: it creates network namespaces"]
 fn dscp_ttl_port_tuples_and_payload_pattern_are_on_the_wire() {
     assert!(
         is_root(),

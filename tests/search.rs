@@ -50,6 +50,7 @@ fn qdisc_counters(ns: &str, dev: &str) -> (u64, u64, u64) {
 }
 
 #[test]
+#[ignore = "needs root: it creates network namespaces"]
 fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     assert!(
         is_root(),
@@ -241,6 +242,7 @@ fn series(text: &str, name: &str, label: &str) -> Option<u64> {
 }
 
 #[test]
+#[ignore = "needs root: it creates network namespaces"]
 fn with_metrics_each_trial_serves_its_step_verdict_while_it_lingers() {
     assert!(
         is_root(),

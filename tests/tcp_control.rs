@@ -154,6 +154,7 @@ fn a_sender_with_the_control_channel_off_has_no_verdict_and_says_why() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces"]
 fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
     let _lock = common::traffic_lock();
     assert!(

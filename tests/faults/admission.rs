@@ -37,7 +37,7 @@ fn json_senders(sink: &Value) -> BTreeMap<String, u64> {
 #[test]
 #[ignore = "needs root: network namespaces"]
 fn runs_without_a_control_channel_are_one_sender_each_and_their_series_add_up() {
-    assert!(require_root(), "run as root");
+    require_root();
     let _guard = traffic_lock();
     let mut rig = Rig::new("an", 229);
     rig.start_sink(&["--no-gro", "--accept-unannounced"]);
@@ -198,7 +198,7 @@ fn assert_legit_exact(forged: u64, sink: &Value, send: &Value, delivered: u64) -
 #[test]
 #[ignore = "needs root: network namespaces"]
 fn a_forged_flood_never_takes_an_authenticated_senders_slots_and_is_refused_in_full() {
-    assert!(require_root(), "run as root");
+    require_root();
     let _guard = traffic_lock();
     let (forged, sink, send, delivered) = flood_beside_a_sender("fl", 230, &[]);
     let booked = assert_legit_exact(forged, &sink, &send, delivered);
@@ -221,7 +221,7 @@ fn a_forged_flood_never_takes_an_authenticated_senders_slots_and_is_refused_in_f
 #[test]
 #[ignore = "needs root: network namespaces"]
 fn a_forged_flood_accepted_keeps_to_its_share_and_is_counted_in_full() {
-    assert!(require_root(), "run as root");
+    require_root();
     let _guard = traffic_lock();
     let (forged, sink, send, delivered) = flood_beside_a_sender(
         "fa",

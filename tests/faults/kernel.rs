@@ -56,10 +56,9 @@ fn overflow(tag: &str, net: u8, sink_args: &[&str], gso: &str) -> (Value, Value,
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn kernel_drops_without_gro_equal_the_kernels_counter() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let (_, sink, drops) = overflow("kn", 241, &["--no-gro"], "1");
     row(
         "tiny rcvbuf, --no-gro: RcvbufErrors / rx_kernel_drops",
@@ -71,10 +70,9 @@ fn kernel_drops_without_gro_equal_the_kernels_counter() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn kernel_drops_seen_by_an_inline_sink_equal_the_kernels_counter() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     // Inline receives read the drop counter from their own control buffers in the arena.
     let (_, sink, drops) = overflow("ki", 244, &["--no-gro", "--rx-wait", "inline"], "1");
     row(
@@ -87,10 +85,9 @@ fn kernel_drops_seen_by_an_inline_sink_equal_the_kernels_counter() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn kernel_drops_with_gro_keep_the_books_balanced() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let (send, sink, buffers) = overflow("kg", 242, &[], "8");
     let kd = u(&sink, "rx_kernel_drops");
     row(
@@ -111,10 +108,9 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn kernel_drops_of_the_tail_equal_the_kernels_counter() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let _guard = traffic_lock();
     let mut rig = Rig::new("kt", 243);
     rig.start_sink(&["--no-gro"]);

@@ -19,14 +19,13 @@ use serde_json::Value;
 
 pub use crate::common::*;
 
-/// Under root every prerequisite must be there (the test fails); without root the case is
-/// skipped with a line on stderr.
-pub fn require_root() -> bool {
-    if !is_root() {
-        eprintln!("skipped: the fault suite needs root (network namespaces, nft, tc)");
-        return false;
-    }
-    true
+/// The fault cases are `#[ignore = "needs root: ..."]`: a plain `cargo test` lists them as
+/// ignored, and run (the test command runs them as root) every prerequisite must be there.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "the fault suite needs root (network namespaces, nft, tc): run it as root"
+    );
 }
 
 /// Runs `args`, asserts success, returns stdout.

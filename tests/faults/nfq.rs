@@ -78,10 +78,9 @@ fn run_through_queue(tag: &str, net: u8, args: &[&str]) -> (Value, Value, Value)
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn nfqueue_delay_of_every_datagram_loses_nothing() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let (send, sink, counts) = run_through_queue("qd", 231, &["-d", "20"]);
     let sent = u(&send, "tx_packets");
     row(
@@ -108,10 +107,9 @@ fn nfqueue_delay_of_every_datagram_loses_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn nfqueue_swapped_pairs_are_reordered_exactly() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let (send, sink, counts) = run_through_queue("qr", 232, &["-r", "10"]);
     let swapped = u(&counts, "swapped");
     row(
@@ -129,10 +127,9 @@ fn nfqueue_swapped_pairs_are_reordered_exactly() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn nfqueue_corrupted_magic_is_invalid_and_lost_exactly() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let (send, sink, counts) = run_through_queue("qc", 233, &["-c", "10"]);
     let corrupted = u(&counts, "corrupted");
     row(
@@ -166,10 +163,9 @@ fn nfqueue_corrupted_magic_is_invalid_and_lost_exactly() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
 fn nfqueue_truncated_datagrams_are_invalid_short_and_lost_exactly() {
-    if !require_root() {
-        return;
-    }
+    require_root();
     let (send, sink, counts) = run_through_queue("qt", 234, &["-T", "10"]);
     let truncated = u(&counts, "truncated");
     row(
