@@ -262,9 +262,13 @@ pub(crate) struct TrafficArgs {
     #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]
     pub(crate) burst: u64,
     /// SQEs submitted per io_uring_enter.
+    ///
+    /// UDP only: a TCP sender keeps one write in flight per connection and ignores it.
     #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
     pub(crate) batch: u32,
     /// Sends in flight per queue (default: twice --batch).
+    ///
+    /// UDP only: a TCP sender keeps one write in flight per connection and ignores it.
     #[arg(long, env = "RINGBLAST_WINDOW")]
     pub(crate) window: Option<u32>,
     /// UDP GSO: packets per send (each with its own header); 1 = off.
@@ -289,6 +293,8 @@ pub(crate) struct TrafficArgs {
     #[arg(long, env = "RINGBLAST_WIRE_RATE")]
     pub(crate) wire_rate: bool,
     /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI).
+    ///
+    /// UDP only: a TCP run ignores it.
     #[arg(long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
     pub(crate) min_rate_ratio: Option<f64>,
 }
@@ -333,6 +339,8 @@ pub(crate) struct SendArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SinkTuning {
     /// Do not ask for UDP GRO (count datagrams one by one).
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, env = "RINGBLAST_NO_GRO")]
     pub(crate) no_gro: bool,
     /// How sink queues wait while traffic flows: batch (32 completions or 50 µs; a TCP sink
@@ -351,13 +359,19 @@ pub(crate) struct SinkTuning {
     #[arg(long, env = "RINGBLAST_RX_BUFFERS")]
     pub(crate) rx_buffers: Option<u16>,
     /// Flow ids 0..N are tracked per queue; others count as invalid.
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
     pub(crate) max_flows: usize,
     /// Flow ids 0..N get their own metric series per sink queue; the rest are summed as "other".
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
     pub(crate) metrics_flows: usize,
     /// Sessions (sender, epoch, flow) each sink queue tracks at once (memory is allocated at
     /// start: see docs/pairing.md); packets of a session beyond it count as invalid `table_full`.
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
     pub(crate) max_sessions: usize,
     /// Of --max-sessions, the slots each sink queue gives sessions opened by data alone, from
@@ -365,18 +379,26 @@ pub(crate) struct SinkTuning {
     /// control port, a wrong secret, forged datagrams); the other slots are reserved for
     /// senders that said hello. Their datagrams beyond it count as invalid `table_full`
     /// [default: half of --max-sessions, rounded up].
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, env = "RINGBLAST_MAX_UNANNOUNCED_SESSIONS")]
     pub(crate) max_unannounced_sessions: Option<usize>,
     /// A session without packets for this long is closed and its slot reused.
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
     pub(crate) session_idle: Duration,
     /// Senders with their own `sender` metric series and JSON entry; the rest are summed as
     /// "other".
+    ///
+    /// UDP and TCP alike.
     #[arg(long, default_value_t = 64, env = "RINGBLAST_MAX_SENDERS")]
     pub(crate) max_senders: usize,
     /// How datagrams are spread over the sink's queues: flow (a BPF program on the
     /// SO_REUSEPORT group reads the ringblast header, so one sender's flows alternate over the
     /// queues) or hash (the kernel's 4-tuple hash). Foreign datagrams always use the hash.
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, value_enum, default_value = "flow", env = "RINGBLAST_STEER")]
     pub(crate) steer: Steer,
 }
@@ -429,12 +451,16 @@ pub(crate) struct SinkArgs {
     /// hello (within --max-unannounced-sessions). Without it such a sink counts them as invalid
     /// `unannounced` once --unannounced-grace has passed; a sink without a secret always counts
     /// them (within --max-unannounced-sessions).
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
     pub(crate) accept_unannounced: bool,
     /// With --secret-file: for this long after start the sink still counts datagrams of senders
     /// that have not said hello (within --max-unannounced-sessions), so senders that were
     /// running before it started (restarted sink) are counted while they reconnect (their
     /// backoff is at most 5 s); a session opened then joins its sender's books at its hello.
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
     pub(crate) unannounced_grace: Duration,
     /// Stop after this long (default: until SIGINT/SIGTERM).
@@ -443,6 +469,8 @@ pub(crate) struct SinkArgs {
     /// Share the UDP port with another process that holds it with `SO_REUSEPORT` (another
     /// sink): the kernel then splits the flows between the two. Without it, a port held by
     /// anyone else is refused (exit 3).
+    ///
+    /// UDP only: a TCP sink ignores it.
     #[arg(long, env = "RINGBLAST_SHARE_PORT")]
     pub(crate) share_port: bool,
     /// Receive tuning.
