@@ -133,3 +133,18 @@ pub fn no_tail_loss_probes(ns: &str) {
         "turn tail loss probes off in {ns} (sysctl, procps)"
     );
 }
+
+/// Asserts nft's payload count equals `bytes` exactly when the kernel resent nothing
+/// (`retransmitted`, the `Tcp RetransSegs` delta), else that it exceeds `bytes` by at most one
+/// IPv4 loopback/veth MSS (65 483 B, more than any segment on a 1500-byte veth) per segment.
+pub fn assert_payload(counted: &Streams, bytes: u64, retransmitted: u64, ctx: &str) {
+    if retransmitted == 0 {
+        assert_eq!(counted.payload, bytes, "nft payload, {ctx}");
+    } else {
+        let most = retransmitted * 65_483;
+        assert!(
+            (bytes..=bytes + most).contains(&counted.payload),
+            "nft payload of {counted:?} vs {bytes} with {retransmitted} resent, {ctx}"
+        );
+    }
+}
