@@ -136,11 +136,10 @@ fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
     );
     let ns = common::Netns::create("tcprecv");
     no_tail_loss_probes(&ns.0);
-    let mut next_port = 24_200u16;
-    for (mode, named) in [
+    for (port, (mode, named)) in (24_200u16..).zip([
         ("plain", "plain multishot RECV (no bundle support)"),
         ("bundle", "multishot RECV bundles"),
-    ] {
+    ]) {
         let topo = Command::new(common::bin())
             .env("RINGBLAST_TCP_RECV", mode)
             .args(["topo", "--queues", "1"])
@@ -151,8 +150,6 @@ fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
         assert!(topo_out.contains(named), "{mode}: {topo_out}");
         // 128 KiB records over 2 connections: bundles span several 32 KiB buffers, wrap
         // the buffer ring, and split records across buffers.
-        let port = next_port;
-        next_port += 1;
         let to = format!("127.0.0.1:{port}");
         count_streams(&ns.0, "output", port);
         count_streams(&ns.0, "input", port);
