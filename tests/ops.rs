@@ -4,45 +4,118 @@
 //! (no kernel drops) and counted: the sink must receive exactly what the sender says it sent,
 //! and the sender exactly the packets asked for. Full GRO buffers also shrink the buffers the
 //! sink keeps in circulation, and small datagrams keep the whole ring.
+//!
+//! Every run is also counted by the kernel: the pair runs alone in a network namespace this
+//! test creates (loopback only, deleted afterwards), so that namespace's `Udp` counters of
+//! `/proc/net/snmp` and two nft counters (UDP on the output and the input hook) count
+//! ringblast's datagrams and nothing else. The control channel is TCP and is not in them.
+//! How the kernel (6.x) counts a GSO train, measured here and in `udp_send_skb`/`udp_recvmsg`:
+//! - `OutDatagrams` counts one per send, so a train of G segments is one; nft's output and
+//!   input hooks see that train as one skb too (loopback never segments it), of
+//!   20 + 8 + G × size bytes.
+//! - `InDatagrams` counts one per datagram a receive returns: with GRO (`UDP_GRO`) loopback
+//!   hands the socket each train whole, one datagram; without it (`--no-gro`) the socket
+//!   splits it, one per segment.
+//! - `RcvbufErrors` counts the datagrams dropped on a full receive queue: the sink's kernel
+//!   drops.
+//!
+//! These runs need root (network namespaces, nftables): `#[ignore = "needs root: ..."]`, and
+//! run as root a missing prerequisite fails the test.
 
 mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use common::*;
 
 const COUNT: u64 = 20_000;
 
+/// IPv4 and UDP header bytes of every skb at the nft hooks.
+const HEADERS: u64 = 20 + 8;
+
 fn exact_run(extra: &[&str]) -> serde_json::Value {
     exact_run_at(COUNT, "100kpps", extra)
 }
 
-/// Runs a paced pair and checks its counts are exact; returns the sink's summary.
+/// The value of `--flag VALUE` in `args`.
+fn arg<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
+    args.iter().position(|a| *a == flag).map(|i| args[i + 1])
+}
+
+/// Runs a paced pair alone in a fresh namespace, checks its counts are exact against each
+/// other and against the namespace's kernel counters; returns the sink's summary.
 fn exact_run_at(count: u64, rate: &str, extra: &[&str]) -> serde_json::Value {
+    static RUNS: AtomicU32 = AtomicU32::new(0);
     let _guard = traffic_lock();
+    assert!(
+        is_root(),
+        "tests/ops.rs needs root (network namespaces, nftables): run it as root"
+    );
+    let ns = Netns::create(&format!("ops{}x", RUNS.fetch_add(1, Ordering::Relaxed)));
+    nft(
+        &ns.0,
+        "table inet rbops {\n counter sent { }\n counter arrived { }\n chain out {\n type filter hook output priority 0; policy accept;\n meta l4proto udp counter name sent\n }\n chain in {\n type filter hook input priority 0; policy accept;\n meta l4proto udp counter name arrived\n }\n}\n",
+    );
+    let before = UdpSnmp::read(&ns.0);
     let count_arg = count.to_string();
     let mut args = vec!["--count", &count_arg, "--rate", rate];
     args.extend_from_slice(extra);
-    let (send, sink, _) = pair(&args);
+    let (send, sink, _) = pair_in(&ns.0, &args);
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    let sent = nft_named(&ns.0, "inet", "rbops", "sent");
+    let arrived = nft_named(&ns.0, "inet", "rbops", "arrived");
     assert_eq!(u(&send, "tx_packets"), count, "{extra:?}: {send}");
     assert_exact(&send, &sink);
+
+    // The kernel's count. Every train is whole: G divides the count in every run here.
+    let gso: u64 = arg(extra, "--gso").map_or(1, |g| g.parse().unwrap());
+    assert_eq!(count % gso, 0, "a whole number of trains");
+    let sends = count / gso;
+    let gro = gso > 1 && !extra.contains(&"--no-gro");
+    let ctx = format!("{extra:?}: {kernel:?}\nsend {send}\nsink {sink}");
+    assert_eq!(kernel.out_datagrams, sends, "Udp OutDatagrams, {ctx}");
+    assert_eq!(
+        kernel.out_datagrams,
+        u(&send, "ring_sqes_submitted"),
+        "one send per SQE, {ctx}"
+    );
+    let wire = (sends, sends * HEADERS + u(&send, "tx_bytes"));
+    assert_eq!(sent, wire, "nft at the output hook, {ctx}");
+    assert_eq!(arrived, wire, "nft at the input hook, {ctx}");
+    let received = u(&sink, "rx_packets") + u(&sink, "rx_kernel_drops");
+    let datagrams = if gro { received / gso } else { received };
+    assert_eq!(kernel.in_datagrams, datagrams, "Udp InDatagrams, {ctx}");
+    assert_eq!(
+        kernel.rcvbuf_errors,
+        u(&sink, "rx_kernel_drops"),
+        "Udp RcvbufErrors, {ctx}"
+    );
+    assert_eq!(kernel.sndbuf_errors, 0, "Udp SndbufErrors, {ctx}");
+    assert_eq!(kernel.in_errors, 0, "Udp InErrors, {ctx}");
+    eprintln!("{extra:?}: {kernel:?}, nft {sent:?}");
     sink
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn send_zc_delivers_every_packet() {
     exact_run(&["--send-op", "send-zc"]);
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn write_fixed_delivers_every_packet() {
     exact_run(&["--send-op", "write-fixed", "--size", "1200"]);
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn gso_trains_without_gro_are_counted_one_by_one() {
     exact_run(&["--no-gro", "--gso", "8", "--size", "200"]);
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn spinning_sink_counts_every_packet_paced_slow_and_with_gro() {
     // Paced at 100 kpps: back-to-back batches of non-blocking receives, never a sleep.
     exact_run(&["--rx-wait", "spin", "--queues", "2", "--flows", "4"]);
@@ -53,11 +126,13 @@ fn spinning_sink_counts_every_packet_paced_slow_and_with_gro() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn sleeping_sink_counts_every_packet() {
     exact_run(&["--rx-wait", "sleep", "--queues", "2", "--flows", "4"]);
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn inline_sink_counts_every_packet_paced_and_unpaced_with_and_without_gro() {
     // Paced at 100 kpps: batches between 50 µs sleeps.
     exact_run(&["--rx-wait", "inline", "--queues", "2", "--flows", "4"]);
@@ -77,6 +152,7 @@ fn inline_sink_counts_every_packet_paced_and_unpaced_with_and_without_gro() {
 }
 
 #[test]
+#[ignore = "needs root: network namespaces and nftables"]
 fn full_gro_buffers_shrink_the_buffers_in_circulation_small_datagrams_keep_the_ring() {
     // 46 segments of 1400 B fill each 64 KiB buffer: about 4 MiB is 64 buffers of 512.
     let sink = exact_run_at(46_000, "100kpps", &["--gso", "46", "--size", "1400"]);

@@ -1,12 +1,19 @@
 //! The control channel on TCP runs: the sink serves it on its data port (told apart by the
 //! connection's first frame), and the sender's summary carries the sink's verdict on its run.
 //! Exact counts from the sink's own summary, per-sender books of two senders, a wrong secret
-//! refused, and a stream between two namespaces over veth.
+//! refused, and a stream between two namespaces over veth, whose bytes and records are also
+//! counted by nft on the sender's output hook and the sink's input hook (`tcp::count_streams`:
+//! the data connections' payload, 52 header bytes per segment off; the control connection to
+//! the same port is told apart and left out), with one SYN per data connection plus control.
 
 mod common;
 
 use common::{
-    tcp::{send_status, start_sink_with, stop_sink_with_err},
+    snmp,
+    tcp::{
+        assert_payload, count_streams, no_tail_loss_probes, send_status, start_sink_with,
+        stop_sink_with_err, streams,
+    },
     u,
 };
 use serde_json::Value;
@@ -164,8 +171,12 @@ fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
     let lab = common::Lab::create("tc", 93);
     let secret = common::secret_file();
     let secret = secret.path().to_str().unwrap();
-    let port = common::free_port().to_string();
+    let port = common::free_port();
     let listen = format!("10.93.0.2:{port}");
+    count_streams(&lab.tx, "output", port);
+    count_streams(&lab.rx, "input", port);
+    no_tail_loss_probes(&lab.tx);
+    let retrans_before = snmp(&lab.tx, "Tcp", "RetransSegs");
     let sink = start_sink_with(Some(&lab.rx), &listen, &["--secret-file", secret]);
     let (code, tx, err) = send_status(
         Some(&lab.tx),
@@ -193,4 +204,25 @@ fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
     assert_eq!(u(&tx, "tx_bytes"), u(&tx, "tx_records") * 1400, "{tx}");
     assert_eq!(u(&rx, "rx_invalid"), 0, "{rx}");
     assert_eq!(u(&rx, "control_conns"), 1, "{rx}");
+
+    // The kernel's count on each side of the veth.
+    let (out, arrived) = (
+        streams(&lab.tx, "output", port),
+        streams(&lab.rx, "input", port),
+    );
+    let retransmitted = snmp(&lab.tx, "Tcp", "RetransSegs") - retrans_before;
+    let ctx = format!("out {out:?} in {arrived:?}, {retransmitted} resent\n{tx}\n{rx}");
+    eprintln!("veth: {ctx}");
+    assert_eq!(
+        out.syns,
+        4 + 1,
+        "one SYN per data connection + control, {ctx}"
+    );
+    assert_eq!(arrived.syns, 4 + 1, "{ctx}");
+    assert_payload(&out, u(&tx, "tx_bytes"), retransmitted, &ctx);
+    assert_payload(&arrived, u(&rx, "rx_bytes"), retransmitted, &ctx);
+    if retransmitted == 0 {
+        assert_eq!(arrived.payload / 1400, u(&rx, "rx_records"), "{ctx}");
+        assert_eq!(arrived.payload % 1400, 0, "{ctx}");
+    }
 }

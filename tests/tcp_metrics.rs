@@ -1,6 +1,8 @@
 //! TCP runs seen from outside: the scraped `ringblast_tcp_*` series equal the summaries, and
 //! both receive modes (plain multishot RECV and recv bundles) count streams exactly and name
-//! their mode.
+//! their mode. The receive-mode runs are counted by nft too, in a loopback namespace of their
+//! own (`tcp::count_streams`): the data connections' payload on the output and input hooks
+//! equals the bytes written and read, and the records payload ÷ the fixed record size.
 
 mod common;
 
@@ -9,8 +11,11 @@ use std::process::Command;
 use common::{
     last_summary,
     proc::Proc,
-    scrape_local,
-    tcp::{WAIT, send, sink_args, stop_sink},
+    scrape_local, snmp,
+    tcp::{
+        WAIT, assert_payload, count_streams, no_tail_loss_probes, send, sink_args, stop_sink,
+        streams,
+    },
     u,
 };
 
@@ -110,9 +115,11 @@ fn scraped_tcp_series_equal_the_summaries() {
 
 /// Starts a TCP sink with `RINGBLAST_TCP_RECV=mode`; returns it once it listens, with the
 /// receive line of its start-up notes.
-fn start_sink_receiving(mode: &str, listen: &str) -> (Proc, String) {
-    let mut cmd = Command::new(common::bin());
-    cmd.env("RINGBLAST_TCP_RECV", mode).args(sink_args(listen));
+fn start_sink_receiving(ns: &str, mode: &str, listen: &str) -> (Proc, String) {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, common::bin()])
+        .env("RINGBLAST_TCP_RECV", mode)
+        .args(sink_args(listen));
     let mut sink = Proc::spawn(cmd);
     let note = sink.wait_line("tcp sink: SO_REUSEPORT listener per queue", WAIT);
     sink.wait_line("tcp sink listening on", WAIT);
@@ -120,12 +127,19 @@ fn start_sink_receiving(mode: &str, listen: &str) -> (Proc, String) {
 }
 
 #[test]
+#[ignore = "needs root: a network namespace and nftables"]
 fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
     let _lock = common::traffic_lock();
-    for (mode, named) in [
+    assert!(
+        common::is_root(),
+        "this test needs root (a network namespace, nftables)"
+    );
+    let ns = common::Netns::create("tcprecv");
+    no_tail_loss_probes(&ns.0);
+    for (port, (mode, named)) in (24_200u16..).zip([
         ("plain", "plain multishot RECV (no bundle support)"),
         ("bundle", "multishot RECV bundles"),
-    ] {
+    ]) {
         let topo = Command::new(common::bin())
             .env("RINGBLAST_TCP_RECV", mode)
             .args(["topo", "--queues", "1"])
@@ -136,12 +150,14 @@ fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
         assert!(topo_out.contains(named), "{mode}: {topo_out}");
         // 128 KiB records over 2 connections: bundles span several 32 KiB buffers, wrap
         // the buffer ring, and split records across buffers.
-        let port = common::free_port();
         let to = format!("127.0.0.1:{port}");
-        let (sink, note) = start_sink_receiving(mode, &to);
+        count_streams(&ns.0, "output", port);
+        count_streams(&ns.0, "input", port);
+        let retrans_before = snmp(&ns.0, "Tcp", "RetransSegs");
+        let (sink, note) = start_sink_receiving(&ns.0, mode, &to);
         assert!(note.contains(named), "{mode}: {note}");
         let tx = send(
-            None,
+            Some(&ns.0),
             &[
                 "--to",
                 &to,
@@ -167,6 +183,27 @@ fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
             u(&rx, "rx_bytes"),
             "{mode}: {tx}"
         );
+
+        // The kernel's count.
+        let (out, arrived) = (
+            streams(&ns.0, "output", port),
+            streams(&ns.0, "input", port),
+        );
+        let retransmitted = snmp(&ns.0, "Tcp", "RetransSegs") - retrans_before;
+        let ctx = format!("{mode}: out {out:?} in {arrived:?}, {retransmitted} resent");
+        eprintln!("{ctx}");
+        assert_eq!(
+            out.syns,
+            2 + 1,
+            "one SYN per data connection + control, {ctx}"
+        );
+        assert_eq!(arrived.syns, 2 + 1, "{ctx}");
+        assert_payload(&out, u(&tx, "tx_bytes"), retransmitted, &ctx);
+        assert_payload(&arrived, u(&rx, "rx_bytes"), retransmitted, &ctx);
+        if retransmitted == 0 {
+            assert_eq!(arrived.payload % 131_072, 0, "{ctx}");
+            assert_eq!(arrived.payload / 131_072, u(&rx, "rx_records"), "{ctx}");
+        }
     }
     let bad = Command::new(common::bin())
         .env("RINGBLAST_TCP_RECV", "fast")

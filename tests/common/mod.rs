@@ -484,3 +484,66 @@ impl Lab {
         (a, b)
     }
 }
+
+/// The `Udp:` counters of `/proc/net/snmp` in one network namespace, read at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpSnmp {
+    pub in_datagrams: u64,
+    pub in_errors: u64,
+    pub out_datagrams: u64,
+    pub rcvbuf_errors: u64,
+    pub sndbuf_errors: u64,
+}
+
+impl UdpSnmp {
+    /// Reads the counters of `ns` (one `cat /proc/net/snmp` inside it).
+    pub fn read(ns: &str) -> UdpSnmp {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+            .output()
+            .expect("ip netns exec");
+        assert!(out.status.success(), "read /proc/net/snmp in {ns}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut rows = text.lines().filter(|l| l.starts_with("Udp:"));
+        let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+        let field = |name: &str| -> u64 {
+            let at = names
+                .split_whitespace()
+                .position(|n| n == name)
+                .unwrap_or_else(|| panic!("no {name} in {names}"));
+            values.split_whitespace().nth(at).unwrap().parse().unwrap()
+        };
+        UdpSnmp {
+            in_datagrams: field("InDatagrams"),
+            in_errors: field("InErrors"),
+            out_datagrams: field("OutDatagrams"),
+            rcvbuf_errors: field("RcvbufErrors"),
+            sndbuf_errors: field("SndbufErrors"),
+        }
+    }
+
+    /// What the namespace counted since `before`.
+    pub fn since(self, before: UdpSnmp) -> UdpSnmp {
+        UdpSnmp {
+            in_datagrams: self.in_datagrams - before.in_datagrams,
+            in_errors: self.in_errors - before.in_errors,
+            out_datagrams: self.out_datagrams - before.out_datagrams,
+            rcvbuf_errors: self.rcvbuf_errors - before.rcvbuf_errors,
+            sndbuf_errors: self.sndbuf_errors - before.sndbuf_errors,
+        }
+    }
+}
+
+/// As [`pair`], run inside network namespace `ns` (`ip netns exec`).
+pub fn pair_in(ns: &str, args: &[&str]) -> (Value, Value, Value) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, bin(), "pair"])
+        .args(args)
+        .args(["--json", "--no-metrics"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("ip netns exec ringblast pair");
+    assert_ok(&out);
+    let s = summaries(&out);
+    (s.send.unwrap(), s.sink.unwrap(), s.last_line)
+}

@@ -69,3 +69,82 @@ pub fn send(ns: Option<&str>, args: &[&str]) -> Value {
     assert!(status.success(), "sender failed: {status}\n{err}");
     last_summary(&out, "send")
 }
+
+/// Counts, with nft on `hook` (`output` or `input`) of namespace `ns`, the IPv4 TCP data
+/// streams to `port`: every SYN to the port (`syns`), and the segments of data connections
+/// only (`data`: data offset 8, the timestamp option; `others`: any other shape). A data
+/// connection is told from a control connection to the same port by its first payload bytes,
+/// the record magic `RBLS` (a control frame starts with its length, never that), which marks
+/// the connection in conntrack; segments before it carry no payload.
+pub fn count_streams(ns: &str, hook: &str, port: u16) {
+    super::nft(
+        ns,
+        &format!(
+            "table ip rbtcp_{hook}_{port} {{\n counter syns {{ }}\n counter data {{ }}\n counter others {{ }}\n chain c {{\n type filter hook {hook} priority 0; policy accept;\n tcp dport {port} ct mark 0 @ih,0,32 0x52424c53 ct mark set 1\n tcp dport {port} tcp flags & syn == syn counter name syns\n tcp dport {port} ct mark 1 tcp flags & syn == 0 tcp doff 8 counter name data\n tcp dport {port} ct mark 1 tcp flags & syn == 0 tcp doff != 8 counter name others\n }}\n}}\n"
+        ),
+    );
+}
+
+/// What [`count_streams`] counted.
+#[derive(Debug)]
+pub struct Streams {
+    /// SYNs to the port: data and control connections, retried SYNs included.
+    pub syns: u64,
+    /// Segments of the data connections (headers only ones, such as ACKs and FINs, included).
+    pub segments: u64,
+    /// Their payload: bytes less 20 (IPv4) + 32 (TCP with timestamps) per segment.
+    pub payload: u64,
+}
+
+/// Reads [`count_streams`]'s counters; asserts every data segment had data offset 8.
+pub fn streams(ns: &str, hook: &str, port: u16) -> Streams {
+    let table = format!("rbtcp_{hook}_{port}");
+    let (others, _) = super::nft_named(ns, "ip", &table, "others");
+    assert_eq!(
+        others, 0,
+        "a data segment without data offset 8 on {hook} in {ns}"
+    );
+    let (syns, _) = super::nft_named(ns, "ip", &table, "syns");
+    let (segments, bytes) = super::nft_named(ns, "ip", &table, "data");
+    Streams {
+        syns,
+        segments,
+        payload: bytes - segments * (20 + 32),
+    }
+}
+
+/// Turns tail loss probes off in `ns`, so that only a retransmission timeout (200 ms at
+/// least) can resend a segment: nft's byte counts include retransmitted bytes, and a probe
+/// fires after about 2 RTTs without an ACK (a few ms on a loaded 2-core host). Callers assert
+/// `Tcp RetransSegs` stayed put, so a retransmission fails a test, never inflates it.
+pub fn no_tail_loss_probes(ns: &str) {
+    assert!(
+        std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.tcp_early_retrans=0"
+            ])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "turn tail loss probes off in {ns} (sysctl, procps)"
+    );
+}
+
+/// Asserts nft's payload count equals `bytes` exactly when the kernel resent nothing
+/// (`retransmitted`, the `Tcp RetransSegs` delta), else that it exceeds `bytes` by at most one
+/// IPv4 loopback/veth MSS (65 483 B, more than any segment on a 1500-byte veth) per segment.
+pub fn assert_payload(counted: &Streams, bytes: u64, retransmitted: u64, ctx: &str) {
+    if retransmitted == 0 {
+        assert_eq!(counted.payload, bytes, "nft payload, {ctx}");
+    } else {
+        let most = retransmitted * 65_483;
+        assert!(
+            (bytes..=bytes + most).contains(&counted.payload),
+            "nft payload of {counted:?} vs {bytes} with {retransmitted} resent, {ctx}"
+        );
+    }
+}
