@@ -7,7 +7,8 @@
 # It fails when, after the first sample (the baseline), RSS grows by SOAK_MAX_RSS_GROWTH_KIB
 # (1024) or more, or the fd or thread count changes; or on any unexplained loss: the sink must
 # count sent = received + kernel drops + lost with lost, duplicates and invalid all 0, and (in
-# namespaces) received must equal the sink namespace's `Udp InDatagrams`.
+# namespaces) received must equal the sink namespace's `Udp InDatagrams` and kernel drops its
+# `Udp RcvbufErrors`. A metric with no series at an endpoint fails the soak (never read as 0).
 #
 #   scripts/soak.sh [DURATION] [RATE]      defaults: 24h 100kpps  (the test command: 3m 20kpps)
 #
@@ -63,24 +64,35 @@ else
   where="loopback (not root)"
 fi
 
-# Counters from a metrics endpoint, summed over series: scrape ADDR NAME...
+# Counters from a metrics endpoint, summed over series: scrape ADDR SIDE NAME...
+# Exit 1: the endpoint does not answer (yet). Exit 2: a NAME has no series at all; every
+# series is registered before the workers start, so that is a renamed or missing metric and
+# never reads as 0.
 scrape() {
   local addr=$1 side=$2; shift 2
   local run=("${in_rx[@]}"); [ "$side" = tx ] && run=("${in_tx[@]}")
-  local text
+  local text sums
   text=$("${run[@]}" curl -fsS --max-time 5 "http://$addr/metrics") || { echo "soak: metrics $addr do not answer" >&2; return 1; }
   for name in "$@"; do
-    awk -v n="$name" '$1 == n || index($1, n "{") == 1 { s += $NF } END { printf "%.0f ", s }' <<<"$text"
+    sums+=$(awk -v n="$name" '$1 == n || index($1, n "{") == 1 { s += $NF; f = 1 }
+      END { if (!f) { print "soak: no series " n " at the endpoint" > "/dev/stderr"; exit 2 } printf "%.0f ", s }' <<<"$text") ||
+      return 2
   done
-  echo
+  echo "$sums"
+}
+# The same, where a failure ends the soak: scraped ADDR SIDE NAME...
+scraped() {
+  scrape "$@" || { echo "soak: FAIL: cannot read $* from the metrics endpoint" >&2; exit 1; }
 }
 alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
 proc() { # RSS_KiB FDS THREADS of PID
   local pid=$1
-  echo "$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status") $(ls "/proc/$pid/fd" | wc -l) $(awk '/^Threads:/{print $2}' "/proc/$pid/status")"
+  echo "$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status") $(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 | wc -l) $(awk '/^Threads:/{print $2}' "/proc/$pid/status")"
 }
-snmp_in() {
-  "${in_rx[@]}" awk '/^Udp:/ { if (h) { print $(col); exit } for (i = 1; i <= NF; i++) if ($i == "InDatagrams") col = i; h = 1 }' /proc/net/snmp
+# A Udp counter of the sink's namespace: snmp_udp FIELD
+snmp_udp() {
+  # shellcheck disable=SC2016 # $(col) is awk's, not the shell's
+  "${in_rx[@]}" awk -v f="$1" '/^Udp:/ { if (h) { print $(col); exit } for (i = 1; i <= NF; i++) if ($i == f) col = i; h = 1 }' /proc/net/snmp
 }
 
 echo "== soak: $DURATION (${secs}s) at $RATE, $where, sample every ${SAMPLE}s"
@@ -89,7 +101,8 @@ echo "== soak: $DURATION (${secs}s) at $RATE, $where, sample every ${SAMPLE}s"
 sink=$!; pids+=("$sink")
 for _ in $(seq 500); do grep -q "control: listening" "$work/sink.err" && break; sleep 0.01; done
 grep -q "control: listening" "$work/sink.err" || { cat "$work/sink.err" >&2; echo "soak: the sink did not start" >&2; exit 1; }
-in0=0; [ "${#in_rx[@]}" -gt 0 ] && in0=$(snmp_in)
+in0=0 rcvbuf0=0
+if [ "${#in_rx[@]}" -gt 0 ]; then in0=$(snmp_udp InDatagrams) rcvbuf0=$(snmp_udp RcvbufErrors); fi
 
 launched=$(date +%s%N)
 "${in_tx[@]}" "$BIN" send --to "$DATA" --rate "$RATE" --duration "${secs}s" --metrics "$TXM" \
@@ -97,8 +110,12 @@ launched=$(date +%s%N)
 send=$!; pids+=("$send")
 first=""
 for _ in $(seq 1000); do
-  n=$(scrape "$RXM" rx ringblast_rx_packets_total 2>/dev/null || echo 0)
-  if [ "${n%% *}" -gt 0 ] 2>/dev/null; then first=$(date +%s%N); break; fi
+  # Not answering yet (exit 1) is waited for; a missing series (exit 2) ends the soak.
+  n=$(scrape "$RXM" rx ringblast_rx_packets_total 2>"$work/scrape.err") || {
+    [ $? = 2 ] && { cat "$work/scrape.err" >&2; exit 1; }
+    n=0
+  }
+  if [ "${n%% *}" -gt 0 ]; then first=$(date +%s%N); break; fi
   sleep 0.01
 done
 [ -n "$first" ] || { cat "$work/send.err" "$work/sink.err" >&2; echo "soak: no packet within 10 s of launch" >&2; exit 1; }
@@ -120,16 +137,19 @@ while alive "$send"; do
   alive "$send" || break
   alive "$sink" || { echo "soak: the sink died" >&2; exit 1; }
   prx=$(proc "$sink"); ptx=$(proc "$send")
-  read -r tx_p tx_e < <(scrape "$TXM" tx ringblast_tx_packets_total ringblast_tx_errors_total)
-  read -r rx_p lost kd dup inv < <(scrape "$RXM" rx ringblast_rx_packets_total ringblast_rx_lost_packets_total \
+  txs=$(scraped "$TXM" tx ringblast_tx_packets_total ringblast_tx_errors_total)
+  rxs=$(scraped "$RXM" rx ringblast_rx_packets_total ringblast_rx_lost_packets_total \
     ringblast_rx_kernel_drops_total ringblast_rx_duplicate_packets_total ringblast_rx_invalid_packets_total)
+  read -r tx_p tx_e <<<"$txs"
+  read -r rx_p lost kd dup inv <<<"$rxs"
   printf '%-6s %-22s %-22s %-12s %-12s %-8s %-8s\n' "$t" "${prx// //}" "${ptx// //}" "$tx_p" "$rx_p" "$lost" "$kd"
   if [ "$lost" != 0 ] || [ "$dup" != 0 ] || [ "$inv" != 0 ] || [ "$tx_e" != 0 ]; then
     echo "soak: FAIL at ${t}s: lost $lost, duplicates $dup, invalid $inv, send errors $tx_e" >&2; fail=1
   fi
   if [ -z "$base_rx" ]; then base_rx=$prx base_tx=$ptx; continue; fi
   for side in rx tx; do
-    if [ $side = rx ]; then b=($base_rx) c=($prx); else b=($base_tx) c=($ptx); fi
+    if [ $side = rx ]; then read -r -a b <<<"$base_rx"; read -r -a c <<<"$prx"
+    else read -r -a b <<<"$base_tx"; read -r -a c <<<"$ptx"; fi
     if [ $(( c[0] - b[0] )) -ge "$MAX_RSS_GROWTH_KIB" ]; then
       echo "soak: FAIL at ${t}s: $side RSS grew from ${b[0]} to ${c[0]} KiB" >&2; fail=1
     fi
@@ -153,10 +173,14 @@ echo "summary: sent $tx (errors $txe), received $rx, kernel drops $kd, lost $los
 echo "rss/fds/threads: sink ${base_rx// //} -> ${prx// //}, sender ${base_tx// //} -> ${ptx// //} (baseline at ${SAMPLE}s -> last sample)"
 [ "$tx" -gt 0 ] || { echo "soak: FAIL: nothing sent" >&2; fail=1; }
 [ $(( rx + kd + lost )) -eq "$tx" ] || { echo "soak: FAIL: sent $tx != received + kernel drops + lost" >&2; fail=1; }
-[ "$lost" = 0 ] && [ "$dup" = 0 ] && [ "$inv" = 0 ] && [ "$txe" = 0 ] || { echo "soak: FAIL: unexplained loss or damage" >&2; fail=1; }
-if [ "${#in_rx[@]}" -gt 0 ]; then
-  delivered=$(( $(snmp_in) - in0 ))
-  echo "independent: the sink namespace's Udp InDatagrams rose by $delivered"
-  [ "$delivered" -eq "$rx" ] || { echo "soak: FAIL: InDatagrams $delivered != received $rx" >&2; fail=1; }
+if ! { [ "$lost" = 0 ] && [ "$dup" = 0 ] && [ "$inv" = 0 ] && [ "$txe" = 0 ]; }; then
+  echo "soak: FAIL: unexplained loss or damage" >&2; fail=1
 fi
-[ "$fail" = 0 ] && echo "== soak passed" || { echo "== soak FAILED" >&2; exit 1; }
+if [ "${#in_rx[@]}" -gt 0 ]; then
+  delivered=$(( $(snmp_udp InDatagrams) - in0 )) overflowed=$(( $(snmp_udp RcvbufErrors) - rcvbuf0 ))
+  echo "independent: the sink namespace's Udp InDatagrams rose by $delivered, RcvbufErrors by $overflowed"
+  [ "$delivered" -eq "$rx" ] || { echo "soak: FAIL: InDatagrams $delivered != received $rx" >&2; fail=1; }
+  # The identity's kernel term, held to the kernel's own count of receive-buffer overflows.
+  [ "$overflowed" -eq "$kd" ] || { echo "soak: FAIL: RcvbufErrors $overflowed != kernel drops $kd" >&2; fail=1; }
+fi
+if [ "$fail" = 0 ]; then echo "== soak passed"; else echo "== soak FAILED" >&2; exit 1; fi

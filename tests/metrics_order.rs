@@ -71,8 +71,33 @@ fn two_scrapes_serve_the_same_sorted_order() {
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
     };
-    std::thread::sleep(Duration::from_millis(300));
-    let second = scrape(port).expect("second scrape");
+    // The event for the second scrape: the sink's packet counter has moved since the first,
+    // so the two scrapes straddle live traffic (the run is paced at 10 kpps).
+    let received = |body: &str| -> u64 {
+        let samples: Vec<u64> = body
+            .lines()
+            .filter(|l| l.starts_with("ringblast_rx_packets_total{"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+            .collect();
+        assert!(
+            !samples.is_empty(),
+            "no ringblast_rx_packets_total series in:\n{body}"
+        );
+        samples.iter().sum()
+    };
+    let before = received(&first);
+    let until = Instant::now() + Duration::from_secs(3);
+    let second = loop {
+        let body = scrape(port).expect("second scrape");
+        if received(&body) > before {
+            break body;
+        }
+        assert!(
+            Instant::now() < until,
+            "ringblast_rx_packets_total stayed at {before} for 3 s of a 10 kpps run"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
     drop(run);
 
     assert_eq!(

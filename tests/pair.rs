@@ -91,27 +91,29 @@ fn unpaced_gso_run_accounts_for_every_segment() {
 #[test]
 fn sigint_stops_cleanly_with_summaries() {
     let _guard = traffic_lock();
-    let child = std::process::Command::new(bin())
-        .args([
-            "pair",
-            "--duration",
-            "60s",
-            "--rate",
-            "50kpps",
-            "--json",
-            "--no-metrics",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::SIGINT).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_ok(&out);
-    let s = summaries(&out);
-    let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "pair",
+        "--duration",
+        "60s",
+        "--rate",
+        "50kpps",
+        "--json",
+        "--no-metrics",
+    ]);
+    let mut run = proc::Proc::spawn(cmd);
+    // The event: the sink's first interval line, so traffic has flowed for a whole interval
+    // (about 50 000 packets at 50 kpps) before the interrupt.
+    let line = run.wait_line("sink q0", std::time::Duration::from_secs(10));
+    let first_pps: u64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_suffix("pps")?.parse().ok())
+        .unwrap_or_else(|| panic!("no pps in the sink's interval line {line:?}"));
+    assert!(first_pps > 10_000, "the sink's first interval: {line}");
+    run.interrupt();
+    let (status, stdout, stderr) = run.finish();
+    assert!(status.success(), "{status}: {stderr}");
+    let (send, sink) = (last_summary(&stdout, "send"), last_summary(&stdout, "sink"));
     assert_accounted(&send, &sink);
     assert!(u(&send, "tx_packets") > 10_000);
     assert!(send["duration_s"].as_f64().unwrap() < 10.0);

@@ -76,15 +76,28 @@ pub fn scrape(ns: &str, addr: SocketAddr) -> String {
         .unwrap_or_else(|e| panic!("metrics endpoint {addr} does not answer: {e}"))
 }
 
-/// The sum of every series of metric `name` in a scrape (0 when absent).
+/// The sum of every series of metric `name` in a scrape. Every series is registered before
+/// the workers start, so a name with no series (renamed, or never registered) fails the test
+/// with that name instead of reading as 0; so does a sample that is not a number.
 pub fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
+    let samples: Vec<f64> = text
+        .lines()
         .filter(|l| {
             l.strip_prefix(name)
                 .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("series of {name} with no numeric value: {l:?}"))
+        })
+        .collect();
+    assert!(
+        !samples.is_empty(),
+        "no series {name} in the scrape:\n{text}"
+    );
+    samples.iter().sum::<f64>() as u64
 }
 
 /// A ringblast process (run with `ip netns exec`, which execs, so the PID is ringblast's).
