@@ -164,22 +164,44 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     // excess over its rate, which a re-run at that edge does not always repeat (33 of 47 000
     // dropped in one run); a 30 s final trial amortises that edge, a 2 s one cannot.
     let confirm_pps = (ndr * 0.995).floor();
-    let (bytes0, packets0, dropped0) = qdisc_counters(&lab.tx, &lab.tx_dev);
-    let confirm = Command::new("ip")
-        .args(["netns", "exec", &lab.tx, bin(), "send", "--json"])
-        .args(["--to", "10.213.0.2:7600", "--secret-file", &secret])
-        .args(["--size", "64", "--interval", "0", "--duration", "2s"])
-        .args(["--rate", &format!("{confirm_pps}pps")])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_ok(&confirm);
-    let send = summaries(&confirm).send.unwrap();
-    let (bytes1, packets1, dropped1) = qdisc_counters(&lab.tx, &lab.tx_dev);
-    assert_eq!(
-        dropped1, dropped0,
-        "tbf dropped packets just below the NDR: {send}"
-    );
+    // The claim holds for a sender that keeps its pace. One descheduled for tens of ms on this
+    // 2-core VM falls behind and catches up in a burst that tbf's 20 ms queue cannot hold
+    // (seen once: achieved_ratio 0.979, 1001 dropped); such a run says nothing about the
+    // NDR, so it is re-run (at most 3 runs), and the drops of every run that kept pace must be 0.
+    let mut runs = 0;
+    let (send, bytes0, packets0, bytes1, packets1) = loop {
+        runs += 1;
+        let (bytes0, packets0, dropped0) = qdisc_counters(&lab.tx, &lab.tx_dev);
+        let confirm = Command::new("ip")
+            .args(["netns", "exec", &lab.tx, bin(), "send", "--json"])
+            .args(["--to", "10.213.0.2:7600", "--secret-file", &secret])
+            .args(["--size", "64", "--interval", "0", "--duration", "2s"])
+            .args(["--rate", &format!("{confirm_pps}pps")])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_ok(&confirm);
+        let send = summaries(&confirm).send.unwrap();
+        let (bytes1, packets1, dropped1) = qdisc_counters(&lab.tx, &lab.tx_dev);
+        let kept_pace = send["achieved_ratio"].as_f64().unwrap() >= 0.995;
+        if !kept_pace && runs < 3 {
+            eprintln!(
+                "confirmation run {runs} fell behind its pace ({}; tbf dropped {}): re-run",
+                send["achieved_ratio"],
+                dropped1 - dropped0
+            );
+            continue;
+        }
+        assert!(
+            kept_pace,
+            "3 confirmation runs fell behind their pace: {send}"
+        );
+        assert_eq!(
+            dropped1, dropped0,
+            "tbf dropped packets just below the NDR: {send}"
+        );
+        break (send, bytes0, packets0, bytes1, packets1);
+    };
     assert!(packets1 - packets0 >= u(&send, "tx_packets"), "{send}");
     let frame = (bytes1 - bytes0) as f64 / (packets1 - packets0) as f64;
     assert!(
