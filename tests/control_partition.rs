@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use common::{proc::Proc, *};
 
@@ -15,19 +15,8 @@ const PORT: u16 = 7000;
 
 /// The packets the partition's two drop rules counted.
 fn partition_drops(ns: &str) -> u64 {
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "nft", "list", "table", "inet", "rbpart",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let counts: Vec<u64> = text
-        .split("counter packets ")
-        .skip(1)
-        .map(|s| s.split_whitespace().next().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(counts.len(), 2, "two drop counters: {text}");
+    let counts = nft_rule_packets(ns, &["table", "inet", "rbpart"]);
+    assert_eq!(counts.len(), 2, "two drop counters: {counts:?}");
     counts.iter().sum()
 }
 

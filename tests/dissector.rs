@@ -173,26 +173,7 @@ impl Drop for Path {
 
 /// The packet count of named counter `name` in table `ip rbdissect` of namespace `ns`.
 fn counter(ns: &str, name: &str) -> u64 {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "nft",
-            "list",
-            "counter",
-            "ip",
-            "rbdissect",
-            name,
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split("packets ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no packet count for {name} in {ns}: {text}"))
+    nft_named(ns, "ip", "rbdissect", name).0
 }
 
 /// Waits for `child` to exit within [`DEADLINE`], reading its piped output meanwhile, and

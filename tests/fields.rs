@@ -5,23 +5,10 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 
 fn counter(ns: &str, name: &str) -> u64 {
-    let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "nft", "list", "counter", "ip", "rbfields", name,
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split("packets ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no packet count in {text}"))
+    nft_named(ns, "ip", "rbfields", name).0
 }
 
 #[test]

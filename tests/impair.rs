@@ -11,23 +11,12 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 
 /// The packet counts of the drop rules in `ns`, in rule order.
 fn dropped(ns: &str) -> Vec<u64> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "ruleset"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let counts: Vec<u64> = text
-        .split("counter packets ")
-        .skip(1)
-        .map(|s| s.split_whitespace().next().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(counts.len(), 2, "two drop counters: {text}");
+    let counts = nft_rule_packets(ns, &["ruleset"]);
+    assert_eq!(counts.len(), 2, "two drop counters: {counts:?}");
     counts
 }
 

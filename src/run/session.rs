@@ -171,7 +171,7 @@ impl Session {
             wire,
             last_events: start,
             judge,
-            now: (tx0.clone(), rx0.clone()),
+            now: Default::default(),
             before: (tx0, rx0),
         };
         ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
@@ -496,6 +496,7 @@ impl Ticked for UdpTicks<'_> {
             wire_l1,
         );
         self.header_due = false;
-        self.before = self.now.clone();
+        // The next tick samples `now` afresh before any interval reads it.
+        self.before = std::mem::take(&mut self.now);
     }
 }

@@ -526,6 +526,7 @@ impl Ticked for TcpTicks<'_> {
             );
         }
         self.ctx_last = ctx_now;
-        self.last = self.snap.clone();
+        // The next tick takes `snap` afresh before any interval reads it.
+        self.last = std::mem::take(&mut self.snap);
     }
 }

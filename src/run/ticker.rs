@@ -30,7 +30,8 @@ pub(crate) trait Ticked {
     fn senders_ended(&mut self, now_ns: u64);
     /// The work of every tick: samples, books, metrics, events.
     fn tick(&mut self, now_ns: u64);
-    /// One interval, from `from_ns` to `now_ns`, is due (never with `--interval 0`).
+    /// One interval, from `from_ns` to `now_ns`, is due (never with `--interval 0`); called
+    /// after that tick's [`Ticked::tick`].
     fn interval(&mut self, from_ns: u64, now_ns: u64);
 }
 

@@ -392,6 +392,21 @@ pub fn snmp6(ns: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/net/snmp6 of {ns}:\n{text}"))
 }
 
+/// The packet counts of the anonymous `counter` statements in what `nft list ARGS` prints in
+/// `ns`, in rule order.
+pub fn nft_rule_packets(ns: &str, list: &[&str]) -> Vec<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list"])
+        .args(list)
+        .output()
+        .expect("nft (apt-get install nftables)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("counter packets ")
+        .skip(1)
+        .map(|s| s.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
+}
+
 /// Packets and bytes of the named nft counter `name` in table `family table` of `ns`.
 pub fn nft_named(ns: &str, family: &str, table: &str, name: &str) -> (u64, u64) {
     let out = Command::new("ip")
