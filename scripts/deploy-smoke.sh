@@ -67,34 +67,12 @@ W=$(mktemp -d "/tmp/$P.XXXXXX")
 NETNS=()
 # The machine's hard limits: a runtime without CAP_SYS_RESOURCE cannot raise them in a container.
 # podman itself runs with nproc no higher than pid_max.
-NOFILE=$(ulimit -Hn)
 MEMLOCK=$(ulimit -Hl)
 [ "$MEMLOCK" = unlimited ] && MEMLOCK=-1 || MEMLOCK=$((MEMLOCK * 1024))
-NPROC=$(ulimit -Hu)
-PID_MAX=$(cat /proc/sys/kernel/pid_max)
-{ [ "$NPROC" = unlimited ] || [ "$NPROC" -gt "$PID_MAX" ]; } && NPROC=$PID_MAX
-[ "$NOFILE" = unlimited ] && NOFILE=1048576
-cat >"$W/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$NOFILE:$NOFILE", "nproc=$NPROC:$NPROC"]
-[engine]
-# runc, and cgroupfs: crun and the systemd cgroup manager refuse a cgroup v1 (hybrid) host.
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-tmp_dir = "$W/tmp"
-[network]
-network_config_dir = "$W/networks"
-EOF
-cat >"$W/storage.conf" <<EOF
-[storage]
-driver = "overlay"
-graphroot = "$W/storage"
-runroot = "$W/run"
-EOF
+# shellcheck source=scripts/private-podman.sh
+. scripts/private-podman.sh
 echo 'unqualified-search-registries = ["docker.io"]' >"$W/registries.conf"
-export CONTAINERS_CONF=$W/containers.conf CONTAINERS_STORAGE_CONF=$W/storage.conf \
-  CONTAINERS_REGISTRIES_CONF=$W/registries.conf
+export CONTAINERS_REGISTRIES_CONF=$W/registries.conf
 
 # podman in namespace $1: host-network containers share it, bridges and their DNS live in it.
 in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }

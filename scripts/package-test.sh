@@ -6,7 +6,8 @@
 # Called by scripts/test.sh; run as root. Installs cargo-deb with `cargo install` when missing,
 # and systemd (for systemd-analyze) and tshark with apt-get when missing.
 #
-# Usage: scripts/package-test.sh
+# Usage: scripts/package-test.sh (RINGBLAST_DEB_OUT=DIR keeps the package there, for the scripts
+# that test it further: scripts/test.sh hands it to units-test.sh and walkthrough-test.sh)
 # Exits 0 when every check passes, 1 on a failed check, 3 when it cannot run here.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -47,7 +48,7 @@ trap cleanup EXIT
 step "build ($(cargo deb --version))"
 cargo build --release --quiet
 bash scripts/build-assets.sh target/release/ringblast
-deb=$(cargo deb --no-build --quiet --output "$work/")
+deb=$(cargo deb --no-build --quiet --output "${RINGBLAST_DEB_OUT:-$work}/")
 deb=$(printf '%s\n' "$deb" | tail -n1)
 [[ -f $deb ]] || die "cargo deb printed no package path (got: $deb)"
 dpkg-deb --info "$deb" | sed -n 's/^ \(Package\|Version\|Depends\|Installed-Size\):/  \1:/p'

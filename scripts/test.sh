@@ -110,9 +110,12 @@ RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/validate-deploy.sh
 echo "== deployments for real under podman (compose, bridge stand-in, kube pod specs), scraped by Prometheus"
 RINGBLAST_BIN="$PWD/target/release/ringblast" bash scripts/deploy-smoke.sh
 echo "== Debian package: build, dpkg -i, run, systemd-analyze verify, dpkg -r"
-bash scripts/package-test.sh
+# The package is built once here and kept for the two scripts after it.
+rm -rf target/test-deb && mkdir -p target/test-deb
+RINGBLAST_DEB_OUT="$PWD/target/test-deb" bash scripts/package-test.sh
+deb=$(echo "$PWD"/target/test-deb/ringblast_*.deb)
 echo "== Debian package under systemd: the units start, count against the kernel, restart, stop (podman, systemd as PID 1)"
-bash scripts/units-test.sh
+bash scripts/units-test.sh "$deb"
 echo "== deploy/README.md's walkthrough as written, three network namespaces as the hosts"
-bash scripts/walkthrough-test.sh
+bash scripts/walkthrough-test.sh "$deb"
 echo "== all tests passed"

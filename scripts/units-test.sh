@@ -100,30 +100,8 @@ fi
 say "package $(basename "$deb")"
 
 # --- private podman ----------------------------------------------------------------------------
-NOFILE=$(ulimit -Hn)
-[ "$NOFILE" = unlimited ] && NOFILE=1048576
-NPROC=$(ulimit -Hu)
-PID_MAX=$(cat /proc/sys/kernel/pid_max)
-{ [ "$NPROC" = unlimited ] || [ "$NPROC" -gt "$PID_MAX" ]; } && NPROC=$PID_MAX
-cat >"$W/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$NOFILE:$NOFILE", "nproc=$NPROC:$NPROC"]
-[engine]
-# runc, and cgroupfs: crun and the systemd cgroup manager refuse a cgroup v1 (hybrid) host.
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-tmp_dir = "$W/tmp"
-[network]
-network_config_dir = "$W/networks"
-EOF
-cat >"$W/storage.conf" <<EOF
-[storage]
-driver = "overlay"
-graphroot = "$W/storage"
-runroot = "$W/run"
-EOF
-export CONTAINERS_CONF=$W/containers.conf CONTAINERS_STORAGE_CONF=$W/storage.conf
+# shellcheck source=scripts/private-podman.sh
+. scripts/private-podman.sh
 
 # --- the image -----------------------------------------------------------------------------------
 # shellcheck source=/dev/null
