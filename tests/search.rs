@@ -7,8 +7,9 @@
 //! below the limit and at most `--precision` above what a final-length trial can pass, be
 //! backed by a final-length trial, and hold in a run at that rate that the qdisc drops nothing
 //! of; the PDR lies at or above the NDR, and the whole search converges within its
-//! `--max-time` with short trials. `--max-time` running out exits 1. With `--metrics`, each
-//! trial serves its one-step verdict, scraped from the sink's side.
+//! `--max-time` with short trials. `--max-time` running out exits 1. Every trial runs on one
+//! control connection, counted by the sink's kernel (nft). With `--metrics`, each trial's verdict
+//! is served as a step, scraped from the sink's side.
 
 mod common;
 
@@ -86,6 +87,14 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         .spawn()
         .unwrap();
     wait_bound(Some(&lab.rx), 7600);
+    // The sink's kernel counts the control connections opened to it: connection requests (SYN
+    // without ACK) to its port.
+    nft(
+        &lab.rx,
+        "table ip rbsearch {\n counter connects { }\n \
+         chain input {\n  type filter hook input priority 0; policy accept;\n  \
+         tcp dport 7600 tcp flags & (syn | ack) == syn counter name \"connects\"\n }\n}\n",
+    );
 
     let (_, _, dropped_before) = qdisc_counters(&lab.tx, &lab.tx_dev);
     let budget = 60.0;
@@ -117,6 +126,14 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     );
     let trials = lines.iter().filter(|v| v["type"] == "trial").count() as u64;
     assert_eq!(u(last, "trials"), trials, "{last}");
+    // Every trial ran on one control connection (and one sender process): the sink's kernel
+    // saw a single connection request however many trials there were.
+    assert!(trials > 3, "{last}");
+    assert_eq!(
+        nft_named(&lab.rx, "ip", "rbsearch", "connects").0,
+        1,
+        "{trials} trials, one control connection"
+    );
     assert!(last["duration_s"].as_f64().unwrap() <= budget, "{last}");
     assert_eq!(
         last["phases_s"].as_array().unwrap().last(),
@@ -265,7 +282,7 @@ fn series(text: &str, name: &str, label: &str) -> Option<u64> {
 
 #[test]
 #[ignore = "needs root: it creates network namespaces"]
-fn with_metrics_each_trial_serves_its_step_verdict_while_it_lingers() {
+fn with_metrics_each_trial_is_a_step_whose_verdict_is_served() {
     assert!(
         is_root(),
         "this test creates network namespaces: run it as root"
@@ -351,10 +368,12 @@ fn with_metrics_each_trial_serves_its_step_verdict_while_it_lingers() {
         Some(offered - u(&first, "lost")),
         "{first}\n{scraped}"
     );
-    assert!(
-        scraped
-            .lines()
-            .any(|l| l.starts_with("ringblast_tx_schedule_steps 1")),
-        "a trial is a one-step run: {scraped}"
-    );
+    // Each trial is a step of the search's one sender run: the steps so far, at least the one
+    // judged.
+    let steps: u64 = scraped
+        .lines()
+        .find_map(|l| l.strip_prefix("ringblast_tx_schedule_steps "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no ringblast_tx_schedule_steps: {scraped}"));
+    assert!(steps >= 1, "{scraped}");
 }

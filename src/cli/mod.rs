@@ -508,8 +508,8 @@ pub(crate) struct PairArgs {
     pub(crate) no_metrics: bool,
 }
 
-/// `ringblast search`: trials are `ringblast send` runs against the sink at `--to`, each its
-/// own sender run (epoch) judged by the sink's exact verdict over the control channel.
+/// `ringblast search`: trials run on one set of sender workers and one control connection to the
+/// sink at `--to`, each its own epoch judged by the sink's exact verdict.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SearchArgs {
     /// The sink's ADDR:PORT (its control channel on the same port).
@@ -548,12 +548,13 @@ pub(crate) struct SearchArgs {
     /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Serve each trial's Prometheus metrics on ADDR:PORT: a trial is a one-step run, so its
-    /// target, achieved rate and the sink's verdict show in the dashboard's schedule row.
+    /// Serve the search's Prometheus metrics on ADDR:PORT: each trial is a step of the sender's
+    /// schedule, so its target, achieved rate and the sink's verdict show in the dashboard's
+    /// schedule row.
     #[arg(long)]
     pub(crate) metrics: Option<SocketAddr>,
-    /// With --metrics: keep each trial's metrics up this long after the trial, so its verdict
-    /// is scraped (the scrape interval; it adds to the search's time).
+    /// With --metrics: keep the metrics up this long after the search, so its last verdict is
+    /// scraped (the scrape interval).
     #[arg(long, value_parser = parse_duration_or_zero, default_value = "0")]
     pub(crate) metrics_linger: Duration,
 }

@@ -9,8 +9,13 @@
 //! the sink mean the connection is dead; it is rebuilt with capped exponential backoff. Each
 //! state change is reported once through the event callback. [`ControlClient::finish`] sends
 //! the Goodbye (connecting once more if needed) and returns the sink's Verdict within `wait`.
+//! A search runs many epochs on one connection: [`ControlClient::end_epoch`] gets one epoch's
+//! verdict and keeps the connection, and [`ControlClient::begin_epoch`] says the next Hello on
+//! it (a sink that closes after a verdict gets a fresh connection instead).
 
+use std::io::Write;
 use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -140,6 +145,17 @@ pub(super) enum Cmd {
         deadline: Instant,
         reply: SyncSender<Result<Verdict, NoVerdict>>,
     },
+    /// Like `Finish`, but the connection stays for the next epoch.
+    EndEpoch {
+        goodbye: Goodbye,
+        deadline: Instant,
+        reply: SyncSender<Result<Verdict, NoVerdict>>,
+    },
+    /// Says the view's Hello for its next epoch, on the same connection if the sink keeps it.
+    BeginEpoch {
+        deadline: Instant,
+        reply: SyncSender<Result<(), NoVerdict>>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -173,6 +189,8 @@ impl Status {
 /// Handle to the sender's control thread.
 pub(crate) struct ControlClient {
     tx: Sender<Cmd>,
+    /// Wakes the thread from its wait on the socket when a command is sent.
+    wake: Option<UnixStream>,
     status: Arc<Mutex<Status>>,
     stop: Arc<AtomicBool>,
 }
@@ -187,25 +205,76 @@ impl ControlClient {
         let (tx, rx) = mpsc::channel();
         let status = Arc::new(Mutex::new(Status::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut w = worker::Worker::new(config, view, on_event, rx, status.clone(), stop.clone());
+        // Without the pair (no descriptors left) a command waits for the thread's next tick.
+        let (wake, wakeup) = UnixStream::pair()
+            .and_then(|(a, b)| {
+                a.set_nonblocking(true)?;
+                b.set_nonblocking(true)?;
+                Ok((a, b))
+            })
+            .ok()
+            .unzip();
+        let mut w = worker::Worker::new(
+            config,
+            view,
+            on_event,
+            rx,
+            wakeup,
+            status.clone(),
+            stop.clone(),
+        );
         thread::Builder::new()
             .name("ctl-client".into())
             .spawn(move || w.run())
             .expect("spawning the control thread");
-        ControlClient { tx, status, stop }
+        ControlClient {
+            tx,
+            wake,
+            status,
+            stop,
+        }
     }
 
     /// Sends the Goodbye and waits for the Verdict; returns within `wait` in every case.
     pub(crate) fn finish(self, goodbye: Goodbye, wait: Duration) -> Result<Verdict, NoVerdict> {
+        self.ask(wait, |goodbye_deadline, reply| Cmd::Finish {
+            goodbye,
+            deadline: goodbye_deadline,
+            reply,
+        })
+    }
+
+    /// Ends the view's current epoch with `goodbye` and returns the sink's verdict for it,
+    /// within `wait`; the connection stays for [`begin_epoch`](Self::begin_epoch).
+    pub(crate) fn end_epoch(&self, goodbye: Goodbye, wait: Duration) -> Result<Verdict, NoVerdict> {
+        self.ask(wait, |deadline, reply| Cmd::EndEpoch {
+            goodbye,
+            deadline,
+            reply,
+        })
+    }
+
+    /// Says the view's Hello for its next epoch and waits, within `wait`, for the sink's
+    /// Welcome: on the same connection, or on a fresh one where the sink closed it.
+    pub(crate) fn begin_epoch(&self, wait: Duration) -> Result<(), NoVerdict> {
+        self.ask(wait, |deadline, reply| Cmd::BeginEpoch { deadline, reply })
+    }
+
+    /// Sends the command `make` builds and waits for its answer; within `wait` in every case.
+    fn ask<T>(
+        &self,
+        wait: Duration,
+        make: impl FnOnce(Instant, SyncSender<Result<T, NoVerdict>>) -> Cmd,
+    ) -> Result<T, NoVerdict> {
         let deadline = Instant::now() + wait;
         let margin = (wait / 5).min(Duration::from_millis(200));
         let (reply, got) = mpsc::sync_channel(1);
-        let cmd = Cmd::Finish {
-            goodbye,
-            deadline: deadline - margin,
-            reply,
-        };
-        if self.tx.send(cmd).is_ok()
+        if self.tx.send(make(deadline - margin, reply)).is_ok()
+            && self.wake.as_ref().is_none_or(|w| {
+                // A full pipe already holds a wake-up: the byte is not needed.
+                let _ = (&*w).write(&[1]);
+                true
+            })
             && let Ok(r) = got.recv_timeout(deadline.saturating_duration_since(Instant::now()))
         {
             return r;

@@ -59,7 +59,7 @@ metrics! {
     RX_SIZE_PACKETS = "ringblast_rx_size_packets_total", Counter, "payload", "Valid packets the sink received, by its size classes (exact UDP payload lengths, its first 8; the rest as payload=\"other\").";
     RX_SIZE_BYTES = "ringblast_rx_size_bytes_total", Counter, "payload", "UDP payload bytes of valid packets the sink received, by its size classes.";
     TX_SCHEDULE_STEP = "ringblast_tx_schedule_step", Gauge, "", "The step of the rate schedule the sender is in, from 1 (a constant rate is a one-step schedule).";
-    TX_SCHEDULE_STEPS = "ringblast_tx_schedule_steps", Gauge, "", "Steps in the sender's rate schedule (--rate-steps steps, seconds of a --ramp; 1 for a constant rate).";
+    TX_SCHEDULE_STEPS = "ringblast_tx_schedule_steps", Gauge, "", "Steps in the sender's rate schedule (--rate-steps steps, seconds of a --ramp; 1 for a constant rate; a search's trials so far).";
     TX_STEP_PACKETS = "ringblast_tx_step_packets_total", Counter, "result", "Packets of the schedule steps the sink has judged, by result: sent (accepted by the kernel), received, lost, kernel_drops, duplicates, send_failed; a step adds once its verdict arrives.";
     TX_STEPS = "ringblast_tx_steps_total", Counter, "verdict", "Schedule steps ended, by whether the sink judged them (judged) or gave no complete verdict (unknown).";
     RX_PACKETS = "ringblast_rx_packets_total", Counter, "node,queue,flow,protocol", "Valid ringblast packets received (GRO segments counted one by one).";

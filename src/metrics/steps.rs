@@ -60,6 +60,9 @@ impl StepTally {
 pub(crate) struct StepSeries {
     shared: Vec<Arc<SenderShared>>,
     tally: Arc<StepTally>,
+    /// Steps of the schedule; a search's trials are steps that grow as it posts them.
+    steps: usize,
+    steps_gauge: Gauge,
     step: Gauge,
     packets: [Counter; STEP_RESULTS.len()],
     judged: Counter,
@@ -73,12 +76,15 @@ impl StepSeries {
         steps: usize,
         tally: Arc<StepTally>,
     ) -> Self {
-        gauge!(TX_SCHEDULE_STEPS).set(steps as f64);
+        let steps_gauge = gauge!(TX_SCHEDULE_STEPS);
+        steps_gauge.set(steps as f64);
         let step = gauge!(TX_SCHEDULE_STEP);
         step.set(1.0);
         StepSeries {
             shared,
             tally,
+            steps,
+            steps_gauge,
             step,
             packets: std::array::from_fn(
                 |i| counter!(TX_STEP_PACKETS, "result" => STEP_RESULTS[i]),
@@ -97,6 +103,8 @@ impl StepSeries {
             .max()
             .unwrap_or(0);
         self.step.set((step + 1) as f64);
+        self.steps_gauge
+            .set(self.steps.max(step as usize + 1) as f64);
         for (c, n) in self.packets.iter().zip(&self.tally.packets) {
             c.absolute(n.load(Relaxed));
         }

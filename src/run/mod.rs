@@ -19,6 +19,7 @@ pub(crate) mod tcp_control;
 pub(crate) mod tcp_groups;
 pub(crate) mod tcp_report;
 pub(crate) mod ticker;
+pub(crate) mod trials;
 pub(crate) mod verdict;
 
 use crate::say;

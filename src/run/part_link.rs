@@ -8,7 +8,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     thread::JoinHandle,
     time::Duration,
@@ -62,7 +62,8 @@ pub(crate) fn part_reports(
     out
 }
 
-fn settled(shared: &[Arc<SenderShared>], part: usize) -> bool {
+/// Every sender queue settled `part`: its sends all completed.
+pub(crate) fn settled(shared: &[Arc<SenderShared>], part: usize) -> bool {
     shared.iter().all(|s| {
         s.parts
             .get(part)
@@ -265,10 +266,10 @@ impl PartSink for Remote {
         let (start, end) = self.schedule.parts()[part];
         let view = Arc::new(PartView {
             name: self.name.clone(),
-            part,
+            part: AtomicUsize::new(part),
             books: self.books.clone(),
             size: self.size,
-            rate_pps: self.schedule.mean_rate(start, end),
+            rate_bits: AtomicU64::new(self.schedule.mean_rate(start, end).to_bits()),
             starts_ns: self.started_ns + start,
         });
         let state = Arc::clone(&self.state);
@@ -307,24 +308,114 @@ impl PartSink for Remote {
     }
 }
 
-/// What one part's control connection reads: that part's flows.
+/// `ringblast search`: every part (trial) on one control connection, each its own epoch: a
+/// Hello before the trial's first packet and a Goodbye once its sends settled.
+pub(crate) struct OneConnection {
+    config: ClientConfig,
+    view: Arc<PartView>,
+    state: Arc<link_state::LinkState>,
+    client: Option<ControlClient>,
+    /// Why the open part's Hello found no sink, if it did not.
+    unopened: Option<String>,
+}
+
+impl OneConnection {
+    /// The parts of `books` sent by `name` to the sink at `config`'s address.
+    pub(crate) fn new(
+        config: ClientConfig,
+        name: String,
+        books: PartBooks,
+        size: u32,
+        state: Arc<link_state::LinkState>,
+    ) -> OneConnection {
+        let view = Arc::new(PartView {
+            name,
+            part: AtomicUsize::new(0),
+            books,
+            size,
+            rate_bits: AtomicU64::new(0),
+            starts_ns: clock::monotonic_ns(),
+        });
+        OneConnection {
+            config,
+            view,
+            state,
+            client: None,
+            unopened: None,
+        }
+    }
+}
+
+impl OneConnection {
+    /// The rate the next part's Hello announces (`None`: unpaced).
+    pub(crate) fn announce_rate(&self, rate_pps: Option<f64>) {
+        let bits = rate_pps
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map_or(0, f64::to_bits);
+        self.view.rate_bits.store(bits, Ordering::Relaxed);
+    }
+}
+
+impl PartSink for OneConnection {
+    fn open(&mut self, part: usize) {
+        self.view.part.store(part, Ordering::Relaxed);
+        let wait = self.config.connect_timeout;
+        self.unopened = match &self.client {
+            Some(client) => client.begin_epoch(wait).err().map(|e| e.to_string()),
+            None => {
+                let state = Arc::clone(&self.state);
+                state.expect_answer();
+                let on_event = Box::new(move |e: ClientEvent| link_state::event(e, &state));
+                let view: Arc<dyn SenderView> = Arc::clone(&self.view) as _;
+                self.client = Some(ControlClient::start(self.config.clone(), view, on_event));
+                if !self.state.wait_first_answer(wait) {
+                    Some("no answer from the sink's control channel".to_string())
+                } else if self.state.refused() {
+                    Some("the sink refused this sender".to_string())
+                } else {
+                    None
+                }
+            }
+        };
+    }
+
+    fn close(&mut self, _part: usize, flows: &[FlowReport]) -> VerdictResult {
+        if let Some(why) = self.unopened.take() {
+            return Err(why);
+        }
+        let Some(client) = &self.client else {
+            return Err("no control connection".to_string());
+        };
+        let goodbye = Goodbye {
+            flows: flows.iter().map(verdict::progress_of).collect(),
+        };
+        client
+            .end_epoch(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
+            .map(|v| (v.sink_session.clone(), verdict::run_verdict(&v)))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What a part's control connection reads: the flows of the part it is in.
 struct PartView {
     name: String,
-    part: usize,
+    part: AtomicUsize,
     books: PartBooks,
     size: u32,
-    rate_pps: f64,
+    /// The part's target rate as `f64` bits (0: unpaced), for its Hello.
+    rate_bits: AtomicU64,
     starts_ns: u64,
 }
 
 impl SenderView for PartView {
     fn hello(&self, reconnect: u32) -> Hello {
+        let part = self.part.load(Ordering::Relaxed);
         Hello {
             name: self.name.clone(),
-            epoch: self.books.epochs[self.part],
+            epoch: self.books.epochs[part],
             flows: self
                 .books
-                .reports(self.part)
+                .reports(part)
                 .iter()
                 .map(|f| FlowStart {
                     flow: f.flow,
@@ -334,10 +425,13 @@ impl SenderView for PartView {
                 })
                 .collect(),
             size: self.size,
-            rate_pps: Some(self.rate_pps),
+            rate_pps: match self.rate_bits.load(Ordering::Relaxed) {
+                0 => None,
+                bits => Some(f64::from_bits(bits)),
+            },
             elapsed_ns: clock::monotonic_ns().saturating_sub(self.starts_ns),
             reconnect,
-            step: (self.part > 0).then_some(self.part as u32),
+            step: (part > 0).then_some(part as u32),
             boot_id: None,
         }
     }
@@ -346,7 +440,7 @@ impl SenderView for PartView {
         Progress {
             flows: self
                 .books
-                .reports(self.part)
+                .reports(self.part.load(Ordering::Relaxed))
                 .iter()
                 .map(verdict::progress_of)
                 .collect(),

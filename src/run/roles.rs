@@ -213,6 +213,7 @@ pub(crate) fn sender_configs(
                     .as_ref()
                     .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
                 part_epochs: Arc::clone(&part_epochs),
+                trials: None,
             };
             (config, my_flows)
         })
@@ -257,7 +258,12 @@ pub(crate) fn start_senders(
     let mut workers = Vec::new();
     let mut flows = Vec::new();
     for (q, (config, my_flows)) in queues.iter().zip(configs) {
-        let parts = config.schedule.as_ref().map_or(0, |s| s.parts().len());
+        // Marks for each part of a schedule or each trial of a search.
+        let parts = if config.schedule.is_some() || config.trials.is_some() {
+            config.part_epochs.len()
+        } else {
+            0
+        };
         let s = Arc::new(SenderShared {
             flows: my_flows.iter().map(|_| Default::default()).collect(),
             worker: Default::default(),

@@ -1,7 +1,7 @@
 //! `ringblast search`: the NDR/PDR throughput search, duration-aware in the manner of MLRsearch
-//! (draft-ietf-bmwg-mlrsearch). Each trial is a separate `ringblast send` run of this same
-//! binary, so it is its own sender run with its own epoch, and its loss is the remote sink's
-//! exact verdict over the control channel for that run.
+//! (draft-ietf-bmwg-mlrsearch). Every trial runs on the same sender workers and the same control
+//! connection (`trials`), each as its own session epoch, and its loss is the remote sink's exact
+//! verdict for that epoch.
 //!
 //! A trial's loss ratio counts every packet offered that did not arrive: lost, dropped by the
 //! sink's kernel, or refused at the sender (a failed send: the sender could not offer that rate,
@@ -47,13 +47,11 @@
 //! ascending order, each reusing every trial so far; a ratio whose bounds a later trial set
 //! aside is searched again, once.
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::trials::TrialSender;
 use crate::{error::Error, say};
 
 /// What the search is asked.
@@ -81,13 +79,19 @@ pub(crate) struct SearchPlan {
 
 /// One trial's outcome.
 #[derive(Clone, Copy, Debug)]
-struct Trial {
-    rate: f64,
-    duration: Duration,
-    offered: u64,
-    lost: u64,
-    failed: u64,
-    achieved: f64,
+pub(crate) struct Trial {
+    /// The rate asked for (pps), or the one achieved when unpaced.
+    pub(crate) rate: f64,
+    /// How long it sent.
+    pub(crate) duration: Duration,
+    /// Packets stamped: sent, and failed at the sender.
+    pub(crate) offered: u64,
+    /// Packets that did not arrive: lost, dropped by the sink's kernel, or failed sends.
+    pub(crate) lost: u64,
+    /// Failed sends (the sender could not offer the rate).
+    pub(crate) failed: u64,
+    /// The rate the kernel accepted (pps).
+    pub(crate) achieved: f64,
 }
 
 impl Trial {
@@ -123,7 +127,7 @@ impl Trial {
     }
 }
 
-/// Where trials come from: `ringblast send` runs, or a model in the unit tests.
+/// Where trials come from: the running sender, or a model in the unit tests.
 trait Measurer {
     /// Runs one trial at `rate` (`None`: unpaced) for `duration`.
     fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error>;
@@ -131,65 +135,14 @@ trait Measurer {
     fn elapsed(&self) -> Duration;
 }
 
-/// Trials as `ringblast send` child processes.
-struct SendRuns<'a> {
-    plan: &'a SearchPlan,
-    started: Instant,
-}
-
-impl Measurer for SendRuns<'_> {
+impl Measurer for TrialSender {
     fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error> {
-        run_trial(self.plan, rate, duration)
+        TrialSender::measure(self, rate, duration)
     }
 
     fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        TrialSender::elapsed(self)
     }
-}
-
-/// Runs one trial: `ringblast send ... --rate R --duration D --json`, read from its summary.
-fn run_trial(plan: &SearchPlan, rate: Option<f64>, duration: Duration) -> Result<Trial, Error> {
-    let exe = std::env::current_exe().map_err(|e| Error::io("find the ringblast binary", e))?;
-    let rate_arg = rate.map_or("max".to_string(), |r| format!("{}pps", r.round().max(1.0)));
-    let out = Command::new(exe)
-        .arg("send")
-        .args(&plan.send_args)
-        .args(["--rate", &rate_arg, "--json", "--interval", "0"])
-        .args(["--duration", &format!("{}ms", duration.as_millis().max(1))])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| Error::io("start a trial", e))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "summary" && v["role"] == "send");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let Some(s) = summary else {
-        let why = stderr.lines().last().unwrap_or("no output").to_string();
-        return Err(Error::Unsupported(format!(
-            "a trial at {rate_arg} failed: {why}"
-        )));
-    };
-    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
-    let sink = &s["sink"];
-    if sink.is_null() || sink["complete"] != true {
-        return Err(Error::Unsupported(format!(
-            "a trial at {rate_arg} got no complete verdict from the sink ({}); the search needs the sink's control channel",
-            s["sink_error"].as_str().unwrap_or("incomplete")
-        )));
-    }
-    let sent = n(&s, "tx_packets");
-    let errors = n(&s, "tx_errors");
-    let duration_s = s["duration_s"].as_f64().unwrap_or(0.0).max(1e-9);
-    Ok(Trial {
-        rate: rate.unwrap_or(sent as f64 / duration_s),
-        duration,
-        offered: sent + errors,
-        lost: n(sink, "rx_lost") + n(sink, "rx_kernel_drops") + errors,
-        failed: errors,
-        achieved: sent as f64 / duration_s,
-    })
 }
 
 /// A bound and the trial behind it (`None`: the edge of the searched range, no trial).
@@ -523,12 +476,18 @@ impl Found {
 /// Runs the search; `Ok(true)` when every ratio converged, `Ok(false)` when `--max-time` ran
 /// out (the caller exits 1).
 pub(crate) fn run(plan: &SearchPlan) -> Result<bool, Error> {
-    let runs = SendRuns {
-        plan,
-        started: Instant::now(),
-    };
-    let (_, found) = search(plan, runs, Vec::new())?;
+    let sender = TrialSender::start(&plan.send_args, trial_capacity(plan))?;
+    let (searcher, found) = search(plan, sender, Vec::new())?;
+    searcher
+        .measurer
+        .stop(&std::sync::atomic::AtomicBool::new(false));
     Ok(found.iter().all(|f| f.converged))
+}
+
+/// Room for every trial `--max-time` can hold: each lasts at least `--trial`.
+fn trial_capacity(plan: &SearchPlan) -> usize {
+    let shortest = plan.trial.min(plan.final_trial).as_secs_f64().max(1e-3);
+    ((plan.max_time.as_secs_f64() / shortest).ceil() as usize + 8).clamp(16, 65_536)
 }
 
 /// The search over `measurer`, starting from `earlier` trials (none but in the unit tests); the
@@ -676,9 +635,9 @@ mod tests {
 
     /// A tbf-like bottleneck: `capacity` pps forever, plus a queue that absorbs `queue` packets
     /// of excess, so a trial of `d` seconds passes up to `capacity + queue / d`. Each trial
-    /// costs its duration and `overhead` (a process start) on a simulated clock. The trials
-    /// numbered in `stalls` (0-based, in the model's order) lose 59 packets more, as on a host
-    /// that stalled.
+    /// costs its duration and `overhead` (the verdict's round trip; a process start too when
+    /// trials were child processes) on a simulated clock. The trials numbered in `stalls`
+    /// (0-based, in the model's order) lose 59 packets more, as on a host that stalled.
     struct Tbf {
         capacity: f64,
         queue: f64,

@@ -12,6 +12,7 @@ pub(crate) mod payload;
 pub(crate) mod rtt;
 mod slots;
 pub(crate) mod tcp;
+pub(crate) mod trials;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -92,6 +93,8 @@ pub(crate) struct SenderConfig {
     pub(crate) schedule: Option<Arc<crate::schedule::RateSchedule>>,
     /// The epoch of each part of the schedule (`[epoch]` without one); see `parts`.
     pub(crate) part_epochs: Arc<[u32]>,
+    /// `ringblast search`'s trials, one part each, instead of `rate_pps` and `duration`.
+    pub(crate) trials: Option<Arc<trials::TrialBoard>>,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -185,10 +188,12 @@ impl SenderWorker {
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let slots = Slots::new(&config, &mut engine, &place.flows)?;
         let n = place.flows.len();
-        let part_ends: Vec<u64> = config
-            .schedule
-            .as_ref()
-            .map_or_else(Vec::new, |s| s.parts().iter().map(|p| p.1).collect());
+        // A search's trials are parts with no end on the clock: each ends when its trial does.
+        let part_ends: Vec<u64> = match (&config.schedule, &config.trials) {
+            (Some(s), _) => s.parts().iter().map(|p| p.1).collect(),
+            (None, Some(board)) => vec![u64::MAX; board.capacity()],
+            (None, None) => Vec::new(),
+        };
         let parts = PartClock::new(
             &part_ends,
             Arc::clone(&config.part_epochs),
@@ -306,6 +311,145 @@ impl SenderWorker {
     }
 }
 
+/// How a sending stretch (the whole run, or one trial) ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    /// Its count or deadline was reached, every send completed.
+    Done,
+    /// A stop was asked for; every send completed.
+    Stopped,
+    /// The ring failed.
+    RingFailed,
+}
+
+/// How long a worker between two trials sleeps before it looks for the next one.
+const TRIAL_POLL: Duration = Duration::from_micros(200);
+
+impl SenderWorker {
+    fn max_burst(&self) -> u64 {
+        (u64::from(self.config.batch) * u64::from(self.config.gso)).max(self.config.burst)
+    }
+
+    /// Sends as `pacer` allows (`paced`: it holds a rate) until `count` packets or `deadline`,
+    /// then lets every send complete.
+    fn send_until(
+        &mut self,
+        control: &Control,
+        pacer: &mut Pacer,
+        deadline: Option<u64>,
+        count: Option<u64>,
+        paced: bool,
+    ) -> Sent {
+        let burst = self.config.burst.max(1);
+        let mut remaining = count.unwrap_or(u64::MAX);
+        let mut last_publish = clock::monotonic_ns();
+        let mut stopping = None;
+        loop {
+            let now = clock::monotonic_ns();
+            // A paced run sends what fell due before its deadline even when its loop comes
+            // round a little after it: a late loop never shortens the run's schedule (a sender
+            // that is behind by more than the grace stops all the same).
+            let pace_now = deadline.map_or(now, |d| now.min(d.saturating_sub(1)));
+            // A paced GSO sender waits until a whole train is due instead of sending short ones.
+            let train = if paced {
+                u64::from(self.config.gso).min(remaining)
+            } else {
+                1
+            };
+            // A burst waits until its last packet is due, then leaves back to back.
+            let burst_left = (paced && burst > 1)
+                .then(|| (burst - pacer.sent() % burst).min(remaining).max(train));
+            let need = burst_left.unwrap_or(train).max(1);
+            let budget = pacer.allowance(pace_now).min(remaining);
+            let budget = burst_left.map_or(budget, |left| budget.min(left));
+            let overdue = deadline.is_some_and(|d| {
+                now >= d && (!paced || budget < need || now >= d + DEADLINE_GRACE_NS)
+            });
+            if stopping.is_none() {
+                if control.stop_requested() {
+                    stopping = Some(Sent::Stopped);
+                } else if remaining == 0 || overdue {
+                    stopping = Some(Sent::Done);
+                }
+            }
+            if let Some(end) = stopping
+                && self.slots.in_flight() == 0
+            {
+                return end;
+            }
+            // A part's end switches every flow to the next part's epoch before its sends.
+            if self.parts.advance(now) {
+                self.parts.publish(&self.shared.parts, false);
+            }
+            let mut queued = 0;
+            if stopping.is_none() && budget >= need {
+                queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
+                pacer.commit(queued);
+                remaining -= queued;
+            }
+            let wait = if queued > 0 {
+                Wait::Nothing
+            } else if self.slots.in_flight() > 0 {
+                Wait::One {
+                    timeout_ns: MAX_SLEEP_NS,
+                }
+            } else {
+                let due = pacer.due_ns_for(need).unwrap_or(now);
+                let until = deadline.map_or(due, |d| due.min(d));
+                Wait::One {
+                    timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),
+                }
+            };
+            if self.engine.submit(wait).is_err() {
+                return Sent::RingFailed;
+            }
+            self.reap();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.counters.pacing_lag_ns = pacer.lag_ns(now);
+                self.counters.target_milli_pps =
+                    pacer.rate_at(now).map_or(0, |r| (r * 1000.0) as u64);
+                self.publish();
+                last_publish = now;
+            }
+        }
+    }
+
+    /// `ringblast search`: sends each trial posted on `board` as its own part, from this
+    /// worker's clock at the moment it sees it, until a stop; true when the ring failed.
+    fn send_trials(&mut self, control: &Control, board: &trials::TrialBoard) -> bool {
+        for k in 0..board.capacity() {
+            let trial = loop {
+                if control.stop_requested() {
+                    return false;
+                }
+                if let Some(t) = board.get(k) {
+                    break t;
+                }
+                std::thread::sleep(TRIAL_POLL);
+            };
+            let start = clock::monotonic_ns();
+            let mut pacer = Pacer::new(trial.rate_pps, start, self.max_burst());
+            let deadline = Some(start + trial.duration_ns);
+            match self.send_until(
+                control,
+                &mut pacer,
+                deadline,
+                None,
+                trial.rate_pps.is_some(),
+            ) {
+                Sent::Done => {}
+                Sent::Stopped => return false,
+                Sent::RingFailed => return true,
+            }
+            // Every send of this trial completed: the next part starts, so this one settles.
+            self.parts.next_part();
+            self.counters.target_milli_pps = 0;
+            self.publish();
+        }
+        false
+    }
+}
+
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: the notification's result says the kernel copied.
 const ZC_COPIED: u32 = 1 << 31;
 
@@ -326,88 +470,23 @@ impl Job for SenderWorker {
 
     fn run(mut self, control: &Control) -> SenderOutcome {
         let started_ns = clock::monotonic_ns();
-        let max_burst =
-            (u64::from(self.config.batch) * u64::from(self.config.gso)).max(self.config.burst);
-        let mut pacer = match &self.config.schedule {
-            Some(s) => Pacer::scheduled(Arc::clone(s), started_ns, max_burst),
-            None => Pacer::new(self.config.rate_pps, started_ns, max_burst),
-        };
         self.parts.begin(started_ns);
-        let burst = self.config.burst.max(1);
-        let deadline = self
-            .config
-            .duration
-            .map(|d| started_ns + d.as_nanos() as u64);
-        let mut remaining = self.config.count.unwrap_or(u64::MAX);
-        let mut last_publish = started_ns;
-        let mut ring_failed = false;
-        let mut stopping = false;
-        loop {
-            let now = clock::monotonic_ns();
-            // A paced run sends what fell due before its deadline even when its loop comes
-            // round a little after it: a late loop never shortens the run's schedule (a sender
-            // that is behind by more than the grace stops all the same).
-            let pace_now = deadline.map_or(now, |d| now.min(d.saturating_sub(1)));
-            // A paced GSO sender waits until a whole train is due instead of sending short ones.
-            let train = if self.config.rate_pps.is_some() {
-                u64::from(self.config.gso).min(remaining)
-            } else {
-                1
-            };
-            // A burst waits until its last packet is due, then leaves back to back.
-            let burst_left = (self.config.rate_pps.is_some() && burst > 1)
-                .then(|| (burst - pacer.sent() % burst).min(remaining).max(train));
-            let need = burst_left.unwrap_or(train).max(1);
-            let budget = pacer.allowance(pace_now).min(remaining);
-            let budget = burst_left.map_or(budget, |left| budget.min(left));
-            let overdue = deadline.is_some_and(|d| {
-                now >= d
-                    && (self.config.rate_pps.is_none()
-                        || budget < need
-                        || now >= d + DEADLINE_GRACE_NS)
-            });
-            if !stopping && (control.stop_requested() || remaining == 0 || overdue) {
-                stopping = true;
+        let ring_failed = match self.config.trials.clone() {
+            Some(board) => self.send_trials(control, &board),
+            None => {
+                let mut pacer = match &self.config.schedule {
+                    Some(s) => Pacer::scheduled(Arc::clone(s), started_ns, self.max_burst()),
+                    None => Pacer::new(self.config.rate_pps, started_ns, self.max_burst()),
+                };
+                let deadline = self
+                    .config
+                    .duration
+                    .map(|d| started_ns + d.as_nanos() as u64);
+                let paced = self.config.rate_pps.is_some();
+                self.send_until(control, &mut pacer, deadline, self.config.count, paced)
+                    == Sent::RingFailed
             }
-            if stopping && self.slots.in_flight() == 0 {
-                break;
-            }
-            // A part's end switches every flow to the next part's epoch before its sends.
-            if self.parts.advance(now) {
-                self.parts.publish(&self.shared.parts, false);
-            }
-            let mut queued = 0;
-            if !stopping && budget >= need {
-                queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
-                pacer.commit(queued);
-                remaining -= queued;
-            }
-            let wait = if queued > 0 {
-                Wait::Nothing
-            } else if self.slots.in_flight() > 0 {
-                Wait::One {
-                    timeout_ns: MAX_SLEEP_NS,
-                }
-            } else {
-                let due = pacer.due_ns_for(need).unwrap_or(now);
-                let until = deadline.map_or(due, |d| due.min(d));
-                Wait::One {
-                    timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),
-                }
-            };
-            if self.engine.submit(wait).is_err() {
-                ring_failed = true;
-                break;
-            }
-            self.reap();
-            if now - last_publish >= PUBLISH_EVERY_NS {
-                self.counters.pacing_lag_ns = pacer.lag_ns(now);
-                self.counters.target_milli_pps =
-                    pacer.rate_at(now).map_or(0, |r| (r * 1000.0) as u64);
-                self.publish();
-                last_publish = now;
-            }
-        }
+        };
         let ended_ns = clock::monotonic_ns();
         self.counters.pacing_lag_ns = 0;
         self.publish();

@@ -146,6 +146,14 @@ impl PartClock {
         self.current != before
     }
 
+    /// Moves to the next part now (never past the last), whatever the clock says: a search's
+    /// trial ends when its sends do, not at a time set in advance.
+    pub(super) fn next_part(&mut self) {
+        if self.current + 1 < self.ends.len() {
+            self.current += 1;
+        }
+    }
+
     /// Publishes the current part's progress and settles finished parts with nothing in
     /// flight (all of them with `end`, when the worker is done).
     pub(super) fn publish(&mut self, marks: &[PartMarks], end: bool) {
@@ -219,6 +227,31 @@ mod tests {
         c.publish(&marks, true);
         assert!(marks.iter().all(|m| m.settled.load(Relaxed)));
         assert_eq!(marks[2].next_seq[0].load(Relaxed), 100, "never sent");
+    }
+
+    #[test]
+    fn a_trial_part_settles_once_the_next_one_starts_and_its_sends_completed() {
+        let marks: Vec<PartMarks> = (0..2).map(|_| PartMarks::new(1, 0)).collect();
+        let mut c = PartClock::new(&[u64::MAX, u64::MAX], part_epochs(3, 2), 1, 2, 0);
+        c.begin(10);
+        c.sent(0, 0, 5);
+        assert!(
+            !c.advance(u64::MAX - 1),
+            "a trial part has no end on the clock"
+        );
+        c.completed(0, 0, 1);
+        c.next_part();
+        c.publish(&marks, false);
+        assert!(marks[0].settled.load(Relaxed));
+        assert_eq!(
+            (
+                marks[0].next_seq[0].load(Relaxed),
+                marks[0].failed[0].load(Relaxed)
+            ),
+            (5, 1)
+        );
+        c.next_part();
+        assert_eq!(c.current(), 1, "never past the last part");
     }
 
     #[test]

@@ -3,13 +3,17 @@
 //! All state changes are reported through the event callback exactly once per change; the
 //! shared [`Status`] lets `finish` classify a missing verdict even when the thread is busy.
 
+use std::io::Read;
 use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 
 use super::{
@@ -45,6 +49,16 @@ struct Probing {
     sent: Option<Instant>,
 }
 
+/// How a live connection's session ended.
+enum Ended {
+    /// `finish` was served, or the client is stopping.
+    Done,
+    /// An epoch ended with `end_epoch`; the connection waits for the next Hello.
+    Epoch,
+    /// The connection died, for this reason.
+    Lost(String),
+}
+
 enum Goodbyed {
     Verdict(Box<Verdict>),
     Timeout,
@@ -70,6 +84,8 @@ pub(super) struct Worker {
     shown: Option<Shown>,
     /// The sink's clock offset, over every connection of this client.
     clock: Estimator,
+    /// Readable when a command was sent (non-blocking; one byte per command).
+    wakeup: Option<UnixStream>,
 }
 
 impl Worker {
@@ -78,6 +94,7 @@ impl Worker {
         view: Arc<dyn SenderView>,
         on_event: Box<dyn Fn(ClientEvent) + Send>,
         rx: Receiver<Cmd>,
+        wakeup: Option<UnixStream>,
         status: Arc<Mutex<Status>>,
         stop: Arc<AtomicBool>,
     ) -> Worker {
@@ -92,21 +109,34 @@ impl Worker {
             connections,
             shown,
             clock: Estimator::default(),
+            wakeup,
         }
     }
 
     pub(super) fn run(&mut self) {
         let mut backoff = FIRST_BACKOFF;
+        let mut live: Option<Conn> = None;
         while !self.stop.load(Ordering::Relaxed) {
-            let wait = match self.connect(None) {
+            let conn = match live.take() {
+                Some(conn) => Ok(conn),
+                None => self.connect(None),
+            };
+            let wait = match conn {
                 Ok(mut conn) => {
                     backoff = FIRST_BACKOFF;
                     match self.session(&mut conn) {
-                        Some(reason) => {
+                        Ended::Lost(reason) => {
                             self.failed(Fail::Lost(reason), FIRST_BACKOFF);
                             FIRST_BACKOFF
                         }
-                        None => return,
+                        Ended::Done => return,
+                        Ended::Epoch => match self.between(Some(conn)) {
+                            Some(next) => {
+                                live = Some(next);
+                                continue;
+                            }
+                            None => return,
+                        },
                     }
                 }
                 Err(Fail::Refused(r)) => {
@@ -129,8 +159,128 @@ impl Worker {
                     let _ = reply.send(self.finish(None, goodbye, deadline));
                     return;
                 }
+                Ok(Cmd::EndEpoch {
+                    goodbye,
+                    deadline,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.finish(None, goodbye, deadline));
+                    match self.between(None) {
+                        Some(next) => live = Some(next),
+                        None => return,
+                    }
+                }
+                Ok(Cmd::BeginEpoch { deadline, reply }) => match self.begin(None, deadline) {
+                    Ok(next) => {
+                        let _ = reply.send(Ok(()));
+                        live = Some(next);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                },
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// Between two epochs: keeps `conn` (if any) alive with heartbeats until the next Hello is
+    /// asked for; the connection that carries it, or `None` once the client is done.
+    fn between(&mut self, mut conn: Option<Conn>) -> Option<Conn> {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            match self.rx.recv_timeout(self.cfg.heartbeat) {
+                Ok(Cmd::BeginEpoch { deadline, reply }) => {
+                    match self.begin(conn.take(), deadline) {
+                        Ok(next) => {
+                            let _ = reply.send(Ok(()));
+                            return Some(next);
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    }
+                }
+                Ok(Cmd::Finish {
+                    goodbye,
+                    deadline,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.finish(conn.as_mut(), goodbye, deadline));
+                    return None;
+                }
+                Ok(Cmd::EndEpoch { reply, .. }) => {
+                    // The epoch already ended: there is no second verdict for it.
+                    let _ = reply.send(Err(NoVerdict::Timeout));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(c) = &mut conn
+                        && c.channel
+                            .send(&mut &c.stream, &Message::Heartbeat(Heartbeat {}))
+                            .is_err()
+                    {
+                        conn = None;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    /// Says the view's Hello for a new epoch: on `conn` when the sink kept it, else on a fresh
+    /// connection, before `deadline`.
+    fn begin(&mut self, conn: Option<Conn>, deadline: Instant) -> Result<Conn, NoVerdict> {
+        if let Some(mut c) = conn
+            && self.rehello(&mut c, deadline).is_ok()
+        {
+            return Ok(c);
+        }
+        let mut backoff = FIRST_BACKOFF;
+        while Instant::now() < deadline {
+            match self.connect(Some(deadline)) {
+                Ok(c) => return Ok(c),
+                Err(Fail::Refused(r)) => {
+                    self.failed(Fail::Refused(r.clone()), Duration::ZERO);
+                    return Err(NoVerdict::Refused(r));
+                }
+                Err(f) => self.failed(f, backoff),
+            }
+            thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+            backoff = (backoff * 2).min(self.cfg.backoff_max);
+        }
+        Err(self
+            .status
+            .lock()
+            .map(|s| s.no_verdict())
+            .unwrap_or(NoVerdict::Timeout))
+    }
+
+    /// Sends a fresh Hello on a live connection and waits for the Welcome until `deadline`.
+    fn rehello(&self, conn: &mut Conn, deadline: Instant) -> Result<(), String> {
+        let mut hello = self.view.hello(self.connections.saturating_sub(1));
+        hello.boot_id = clock::boot_id().map(String::from);
+        conn.channel
+            .send(&mut &conn.stream, &Message::Hello(hello))
+            .map_err(|e| e.to_string())?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("no Welcome in time".into());
+            }
+            conn.stream
+                .set_read_timeout(Some(left.min(TICK)))
+                .map_err(|e| e.to_string())?;
+            match conn.channel.poll(&mut &conn.stream) {
+                Ok(Some(Message::Welcome(_))) => return Ok(()),
+                Ok(None | Some(Message::Heartbeat(_) | Message::ClockReply(_))) => {}
+                Ok(Some(m)) => return Err(format!("expected Welcome, got {}", m.name())),
+                Err(e) => {
+                    self.check_integrity(&e);
+                    return Err(e.to_string());
+                }
             }
         }
     }
@@ -246,9 +396,8 @@ impl Worker {
         Ok(Conn { stream, channel })
     }
 
-    /// Runs a live connection; `None` once `finish` was served or the client is stopping,
-    /// else why the connection died.
-    fn session(&mut self, conn: &mut Conn) -> Option<String> {
+    /// Runs a live connection until a command ends it or the connection dies.
+    fn session(&mut self, conn: &mut Conn) -> Ended {
         let addr = self.cfg.addr;
         let (hb, every) = (self.cfg.heartbeat, self.cfg.progress_every);
         let silence = hb * 3;
@@ -268,13 +417,25 @@ impl Worker {
                     reply,
                 }) => {
                     let _ = reply.send(self.finish(Some(conn), goodbye, deadline));
-                    return None;
+                    return Ended::Done;
                 }
-                Err(TryRecvError::Disconnected) => return None,
+                Ok(Cmd::EndEpoch {
+                    goodbye,
+                    deadline,
+                    reply,
+                }) => {
+                    let _ = reply.send(self.finish(Some(conn), goodbye, deadline));
+                    return Ended::Epoch;
+                }
+                Ok(Cmd::BeginEpoch { reply, .. }) => {
+                    // An epoch is already open on this connection.
+                    let _ = reply.send(Ok(()));
+                }
+                Err(TryRecvError::Disconnected) => return Ended::Done,
                 Err(TryRecvError::Empty) => {}
             }
             if self.stop.load(Ordering::Relaxed) {
-                return None;
+                return Ended::Done;
             }
             let now = Instant::now();
             let out = if now >= next_progress {
@@ -290,13 +451,13 @@ impl Worker {
             if let Some(m) = out
                 && let Err(e) = conn.channel.send(&mut &conn.stream, &m)
             {
-                return Some(format!("sending to sink at {addr} failed: {e}"));
+                return Ended::Lost(format!("sending to sink at {addr} failed: {e}"));
             }
             if let Err(e) = self.probe(conn, &mut probing, now) {
-                return Some(format!("sending to sink at {addr} failed: {e}"));
+                return Ended::Lost(format!("sending to sink at {addr} failed: {e}"));
             }
             if now >= last_rx + silence {
-                return Some(format!("no heartbeat from sink at {addr} for {silence:?}"));
+                return Ended::Lost(format!("no heartbeat from sink at {addr} for {silence:?}"));
             }
             let probe_due = match probing.pending {
                 Some((_, at)) => at + PROBE_TIMEOUT,
@@ -309,8 +470,12 @@ impl Worker {
             let t = wake
                 .saturating_duration_since(now)
                 .clamp(Duration::from_millis(1), TICK);
+            // A command (a search's trial ending) is served at once, not after the wait.
+            if conn.channel.buffered() == 0 && !self.readable(&conn.stream, t) {
+                continue;
+            }
             if let Err(e) = conn.stream.set_read_timeout(Some(t)) {
-                return Some(format!("connection to sink at {addr} failed: {e}"));
+                return Ended::Lost(format!("connection to sink at {addr} failed: {e}"));
             }
             match conn.channel.poll(&mut &conn.stream) {
                 Ok(None) => {}
@@ -319,21 +484,43 @@ impl Worker {
                     let t4 = clock::realtime_ns();
                     last_rx = Instant::now();
                     if let Err(e) = self.answered(conn, &mut probing, &r, t4) {
-                        return Some(format!("sending to sink at {addr} failed: {e}"));
+                        return Ended::Lost(format!("sending to sink at {addr} failed: {e}"));
                     }
                 }
                 Ok(Some(Message::Refused(r))) => {
-                    return Some(format!("sink at {addr} closed the session: {}", r.reason));
+                    return Ended::Lost(format!("sink at {addr} closed the session: {}", r.reason));
                 }
                 Ok(Some(m)) => {
-                    return Some(format!("sink at {addr} sent an unexpected {}", m.name()));
+                    return Ended::Lost(format!("sink at {addr} sent an unexpected {}", m.name()));
                 }
                 Err(e) => {
                     self.check_integrity(&e);
-                    return Some(format!("connection to sink at {addr} lost: {e}"));
+                    return Ended::Lost(format!("connection to sink at {addr} lost: {e}"));
                 }
             }
         }
+    }
+
+    /// Waits up to `t` for `stream` to be readable or for a command's wake-up byte; true when
+    /// the stream is readable (or the wait failed: the read will say why).
+    fn readable(&self, stream: &TcpStream, t: Duration) -> bool {
+        let Some(wakeup) = &self.wakeup else {
+            return true;
+        };
+        let timeout = PollTimeout::try_from(t.as_millis().max(1)).unwrap_or(PollTimeout::MAX);
+        let mut fds = [
+            PollFd::new(stream.as_fd(), PollFlags::POLLIN),
+            PollFd::new(wakeup.as_fd(), PollFlags::POLLIN),
+        ];
+        if poll(&mut fds, timeout).is_err() {
+            return true;
+        }
+        let [sock, wake] = fds.map(|f| f.revents().is_some_and(|r| !r.is_empty()));
+        if wake {
+            let mut drain = [0u8; 16];
+            while matches!((&*wakeup).read(&mut drain), Ok(n) if n > 0) {}
+        }
+        sock
     }
 
     /// Sends a clock probe when one is due: back to back during the opening burst, then one

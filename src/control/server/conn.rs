@@ -175,20 +175,64 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
         // Its first read held more than its first frame: it did not wait for the handshake.
         return protocol_error(sh, peer, "sent frames before the sink answered");
     }
-    let uptime_ns = sh.books.hello(peer, &hello, channel.version());
-    let welcome = Welcome {
-        sink_session: cfg.sink_session.clone(),
-        uptime_ns,
-    };
-    let clean = match channel.send(&mut ds, &Message::Welcome(welcome)) {
-        Ok(()) => session(sh, stream, peer, &hello, &mut channel),
-        Err(e) => {
-            sh.log
-                .line(format!("control: {peer}: sending Welcome failed: {e}"));
-            false
+    let mut hello = hello;
+    loop {
+        let uptime_ns = sh.books.hello(peer, &hello, channel.version());
+        let welcome = Welcome {
+            sink_session: cfg.sink_session.clone(),
+            uptime_ns,
+        };
+        let clean = match channel.send(&mut ds, &Message::Welcome(welcome)) {
+            Ok(()) => session(sh, stream, peer, &hello, &mut channel),
+            Err(e) => {
+                sh.log
+                    .line(format!("control: {peer}: sending Welcome failed: {e}"));
+                false
+            }
+        };
+        sh.books.disconnected(peer, &hello.name, hello.epoch, clean);
+        if !clean {
+            return;
         }
-    };
-    sh.books.disconnected(peer, &hello.name, hello.epoch, clean);
+        // A sender may go on with its next epoch (a search's next trial) on this connection.
+        match next_hello(sh, stream, peer, &mut channel) {
+            Some(next) => hello = next,
+            None => return,
+        }
+    }
+}
+
+/// After a verdict: the sender's next Hello on the same connection, or `None` when it closes
+/// (what a sender does after its only epoch) or stays silent for three heartbeat periods.
+fn next_hello(
+    sh: &Shared,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    channel: &mut Channel,
+) -> Option<Hello> {
+    let silence = sh.config.heartbeat * 3;
+    let mut until = Instant::now() + silence;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || sh.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        stream.set_read_timeout(Some(left.min(TICK))).ok()?;
+        match channel.poll(&mut &*stream) {
+            Ok(None) => {}
+            Ok(Some(Message::Heartbeat(_))) => until = Instant::now() + silence,
+            Ok(Some(Message::Hello(h))) => return Some(h),
+            Ok(Some(m)) => {
+                protocol_error(sh, peer, &format!("expected Hello, got {}", m.name()));
+                return None;
+            }
+            Err(FrameError::Closed) => return None,
+            Err(e) => {
+                frame_error(sh, peer, &e);
+                return None;
+            }
+        }
+    }
 }
 
 /// Ends a connection whose frame could not be read: an integrity failure (a breached seal or a

@@ -30,6 +30,30 @@ fn end_to_end_hello_progress_verdict() {
 }
 
 #[test]
+fn a_search_runs_its_epochs_on_one_connection_one_hello_and_verdict_each() {
+    let s = sink(Some("k"));
+    let (c, ev) = client(s.server.local_addr(), Some("k"));
+    wait_event(&ev, |e| matches!(e, ClientEvent::Connected { .. }));
+    assert_eq!(s.hellos.recv_timeout(WAIT).unwrap().epoch, 7);
+    for _ in 0..3 {
+        let v = c.end_epoch(goodbye(), WAIT).unwrap();
+        assert_eq!((v.epoch, v.totals.rx_packets), (7, 10));
+        // Between epochs the connection idles longer than the sink's silence limit (3 × 100 ms)
+        // and survives on heartbeats.
+        assert!(s.hellos.recv_timeout(Duration::from_millis(500)).is_err());
+        c.begin_epoch(WAIT).unwrap();
+        assert_eq!(s.hellos.recv_timeout(WAIT).unwrap().epoch, 7);
+    }
+    let v = c.finish(goodbye(), WAIT).unwrap();
+    assert_eq!(v.totals.rx_packets, 10);
+    let stats = s.server.stats();
+    assert_eq!(stats.accepted.load(Ordering::Relaxed), 1, "one connection");
+    assert_eq!(stats.protocol_errors.load(Ordering::Relaxed), 0);
+    assert_eq!(stats.timeouts.load(Ordering::Relaxed), 0);
+    s.server.stop();
+}
+
+#[test]
 fn older_senders_are_answered_in_their_version_without_its_later_fields() {
     use crate::control::frame::{read_frame_versioned, write_frame_as};
     for version in [1u8, 2] {

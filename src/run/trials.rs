@@ -1,0 +1,242 @@
+//! The trials of `ringblast search` on one sender run: its workers, rings, sockets and control
+//! connection are set up once, and each trial is posted to the workers as the next part of that
+//! run (`sender::trials`), its own session epoch at the sink. A trial's loss is the sink's exact
+//! verdict for its epoch, asked for over the same control connection once every worker's sends
+//! of the trial completed. So no trial pays for a process start, a ring set-up or a handshake,
+//! which would otherwise count against short trials.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use super::{
+    control_link, exporting, link_state::LinkState, part_link, part_link::PartSink,
+    roles::SenderSet, search::Trial,
+};
+use crate::{
+    cli::{Cli, Command, SendArgs},
+    control::client::ClientConfig,
+    error::Error,
+    metrics::{Exporter, Shape},
+    report,
+    sender::{SenderWorker, trials::TrialBoard},
+    topology,
+    worker::Control,
+};
+
+/// How often the search thread looks whether a trial's sends have settled.
+const SETTLE_POLL: Duration = Duration::from_millis(2);
+/// How long after a trial's end its sends may take to settle before the trial is given up.
+const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+
+/// A running sender that measures trials.
+pub(crate) struct TrialSender {
+    senders: SenderSet,
+    control: Arc<Control>,
+    board: Arc<TrialBoard>,
+    sink: part_link::OneConnection,
+    books: part_link::PartBooks,
+    exporter: Option<Exporter>,
+    metrics_linger: Duration,
+    started: Instant,
+}
+
+impl TrialSender {
+    /// Parses `send_args` as `ringblast send` would and starts its workers, idle until the
+    /// first trial, with room for `capacity` trials.
+    pub(crate) fn start(send_args: &[String], capacity: usize) -> Result<TrialSender, Error> {
+        let started = Instant::now();
+        let argv = ["ringblast", "send"]
+            .into_iter()
+            .map(String::from)
+            .chain(send_args.iter().cloned());
+        let args = match <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Send(args)) => args,
+            Ok(_) => return Err(Error::Usage("a search's trials are sends".into())),
+            Err(e) => {
+                let text = e.to_string();
+                return Err(Error::Usage(text.lines().next().unwrap_or("").to_string()));
+            }
+        };
+        Self::start_with(args, capacity, started)
+    }
+
+    fn start_with(args: SendArgs, capacity: usize, started: Instant) -> Result<TrialSender, Error> {
+        let common = args.common;
+        let queues = common.queues;
+        let mut configs = super::roles::sender_configs(
+            args.to,
+            &args.traffic,
+            queues,
+            None,
+            super::random_epoch(),
+            common.hugepages,
+        )?;
+        let board = Arc::new(TrialBoard::new(capacity, queues));
+        let epoch = configs.first().map_or(1, |(c, _)| c.epoch);
+        let epochs = crate::sender::parts::part_epochs(epoch, capacity);
+        for (config, _) in &mut configs {
+            config.trials = Some(Arc::clone(&board));
+            config.part_epochs = Arc::clone(&epochs);
+            config.rate_pps = None;
+            config.duration = None;
+            config.count = None;
+        }
+        let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
+        super::fds::ensure(&super::fds::Needs {
+            sender_flows: flows as u64,
+            sender_queues: queues as u64,
+            sink_queues: 0,
+            sink_senders: 0,
+            exporter: common.metrics.is_some(),
+        })?;
+        let mut notes = String::new();
+        let planned = super::planned(
+            "send",
+            &super::placement_args(&common, args.to, &[]),
+            &mut notes,
+        )?;
+        if let Some(addr) = common.metrics {
+            let shape = Shape {
+                tx_flows_per_queue: configs.iter().map(|(_, f)| f.len()).collect(),
+                rx_queues: 0,
+                rx_exported_flows: 0,
+                rx_senders: 0,
+                nodes: planned
+                    .iter()
+                    .map(|q| q.node)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                memory_nodes: topology::Topology::detect()
+                    .map_err(|e| Error::Unsupported(e.to_string()))?
+                    .nodes
+                    .len(),
+            };
+            exporting::install(&exporting::Plan {
+                addr,
+                max_series: common.max_series,
+                shape,
+            })?;
+        }
+        let arena_bytes = configs
+            .first()
+            .map_or(0, |(c, _)| SenderWorker::arena_bytes(c));
+        let control = Arc::new(Control::default());
+        let senders = super::roles::start_senders(&control, planned, configs, None)?;
+        super::print_plan(&notes);
+        crate::output::human_text(&report::memory_text(
+            "send",
+            &senders.queues,
+            senders.group.memory(),
+        ));
+        let exporter = common
+            .metrics
+            .map(|_| exporting::register(Some(&senders), None, 0, (arena_bytes, 0)));
+        let mut config = ClientConfig::new(match args.control {
+            crate::cli::ControlTarget::At(addr) => addr,
+            _ => args.to,
+        });
+        config.secret = super::read_secret(args.secret_file.as_deref())?;
+        let state = Arc::new(LinkState::default());
+        let books = control_link::part_books(&senders);
+        let sink = part_link::OneConnection::new(
+            config,
+            super::sender_name(args.name, queues, flows)?,
+            books.clone(),
+            u32::try_from(senders.size).unwrap_or(u32::MAX),
+            state,
+        );
+        senders.group.release();
+        Ok(TrialSender {
+            senders,
+            control,
+            board,
+            sink,
+            books,
+            exporter,
+            metrics_linger: common.metrics_linger,
+            started,
+        })
+    }
+
+    /// Runs one trial at `rate` (`None`: unpaced) for `duration`: the sink hears the trial's
+    /// Hello, the workers send it, and once their sends settled the sink's verdict gives its
+    /// loss.
+    pub(crate) fn measure(
+        &mut self,
+        rate: Option<f64>,
+        duration: Duration,
+    ) -> Result<Trial, Error> {
+        let k = self.board.posted();
+        if k >= self.board.capacity() {
+            return Err(Error::Unsupported(format!(
+                "the search ran all {} trials it has room for; give it a coarser --precision or longer trials",
+                self.board.capacity()
+            )));
+        }
+        let rate_arg = rate.map_or("max".to_string(), |r| format!("{}pps", r.round().max(1.0)));
+        self.sink.announce_rate(rate);
+        self.sink.open(k);
+        self.board.post(rate, duration.as_nanos() as u64);
+        let give_up = Instant::now() + duration + SETTLE_LIMIT;
+        while !part_link::settled(&self.books.shared, k) {
+            if self.senders.group.finished() || Instant::now() > give_up {
+                return Err(Error::Unsupported(format!(
+                    "a trial at {rate_arg} never ended: a sender worker stopped"
+                )));
+            }
+            if let Some(e) = self.exporter.as_mut() {
+                e.tick(false);
+            }
+            std::thread::sleep(SETTLE_POLL);
+        }
+        let flows = self.books.reports(k);
+        let stamped: u64 = flows.iter().map(|f| f.next_seq - f.first_seq).sum();
+        let errors: u64 = flows.iter().map(|f| f.failed).sum();
+        let sent = stamped.saturating_sub(errors);
+        let verdict = self.sink.close(k, &flows);
+        self.books
+            .tally
+            .add(sent, verdict.as_ref().ok().map(|(_, v)| v));
+        if let Some(e) = self.exporter.as_mut() {
+            e.tick(true);
+        }
+        let verdict = match verdict {
+            Ok((_, v)) if v.complete => v,
+            other => {
+                let why = match other {
+                    Err(e) => e,
+                    Ok(_) => "not every sink queue answered in time".into(),
+                };
+                return Err(Error::Unsupported(format!(
+                    "a trial at {rate_arg} got no complete verdict from the sink ({why}); the search needs the sink's control channel"
+                )));
+            }
+        };
+        let seconds = duration.as_secs_f64().max(1e-9);
+        Ok(Trial {
+            rate: rate.unwrap_or(sent as f64 / seconds),
+            duration,
+            offered: stamped,
+            lost: verdict.totals.lost + verdict.totals.kernel_drops + errors,
+            failed: errors,
+            achieved: sent as f64 / seconds,
+        })
+    }
+
+    /// Time since the search started.
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Stops the workers, and keeps `/metrics` up for `--metrics-linger`.
+    pub(crate) fn stop(self, signal: &std::sync::atomic::AtomicBool) {
+        self.control.request_stop();
+        self.senders.group.join();
+        if let Some(mut e) = self.exporter {
+            e.tick(true);
+            exporting::linger(self.metrics_linger, signal);
+        }
+    }
+}
