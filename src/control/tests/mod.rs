@@ -152,11 +152,20 @@ impl SenderView for View {
 }
 
 fn client(addr: SocketAddr, secret: Option<&str>) -> (ControlClient, Receiver<ClientEvent>) {
+    client_backing_off(addr, secret, Duration::from_millis(400))
+}
+
+/// A client whose retries wait at most `backoff_max`.
+fn client_backing_off(
+    addr: SocketAddr,
+    secret: Option<&str>,
+    backoff_max: Duration,
+) -> (ControlClient, Receiver<ClientEvent>) {
     let mut cfg = ClientConfig::new(addr);
     cfg.secret = secret.and_then(Secret::new).map(Arc::new);
     cfg.heartbeat = Duration::from_millis(100);
     cfg.progress_every = Duration::from_millis(100);
-    cfg.backoff_max = Duration::from_millis(400);
+    cfg.backoff_max = backoff_max;
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
     let c = ControlClient::start(
