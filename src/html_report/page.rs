@@ -93,7 +93,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push('\u{2009}');
         }
         out.push(c);
@@ -279,6 +279,9 @@ fn target_at(run: &Run, i: &Interval) -> Option<f64> {
     step.and_then(|s| s.target_pps)
 }
 
+/// Reads one figure of an interval line.
+type Reading = fn(&Interval) -> Option<f64>;
+
 fn rate_section(out: &mut String, run: &Run) {
     out.push_str("<section id=\"rate\"><h2>Achieved rate against the target</h2>");
     let all = run.send_intervals.iter().chain(&run.sink_intervals);
@@ -292,7 +295,7 @@ fn rate_section(out: &mut String, run: &Run) {
         return;
     }
     let in_pps = all.clone().all(|i| i.pps.is_some());
-    let (value, format, unit): (fn(&Interval) -> Option<f64>, fn(f64) -> String, &str) = if in_pps {
+    let (value, format, unit): (Reading, fn(f64) -> String, &str) = if in_pps {
         (|i| i.pps, pps, "packets per second")
     } else {
         (|i| i.bps, bits, "payload bits per second")
@@ -850,7 +853,7 @@ fn search_section(out: &mut String, run: &Run) {
             let rate = t.rate_pps?;
             let loss = t.loss_ratio;
             let class = match loss {
-                Some(l) if l == 0.0 => "pass",
+                Some(0.0) => "pass",
                 Some(l) if l <= max_ratio => "partial",
                 _ => "fail",
             };
