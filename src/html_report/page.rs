@@ -35,7 +35,8 @@ svg circle[data-verdict=partial]{fill:#d97706}svg circle[data-verdict=fail]{fill
 ul.legend{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:14px;font-size:13px}\
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:5px;vertical-align:-1px}\
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:8px 0}\
-th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:right;white-space:nowrap}\
+th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:right}td{white-space:nowrap}\
+div.wide{overflow-x:auto}\
 th{background:#f3f4f6}td:first-child,th:first-child{text-align:left}\
 dl.totals{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:6px 18px;margin:8px 0}\
 dl.totals div{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:6px 10px}\
@@ -788,7 +789,7 @@ fn senders_section(out: &mut String, run: &Run) {
         return;
     }
     out.push_str(
-        "<table class=\"senders\"><thead><tr><th>sender</th><th>received</th><th>rate</th>\
+        "<div class=\"wide\"><table class=\"senders\"><thead><tr><th>sender</th><th>received</th><th>rate</th>\
          <th>lost</th><th>reordered</th><th>duplicates</th><th>kernel drops</th><th>late</th>\
          <th>latency p50</th><th>p99</th><th>max</th><th>jitter</th><th>clock</th></tr></thead><tbody>",
     );
@@ -821,7 +822,7 @@ fn senders_section(out: &mut String, run: &Run) {
             esc(clock),
         );
     }
-    out.push_str("</tbody></table>");
+    out.push_str("</tbody></table></div>");
     note(
         out,
         "n/a: not in this run's JSON; unknown: the run could not measure it. Latency with ≤ is a \

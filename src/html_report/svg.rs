@@ -12,6 +12,9 @@ const LEFT: f64 = 84.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 14.0;
 const BOTTOM: f64 = 48.0;
+/// Series with more points than this get no tooltips: at that density a pixel holds many
+/// points, and a day of 1 s intervals would otherwise make a page of about 70 MB.
+const MAX_TIPS: usize = 2_000;
 
 /// One axis: its label (with the unit) and how tick values are written.
 pub(crate) struct Axis {
@@ -291,9 +294,10 @@ pub(crate) fn line_chart(chart: &LineChart) -> String {
     for s in &chart.series {
         let _ = write!(
             out,
-            "<g class=\"series\" data-series=\"{}\" data-points=\"{}\">",
+            "<g class=\"series\" data-series=\"{}\" data-points=\"{}\" fill=\"{}\">",
             s.id,
-            s.points.len()
+            s.points.len(),
+            s.color
         );
         if s.joined && s.points.len() > 1 {
             let path: Vec<String> = s
@@ -314,20 +318,23 @@ pub(crate) fn line_chart(chart: &LineChart) -> String {
             );
         }
         let r = marker_radius(s.points.len());
+        let tips = s.points.len() <= MAX_TIPS;
         for p in &s.points {
             let _ = write!(
                 out,
-                "<circle class=\"pt\" data-series=\"{}\"{} cx=\"{:.1}\" cy=\"{:.1}\" r=\"{r}\" fill=\"{}\">\
-                 <title>{}</title></circle>",
+                "<circle class=\"pt\" data-series=\"{}\"{} cx=\"{:.1}\" cy=\"{:.1}\" r=\"{r}\"",
                 s.id,
                 p.verdict
                     .map(|v| format!(" data-verdict=\"{v}\""))
                     .unwrap_or_default(),
                 x.at(p.x),
                 y.at(p.y),
-                s.color,
-                esc(&p.tip)
             );
+            if tips {
+                let _ = write!(out, "><title>{}</title></circle>", esc(&p.tip));
+            } else {
+                out.push_str("/>");
+            }
         }
         out.push_str("</g>");
     }
