@@ -960,3 +960,53 @@ fn search_section(out: &mut String, run: &Run) {
     }
     out.push_str("</tbody></table></section>");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::html_report::model::parse;
+
+    fn page(jsonl: &str) -> String {
+        render(&parse(jsonl, "run.jsonl").unwrap(), "t", "run.jsonl")
+    }
+
+    #[test]
+    fn jitter_is_drawn_when_present_and_unknown_when_null_or_absent() {
+        let with = page(
+            r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000,"jitter_ns":250,"jitter_p99_ns":null},"senders":[{"name":"a","rx_packets":5,"jitter_ns":120},{"name":"b","rx_packets":6}]}"#,
+        );
+        assert_eq!(
+            with.matches("class=\"pt\" data-series=\"jitter\"").count(),
+            1
+        );
+        assert!(with.contains("<td>latency.jitter_ns</td><td>250 ns</td>"));
+        assert!(with.contains("<td>latency.jitter_p99_ns</td><td>unknown</td>"));
+        assert!(with.contains("<td>jitter_ns: 120 ns</td>"), "{with}");
+        assert!(
+            with.contains("<td>unknown</td><td>n/a</td></tr>"),
+            "b: {with}"
+        );
+        let without = page(r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000}}"#);
+        assert!(without.contains("jitter: unknown"));
+        assert_eq!(without.matches("data-series=\"latency\" x=").count(), 1);
+    }
+
+    #[test]
+    fn a_sender_alone_shows_the_sinks_verdict_as_its_row_and_a_search_only_its_ladder() {
+        let send = page(
+            r#"{"type":"summary","role":"send","target_pps":1000,"sink":{"rx_packets":9,"rx_lost":1,"latency":{"p99_ns_at_most":2000000}}}"#,
+        );
+        assert!(
+            send.contains("this sender (the sink&#39;s verdict)"),
+            "{send}"
+        );
+        assert!(send.contains("≤ 2 ms"), "{send}");
+        let search = page(
+            r#"{"type":"trial","trial":1,"rate_pps":100,"loss_ratio":0.0}
+{"type":"search","results":[{"loss_ratio":0.0,"lower_pps":100,"upper_pps":null,"converged":false}]}"#,
+        );
+        assert!(search.contains("data-rule=\"ndr\""));
+        assert!(!search.contains("id=\"rate\""), "no empty run views");
+        assert!(search.contains("NDR</td><td>100 pps</td><td>unknown</td><td>no"));
+    }
+}
