@@ -223,12 +223,15 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
             },
         ));
         totals.push(("achieved", cell(s, "pps", pps)));
+        totals.push(("achieved (payload)", cell(s, "bps", bits)));
         totals.push(("achieved / target", cell(s, "achieved_ratio", percent)));
         totals.push(("sent packets", cell(s, "tx_packets", plain)));
+        totals.push(("sent records", cell(s, "tx_records", plain)));
         totals.push(("send errors", cell(s, "tx_errors", plain)));
     }
     if let Some(s) = &run.sink_summary {
         totals.push(("received packets", cell(s, "rx_packets", plain)));
+        totals.push(("received records", cell(s, "rx_records", plain)));
         totals.push(("lost", cell(s, "rx_lost", plain)));
         totals.push(("reordered", cell(s, "rx_reordered", plain)));
         totals.push(("duplicates", cell(s, "rx_duplicates", plain)));
@@ -244,6 +247,8 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
         totals.push(("reordered", cell(sink, "rx_reordered", plain)));
         totals.push(("duplicates", cell(sink, "rx_duplicates", plain)));
     }
+    // Show only what this run's JSON holds (a TCP run counts records, not packets).
+    totals.retain(|(_, v)| v != "n/a");
     if totals.is_empty() {
         return;
     }
@@ -592,16 +597,31 @@ fn latency_figures(latency: &Map<String, Value>) -> Vec<(String, Option<f64>)> {
     figures
 }
 
+/// A TCP sink's summary keeps its latency bounds at the top (`latency_p50_ns_le`): they are
+/// gathered into a latency object of `_ns_at_most` figures.
+fn tcp_latency(summary: &Map<String, Value>) -> Option<Map<String, Value>> {
+    let figures: Map<String, Value> = summary
+        .iter()
+        .filter_map(|(key, v)| {
+            let stem = key.strip_prefix("latency_")?.strip_suffix("_ns_le")?;
+            Some((format!("{stem}_ns_at_most"), v.clone()))
+        })
+        .collect();
+    (!figures.is_empty()).then_some(figures)
+}
+
 /// The latency object the page shows: the sink's over all senders, else the sink's verdict
 /// carried in a sender's summary. Returns it with where it came from.
-fn run_latency(run: &Run) -> Option<(&Map<String, Value>, &'static str)> {
-    if let Some(l) = run
-        .sink_summary
-        .as_ref()
+fn run_latency(run: &Run) -> Option<(Map<String, Value>, &'static str)> {
+    let sink = run.sink_summary.as_ref();
+    if let Some(l) = sink
         .and_then(|s| s.get("latency"))
         .and_then(Value::as_object)
     {
-        return Some((l, "the sink's summary, all senders"));
+        return Some((l.clone(), "the sink's summary, all senders"));
+    }
+    if let Some(l) = sink.and_then(tcp_latency) {
+        return Some((l, "the TCP sink's summary (histogram bucket bounds)"));
     }
     run.send_summary
         .as_ref()
@@ -611,7 +631,7 @@ fn run_latency(run: &Run) -> Option<(&Map<String, Value>, &'static str)> {
         .and_then(Value::as_object)
         .map(|l| {
             (
-                l,
+                l.clone(),
                 "the sink's verdict in the sender's summary (histogram bucket bounds)",
             )
         })
@@ -643,6 +663,7 @@ fn latency_section(out: &mut String, run: &Run) {
         out.push_str("</section>");
         return;
     };
+    let latency = &latency;
     let figures = latency_figures(latency);
     if figures.is_empty() || figures.iter().all(|(_, v)| v.is_none()) {
         unknown(

@@ -136,7 +136,13 @@ fn linear_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
 
 /// Powers of ten covering `lo..=hi` (both positive).
 fn log_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
+    // A value exactly on a power of ten gets the decade below, so its bar has a height.
     let first = lo.log10().floor() as i32;
+    let first = if 10f64.powi(first) >= lo {
+        first - 1
+    } else {
+        first
+    };
     let last = (hi.log10().ceil() as i32).max(first + 1);
     let ticks = (first..=last).map(|e| 10f64.powi(e)).collect();
     (10f64.powi(first), 10f64.powi(last), ticks)
