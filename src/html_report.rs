@@ -10,7 +10,7 @@ mod page;
 mod svg;
 
 use std::{
-    io::{self, Read, Write},
+    io::{self, Read},
     path::Path,
 };
 
@@ -38,10 +38,7 @@ pub(crate) fn command(args: &ReportArgs) -> Result<(), Error> {
     });
     let html = page::render(&run, &title, &name);
     if args.output.as_os_str() == "-" {
-        let mut out = io::stdout().lock();
-        out.write_all(html.as_bytes())
-            .and_then(|()| out.flush())
-            .map_err(|e| Error::io("report: writing standard output", e))?;
+        crate::output::document(&html);
     } else {
         std::fs::write(&args.output, html.as_bytes()).map_err(|e| {
             Error::io(
