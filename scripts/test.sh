@@ -67,6 +67,7 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v curl >/dev/null || need_apt+=(curl)
 command -v nft >/dev/null || need_apt+=(nftables)
 command -v tshark >/dev/null || need_apt+=(tshark)
+command -v chromium >/dev/null || need_apt+=(chromium)
 command -v iptables >/dev/null || need_apt+=(iptables)
 [ -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need_apt+=(libnetfilter-queue-dev)
 if [ "${#need_apt[@]}" -gt 0 ]; then

@@ -3,8 +3,8 @@
 //! Every failure a user can cause or meet is one variant with a one-line message that names the
 //! fix. `exit_code` gives each class its own status: 2 for usage errors (bad flags, config or
 //! units), 3 for an environment that cannot run ringblast (no io_uring, seccomp, memlock, too
-//! few file descriptors, a port in use, a missing NUMA node), 1 for anything that failed at run
-//! time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
+//! few file descriptors, a port in use, a missing NUMA node), 4 for input `report` cannot read
+//! as ringblast JSON Lines, 1 for anything that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
 //! site becomes the file-descriptor error with its fix instead of a bare "os error 24".
 
 use std::io;
@@ -15,6 +15,8 @@ use thiserror::Error;
 pub(crate) const EXIT_USAGE: i32 = 2;
 /// Exit status for an environment that cannot run the job.
 pub(crate) const EXIT_UNSUPPORTED: i32 = 3;
+/// Exit status for input that `report` cannot read as ringblast JSON Lines.
+pub(crate) const EXIT_BAD_INPUT: i32 = 4;
 /// Exit status for a failure while running.
 pub(crate) const EXIT_RUNTIME: i32 = 1;
 
@@ -24,6 +26,9 @@ pub enum Error {
     /// A flag, unit or config value is wrong.
     #[error("{0}")]
     Usage(String),
+    /// The input given to `report` is not the JSON Lines of a ringblast run.
+    #[error("{0}")]
+    BadInput(String),
     /// The kernel or the sandbox cannot run what was asked.
     #[error("{0}")]
     Unsupported(String),
@@ -85,6 +90,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => EXIT_USAGE,
+            Error::BadInput(_) => EXIT_BAD_INPUT,
             Error::Unsupported(_) | Error::MemlockTooLow { .. } | Error::NoFiles { .. } => {
                 EXIT_UNSUPPORTED
             }

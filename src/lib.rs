@@ -15,6 +15,7 @@ pub(crate) mod counters;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;
+pub(crate) mod html_report;
 pub(crate) mod latency_clock;
 pub(crate) mod mem;
 pub(crate) mod metrics;

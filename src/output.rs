@@ -60,6 +60,12 @@ pub(crate) fn json_line(value: &serde_json::Value) {
     write_to(io::stdout().lock(), format_args!("{value}\n"));
 }
 
+/// Writes a whole document to stdout as it is (`report -o -`); a closed pipe is remembered as
+/// for any line.
+pub(crate) fn document(text: &str) {
+    write_to(io::stdout().lock(), format_args!("{text}"));
+}
+
 /// Writes one error line to stderr.
 pub fn error_line(args: fmt::Arguments<'_>) {
     write_to(io::stderr().lock(), format_args!("{args}\n"));

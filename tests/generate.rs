@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use common::*;
 
 const SUBCOMMANDS: [&str; 5] = ["send", "sink", "pair", "search", "topo"];
+/// `report` has too few flags for `help_flags`'s sanity floor; it is checked on its own.
+const REPORT_FLAGS: [&str; 2] = ["--output", "--title"];
 
 /// The long flags `ringblast SUB --help` lists (the source of truth for what users can type).
 fn help_flags(sub: &str) -> Vec<String> {
@@ -49,8 +51,11 @@ fn completions_offer_every_flag_and_no_hidden_one() {
         let has = |flag: &str| text.contains(flag) || text.contains(&format!("-l {}", &flag[2..]));
         let missing: Vec<_> = every.iter().filter(|f| !has(f)).collect();
         assert!(missing.is_empty(), "{kind} lacks {missing:?}");
-        for sub in SUBCOMMANDS {
+        for sub in SUBCOMMANDS.iter().chain(&["report"]) {
             assert!(text.contains(sub), "{kind} lacks the subcommand {sub}");
+        }
+        for flag in REPORT_FLAGS {
+            assert!(has(flag), "{kind} lacks report's {flag}");
         }
         assert!(!has("--first-seq"), "{kind} offers the hidden --first-seq");
         assert!(
@@ -86,7 +91,10 @@ echo "sub: ${COMPREPLY[*]}""#;
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("flag: --allow-fragments\n"), "{stdout}");
-    assert!(stdout.contains(" send sink pair search topo\n"), "{stdout}");
+    assert!(
+        stdout.contains(" send sink pair search topo report\n"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -128,11 +136,25 @@ fn man_pages_document_every_flag_of_their_subcommand() {
             "{name} shows the hidden --first-seq"
         );
     }
+    assert!(listed.contains("ringblast-report.1"), "{listed}");
+    assert!(
+        top.contains("ringblast\\-report(1)"),
+        "top page lacks report"
+    );
+    let report = std::fs::read_to_string(dir.path().join("ringblast-report.1"))
+        .unwrap()
+        .replace("\\-", "-");
+    for flag in REPORT_FLAGS {
+        assert!(
+            report.contains(&format!("\\fB{flag}\\fR")),
+            "ringblast-report.1 lacks {flag}"
+        );
+    }
     let files = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(
         files,
-        1 + SUBCOMMANDS.len(),
-        "no page for the hidden generate: {listed}"
+        2 + SUBCOMMANDS.len(),
+        "pages for the top, each subcommand and report, none for the hidden generate: {listed}"
     );
 }
 

@@ -48,9 +48,32 @@ pub(crate) enum Command {
     Search(SearchArgs),
     /// Print NUMA nodes, CPUs, the NIC's node and the queue placement that would be used.
     Topo(TopoArgs),
+    /// Turn the JSON Lines of a send, sink, pair, search or stepped run into one HTML file.
+    Report(ReportArgs),
     /// Write shell completions or the man page (for packaging; see scripts/build-assets.sh).
     #[command(hide = true)]
     Generate(GenerateArgs),
+}
+
+/// `ringblast report`.
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Example:\n  ringblast pair --duration 60s --json > run.jsonl\n  ringblast report run.jsonl -o run.html\n\n\
+The page is self-contained (inline SVG and CSS, no scripts, no network fetches): the achieved \
+rate against the target, loss, reorder and duplicates per interval and per step, the latency \
+and jitter distribution, the per-sender table and, for a search, the trial ladder with the NDR \
+and PDR. Input that is not ringblast JSON Lines exits 4."
+)]
+pub(crate) struct ReportArgs {
+    /// The JSON Lines a `--json` run wrote on stdout (`-` reads standard input).
+    #[arg(value_name = "FILE")]
+    pub(crate) input: std::path::PathBuf,
+    /// Write the HTML page here (`-` writes standard output).
+    #[arg(short, long, value_name = "OUT.html")]
+    pub(crate) output: std::path::PathBuf,
+    /// The page's title (default: the run kind and the input's name).
+    #[arg(long)]
+    pub(crate) title: Option<String>,
 }
 
 /// `ringblast generate` (hidden).

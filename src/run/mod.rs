@@ -54,7 +54,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Sink(a) => a.common.json,
         Command::Pair(a) => a.common.json,
         Command::Search(a) => a.json,
-        Command::Topo(_) | Command::Generate(_) => false,
+        Command::Topo(_) | Command::Generate(_) | Command::Report(_) => false,
     };
     crate::output::json_on_stdout(json);
     match cli.command {
@@ -63,6 +63,7 @@ pub fn execute(cli: Cli) -> Result<(), Error> {
         Command::Pair(args) => pair(args),
         Command::Search(args) => search::command(args),
         Command::Topo(args) => topo(args),
+        Command::Report(args) => crate::html_report::command(&args),
         Command::Generate(args) => crate::cli::generate::run(args.kind, args.dir.as_deref()),
     }
 }

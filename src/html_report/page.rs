@@ -1,0 +1,1033 @@
+//! The HTML page: a header with the run's totals, then one section per view (rate against
+//! target, loss per interval, steps, latency and jitter, senders, search), each drawn only when
+//! the records hold its data and otherwise replaced by one line saying what is missing and why.
+//! Inline CSS, inline SVG, no scripts; a Content-Security-Policy forbids every fetch.
+
+use std::fmt::Write;
+
+use serde_json::{Map, Value};
+
+use super::{
+    model::{Interval, Run, Step, count, jitter_fields, number, text_field},
+    svg::{Axis, BarChart, Bars, LineChart, Point, Rule, Series, bar_chart, esc, line_chart},
+};
+
+const BLUE: &str = "#2563eb";
+const GREEN: &str = "#059669";
+const GREY: &str = "#6b7280";
+const RED: &str = "#dc2626";
+const AMBER: &str = "#d97706";
+const PURPLE: &str = "#7c3aed";
+
+const STYLE: &str = "\
+body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1f2937;\
+background:#f8fafc;margin:0}\
+main{max-width:960px;margin:0 auto;padding:24px 28px 48px}\
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:32px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}\
+p.meta{color:#4b5563;margin:0 0 12px}p.note{color:#4b5563;font-size:13px;margin:4px 0}\
+.unknown{color:#92400e}\
+figure{margin:8px 0;background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:8px}\
+svg.chart{width:100%;height:auto;display:block;font-size:11px}\
+svg .grid{stroke:#eef0f3}svg .axis{stroke:#9ca3af}svg .tick{fill:#6b7280}\
+svg .axis-label{fill:#374151;font-size:12px}svg .rule line{stroke-dasharray:4 3}\
+svg .unknown-mark{fill:#92400e}svg circle[data-verdict=pass]{fill:#059669}\
+svg circle[data-verdict=partial]{fill:#d97706}svg circle[data-verdict=fail]{fill:#dc2626}\
+ul.legend{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:14px;font-size:13px}\
+.swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:5px;vertical-align:-1px}\
+table{border-collapse:collapse;background:#fff;font-size:13px;margin:8px 0}\
+th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:right}td{white-space:nowrap}\
+div.wide{overflow-x:auto}\
+th{background:#f3f4f6}td:first-child,th:first-child{text-align:left}\
+dl.totals{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:6px 18px;margin:8px 0}\
+dl.totals div{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:6px 10px}\
+dt{color:#6b7280;font-size:12px}dd{margin:0;font-weight:600}\
+footer{margin-top:40px;color:#6b7280;font-size:12px}";
+
+/// Renders the whole page.
+pub(crate) fn render(run: &Run, title: &str, source: &str) -> String {
+    let mut body = String::new();
+    header(&mut body, run, title, source);
+    search_section(&mut body, run);
+    // A search's JSON has only trials and its result; a run's views would all say "missing".
+    let has_run = !run.send_intervals.is_empty()
+        || !run.sink_intervals.is_empty()
+        || run.send_summary.is_some()
+        || run.sink_summary.is_some();
+    if has_run {
+        rate_section(&mut body, run);
+        loss_section(&mut body, run);
+        steps_section(&mut body, run);
+        latency_section(&mut body, run);
+        senders_section(&mut body, run);
+    }
+    let _ = write!(
+        body,
+        "<footer>Written by ringblast {} report from {} ({} JSON lines{}). Self-contained: no \
+         scripts, no fetches.</footer>",
+        env!("CARGO_PKG_VERSION"),
+        esc(source),
+        run.lines,
+        if run.unknown_lines > 0 {
+            format!(
+                ", {} of a type this report does not show",
+                run.unknown_lines
+            )
+        } else {
+            String::new()
+        }
+    );
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta name=\"generator\" content=\"ringblast {}\">\
+         <title>{}</title><style>{STYLE}</style></head>\n<body><main>{body}</main></body></html>\n",
+        env!("CARGO_PKG_VERSION"),
+        esc(title)
+    )
+}
+
+// ---- number formatting --------------------------------------------------------------------
+
+/// `1234567` → `1 234 567` (thin spaces).
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('\u{2009}');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `v` with at most `decimals` decimals, trailing zeros dropped (`2.500` → `2.5`).
+fn trimmed(v: f64, decimals: usize) -> String {
+    let text = format!("{v:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+fn si(v: f64, unit: &str) -> String {
+    let (scaled, prefix) = match v.abs() {
+        a if a >= 1e9 => (v / 1e9, "G"),
+        a if a >= 1e6 => (v / 1e6, "M"),
+        a if a >= 1e3 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    format!("{} {prefix}{unit}", trimmed(scaled, 2))
+}
+
+fn pps(v: f64) -> String {
+    si(v, "pps")
+}
+
+fn bits(v: f64) -> String {
+    si(v, "bit/s")
+}
+
+fn ns(v: f64) -> String {
+    match v.abs() {
+        a if a >= 1e9 => format!("{} s", trimmed(v / 1e9, 3)),
+        a if a >= 1e6 => format!("{} ms", trimmed(v / 1e6, 3)),
+        a if a >= 1e3 => format!("{} µs", trimmed(v / 1e3, 1)),
+        _ => format!("{v:.0} ns"),
+    }
+}
+
+fn seconds(v: f64) -> String {
+    trimmed(v, 2)
+}
+
+/// Trial numbers on the axis: whole ticks only.
+fn whole(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        String::new()
+    }
+}
+
+fn plain(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        group(v.abs() as u64)
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn opt_count(v: Option<u64>) -> String {
+    v.map_or_else(|| "unknown".into(), group)
+}
+
+/// A JSON value for a table cell: absent → "n/a" (not in this JSON), null → "unknown".
+fn cell(map: &Map<String, Value>, key: &str, format: fn(f64) -> String) -> String {
+    match map.get(key) {
+        None => "n/a".into(),
+        Some(Value::Null) => "unknown".into(),
+        Some(v) => v
+            .as_f64()
+            .map_or_else(|| esc(&v.to_string()), |f| esc(&format(f))),
+    }
+}
+
+fn percent(ratio: f64) -> String {
+    format!("{} %", trimmed(ratio * 100.0, 4))
+}
+
+fn note(out: &mut String, text: &str) {
+    let _ = write!(out, "<p class=\"note\">{}</p>", esc(text));
+}
+
+fn unknown(out: &mut String, text: &str) {
+    let _ = write!(out, "<p class=\"note unknown\">{}</p>", esc(text));
+}
+
+fn seconds_axis() -> Axis {
+    Axis {
+        label: "time since start (s)".into(),
+        format: seconds,
+        log: false,
+    }
+}
+
+// ---- header -------------------------------------------------------------------------------
+
+fn header(out: &mut String, run: &Run, title: &str, source: &str) {
+    let _ = write!(
+        out,
+        "<h1>{}</h1><p class=\"meta\">{} run{}, from {}: {} interval lines (send {}, sink {}), \
+         {} steps, {} trials.</p>",
+        esc(title),
+        run.kind(),
+        if run.tcp { " over TCP" } else { "" },
+        esc(source),
+        run.send_intervals.len() + run.sink_intervals.len(),
+        run.send_intervals.len(),
+        run.sink_intervals.len(),
+        run.steps.len(),
+        run.trials.len()
+    );
+    let mut totals: Vec<(&str, String)> = Vec::new();
+    if let Some(s) = &run.send_summary {
+        totals.push(("duration", cell(s, "duration_s", |v| format!("{v:.3} s"))));
+        totals.push((
+            "target",
+            match s.get("target_pps") {
+                Some(Value::Null) => "unpaced (--rate max)".into(),
+                _ => cell(s, "target_pps", pps),
+            },
+        ));
+        totals.push(("achieved", cell(s, "pps", pps)));
+        totals.push(("achieved (payload)", cell(s, "bps", bits)));
+        totals.push(("achieved / target", cell(s, "achieved_ratio", percent)));
+        totals.push(("sent packets", cell(s, "tx_packets", plain)));
+        totals.push(("sent records", cell(s, "tx_records", plain)));
+        totals.push(("send errors", cell(s, "tx_errors", plain)));
+    }
+    if let Some(s) = &run.sink_summary {
+        totals.push(("received packets", cell(s, "rx_packets", plain)));
+        totals.push(("received records", cell(s, "rx_records", plain)));
+        totals.push(("lost", cell(s, "rx_lost", plain)));
+        totals.push(("reordered", cell(s, "rx_reordered", plain)));
+        totals.push(("duplicates", cell(s, "rx_duplicates", plain)));
+        totals.push(("kernel drops", cell(s, "rx_kernel_drops", plain)));
+    } else if let Some(sink) = run
+        .send_summary
+        .as_ref()
+        .and_then(|s| s.get("sink"))
+        .and_then(Value::as_object)
+    {
+        totals.push(("received (sink's verdict)", cell(sink, "rx_packets", plain)));
+        totals.push(("lost", cell(sink, "rx_lost", plain)));
+        totals.push(("reordered", cell(sink, "rx_reordered", plain)));
+        totals.push(("duplicates", cell(sink, "rx_duplicates", plain)));
+    }
+    // Show only what this run's JSON holds (a TCP run counts records, not packets).
+    totals.retain(|(_, v)| v != "n/a");
+    if totals.is_empty() {
+        return;
+    }
+    out.push_str("<dl class=\"totals\">");
+    for (name, value) in totals {
+        let _ = write!(out, "<div><dt>{name}</dt><dd>{value}</dd></div>");
+    }
+    out.push_str("</dl>");
+}
+
+// ---- rate against target ------------------------------------------------------------------
+
+/// The target rate for the interval ending at `i.t`: the step its middle falls in (the nearest
+/// step when outside the schedule), or the run's constant target.
+fn target_at(run: &Run, i: &Interval) -> Option<f64> {
+    if run.steps.is_empty() {
+        return run
+            .send_summary
+            .as_ref()
+            .and_then(|s| number(s, "target_pps"));
+    }
+    let mid = i.t - i.length.unwrap_or(0.0) / 2.0;
+    let inside = |s: &&Step| match (s.start_s, s.end_s) {
+        (Some(a), Some(b)) => a <= mid && mid < b,
+        _ => false,
+    };
+    let step = run.steps.iter().find(inside).or_else(|| {
+        if run.steps.first()?.start_s? > mid {
+            run.steps.first()
+        } else {
+            run.steps.last()
+        }
+    });
+    step.and_then(|s| s.target_pps)
+}
+
+/// Reads one figure of an interval line.
+type Reading = fn(&Interval) -> Option<f64>;
+
+fn rate_section(out: &mut String, run: &Run) {
+    out.push_str("<section id=\"rate\"><h2>Achieved rate against the target</h2>");
+    let all = run.send_intervals.iter().chain(&run.sink_intervals);
+    if all.clone().next().is_none() {
+        unknown(
+            out,
+            "No interval records: the run wrote only its summary (--interval 0) or is a search \
+             (its trials are below).",
+        );
+        out.push_str("</section>");
+        return;
+    }
+    let in_pps = all.clone().all(|i| i.pps.is_some());
+    let (value, format, unit): (Reading, fn(f64) -> String, &str) = if in_pps {
+        (|i| i.pps, pps, "packets per second")
+    } else {
+        (|i| i.bps, bits, "payload bits per second")
+    };
+    let line = |id, label: &str, color, intervals: &[Interval], what: &str| Series {
+        id,
+        label: label.into(),
+        color,
+        points: intervals
+            .iter()
+            .filter_map(|i| {
+                let v = value(i)?;
+                Some(Point {
+                    x: i.t,
+                    y: v,
+                    tip: format!("{what} at {:.3} s: {}", i.t, format(v)),
+                    verdict: None,
+                })
+            })
+            .collect(),
+        joined: true,
+        dashed: false,
+    };
+    let mut series = Vec::new();
+    let mut targets = 0;
+    if !run.send_intervals.is_empty() {
+        if in_pps {
+            let points: Vec<Point> = run
+                .send_intervals
+                .iter()
+                .filter_map(|i| {
+                    let v = target_at(run, i)?;
+                    Some(Point {
+                        x: i.t,
+                        y: v,
+                        tip: format!("target at {:.3} s: {}", i.t, pps(v)),
+                        verdict: None,
+                    })
+                })
+                .collect();
+            targets = points.len();
+            if !points.is_empty() {
+                series.push(Series {
+                    id: "target",
+                    label: "target".into(),
+                    color: GREY,
+                    points,
+                    joined: true,
+                    dashed: true,
+                });
+            }
+        }
+        series.push(line(
+            "sent",
+            "sent (sender)",
+            BLUE,
+            &run.send_intervals,
+            "sent",
+        ));
+    }
+    if !run.sink_intervals.is_empty() {
+        series.push(line(
+            "received",
+            "received (sink)",
+            GREEN,
+            &run.sink_intervals,
+            "received",
+        ));
+    }
+    out.push_str(&line_chart(&LineChart {
+        id: "rate-chart",
+        x: seconds_axis(),
+        y: Axis {
+            label: format!("rate ({unit})"),
+            format,
+            log: false,
+        },
+        series,
+        rules: Vec::new(),
+    }));
+    if targets == 0 {
+        unknown(
+            out,
+            if run.send_intervals.is_empty() {
+                "target: unknown; a sink does not know its senders' targets (see the senders' \
+                 own reports)"
+            } else if !in_pps {
+                "target: unknown in bit/s; this run's intervals give no packet rate"
+            } else {
+                "target: unknown; the run was unpaced (--rate max) or its JSON carries no \
+                 target_pps"
+            },
+        );
+    }
+    note(
+        out,
+        "One point per interval line, at the interval's end; sent is counted at the sender, \
+         received at the sink.",
+    );
+    out.push_str("</section>");
+}
+
+// ---- loss per interval --------------------------------------------------------------------
+
+fn loss_section(out: &mut String, run: &Run) {
+    out.push_str("<section id=\"loss\"><h2>Loss, reorder and duplicates per interval</h2>");
+    let sink = &run.sink_intervals;
+    let any = |f: fn(&Interval) -> Option<u64>| sink.iter().any(|i| f(i).is_some());
+    if sink.is_empty() || !(any(|i| i.lost) || any(|i| i.reordered) || any(|i| i.duplicates)) {
+        unknown(
+            out,
+            if sink.is_empty() {
+                "No sink interval records: the sink keeps these books; its own JSON (or a pair \
+                 run) has them. The sink's verdict for the whole run is in the totals above."
+            } else {
+                "The sink's interval records carry no loss, reorder or duplicate counts (a TCP \
+                 stream delivers in order, without loss, at this layer)."
+            },
+        );
+        out.push_str("</section>");
+        return;
+    }
+    let counts = |id, label: &str, color, f: fn(&Interval) -> Option<u64>| Series {
+        id,
+        label: label.into(),
+        color,
+        points: sink
+            .iter()
+            .filter_map(|i| {
+                let v = f(i)?;
+                Some(Point {
+                    x: i.t,
+                    y: v as f64,
+                    tip: format!(
+                        "{label} in the interval ending at {:.3} s: {}",
+                        i.t,
+                        group(v)
+                    ),
+                    verdict: None,
+                })
+            })
+            .collect(),
+        joined: true,
+        dashed: false,
+    };
+    out.push_str(&line_chart(&LineChart {
+        id: "loss-chart",
+        x: seconds_axis(),
+        y: Axis {
+            label: "packets in the interval".into(),
+            format: plain,
+            log: false,
+        },
+        series: vec![
+            counts("lost", "lost", RED, |i| i.lost),
+            counts("reordered", "reordered", AMBER, |i| i.reordered),
+            counts("duplicates", "duplicates", PURPLE, |i| i.duplicates),
+        ],
+        rules: Vec::new(),
+    }));
+    note(
+        out,
+        "Counted at the sink, per interval line; a gap is counted lost until its packets \
+         arrive late.",
+    );
+    out.push_str("</section>");
+}
+
+// ---- steps --------------------------------------------------------------------------------
+
+fn steps_section(out: &mut String, run: &Run) {
+    if run.steps.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"steps\"><h2>Per step: rate and the sink's verdict</h2>");
+    let categories: Vec<String> = run
+        .steps
+        .iter()
+        .map(|s| format!("step {}", s.number))
+        .collect();
+    let bars =
+        |id, label: &str, color, f: &dyn Fn(&Step) -> Option<f64>, fmt: fn(f64) -> String| Bars {
+            id,
+            label: label.into(),
+            color,
+            values: run
+                .steps
+                .iter()
+                .map(|s| f(s).map(|v| (v, format!("step {} {label}: {}", s.number, fmt(v)))))
+                .collect(),
+        };
+    out.push_str(&bar_chart(&BarChart {
+        id: "steps-rate-chart",
+        categories: categories.clone(),
+        x_label: "step".into(),
+        y: Axis {
+            label: "rate (packets per second)".into(),
+            format: pps,
+            log: false,
+        },
+        series: vec![
+            bars("step_target", "target", GREY, &|s| s.target_pps, pps),
+            bars("step_achieved", "achieved", BLUE, &|s| s.pps, pps),
+        ],
+    }));
+    let as_f64 = |v: Option<u64>| v.map(|v| v as f64);
+    out.push_str(&bar_chart(&BarChart {
+        id: "steps-loss-chart",
+        categories,
+        x_label: "step".into(),
+        y: Axis {
+            label: "packets in the step".into(),
+            format: plain,
+            log: false,
+        },
+        series: vec![
+            bars("step_lost", "lost", RED, &|s| as_f64(s.lost), plain),
+            bars(
+                "step_reordered",
+                "reordered",
+                AMBER,
+                &|s| as_f64(s.reordered),
+                plain,
+            ),
+            bars(
+                "step_duplicates",
+                "duplicates",
+                PURPLE,
+                &|s| as_f64(s.duplicates),
+                plain,
+            ),
+        ],
+    }));
+    out.push_str(
+        "<table class=\"steps\"><thead><tr><th>step</th><th>from (s)</th><th>to (s)</th>\
+         <th>target</th><th>achieved</th><th>sent</th><th>received</th><th>lost</th>\
+         <th>loss</th><th>reordered</th><th>duplicates</th></tr></thead><tbody>",
+    );
+    let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or_else(|| "unknown".into(), f);
+    for s in &run.steps {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s.number,
+            opt(s.start_s, seconds),
+            opt(s.end_s, seconds),
+            opt(s.target_pps, pps),
+            opt(s.pps, pps),
+            opt_count(s.tx_packets),
+            opt_count(s.rx_packets),
+            opt_count(s.lost),
+            opt(s.loss_ratio, percent),
+            opt_count(s.reordered),
+            opt_count(s.duplicates),
+        );
+    }
+    out.push_str("</tbody></table>");
+    note(
+        out,
+        "Each step's verdict is the sink's count for that step alone; a \"?\" in a chart is a \
+         value this run's JSON does not hold.",
+    );
+    out.push_str("</section>");
+}
+
+// ---- latency and jitter -------------------------------------------------------------------
+
+/// The order percentiles are drawn in: the key's stem (before `_ns`) and its label.
+const LATENCY_ORDER: [(&str, &str); 9] = [
+    ("min", "min"),
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p99", "p99"),
+    ("p999", "p99.9"),
+    ("p9999", "p99.99"),
+    ("max", "max"),
+    ("mean", "mean"),
+    ("stddev", "stddev"),
+];
+
+/// (label, nanoseconds, exact?) for each latency figure in a latency object, in order; the
+/// `_at_most` figures are histogram bucket bounds and labelled with ≤.
+fn latency_figures(latency: &Map<String, Value>) -> Vec<(String, Option<f64>)> {
+    let mut figures = Vec::new();
+    for (stem, label) in LATENCY_ORDER {
+        if let Some(v) = latency.get(&format!("{stem}_ns")) {
+            figures.push((label.to_string(), v.as_f64()));
+        } else if let Some(v) = latency.get(&format!("{stem}_ns_at_most")) {
+            figures.push((format!("{label} ≤"), v.as_f64()));
+        }
+    }
+    figures
+}
+
+/// A TCP sink's summary keeps its latency bounds at the top (`latency_p50_ns_le`): they are
+/// gathered into a latency object of `_ns_at_most` figures.
+fn tcp_latency(summary: &Map<String, Value>) -> Option<Map<String, Value>> {
+    let figures: Map<String, Value> = summary
+        .iter()
+        .filter_map(|(key, v)| {
+            let stem = key.strip_prefix("latency_")?.strip_suffix("_ns_le")?;
+            Some((format!("{stem}_ns_at_most"), v.clone()))
+        })
+        .collect();
+    (!figures.is_empty()).then_some(figures)
+}
+
+/// The latency object the page shows: the sink's over all senders, else the sink's verdict
+/// carried in a sender's summary. Returns it with where it came from.
+fn run_latency(run: &Run) -> Option<(Map<String, Value>, &'static str)> {
+    let sink = run.sink_summary.as_ref();
+    if let Some(l) = sink
+        .and_then(|s| s.get("latency"))
+        .and_then(Value::as_object)
+    {
+        return Some((l.clone(), "the sink's summary, all senders"));
+    }
+    if let Some(l) = sink.and_then(tcp_latency) {
+        return Some((l, "the TCP sink's summary (histogram bucket bounds)"));
+    }
+    run.send_summary
+        .as_ref()
+        .and_then(|s| s.get("sink"))
+        .and_then(Value::as_object)
+        .and_then(|s| s.get("latency"))
+        .and_then(Value::as_object)
+        .map(|l| {
+            (
+                l.clone(),
+                "the sink's verdict in the sender's summary (histogram bucket bounds)",
+            )
+        })
+}
+
+fn jitter_value(path: &str, v: &Value) -> String {
+    match v {
+        Value::Null => "unknown".into(),
+        v => match v.as_f64() {
+            Some(f) if path.ends_with("_ns") || path.contains("_ns_") => ns(f),
+            Some(f) => plain(f),
+            None => esc(&v.to_string()),
+        },
+    }
+}
+
+fn latency_section(out: &mut String, run: &Run) {
+    out.push_str("<section id=\"latency\"><h2>Latency and jitter</h2>");
+    let Some((latency, from)) = run_latency(run) else {
+        unknown(
+            out,
+            "latency: unknown; no summary in this JSON carries a latency object (the run \
+             ended before its summary, or its packets were too small for a timestamp).",
+        );
+        unknown(
+            out,
+            "jitter: unknown; no summary in this JSON carries jitter fields.",
+        );
+        out.push_str("</section>");
+        return;
+    };
+    let latency = &latency;
+    let figures = latency_figures(latency);
+    if figures.is_empty() || figures.iter().all(|(_, v)| v.is_none()) {
+        unknown(
+            out,
+            "latency: unknown; the latency object holds no figures (no packet carried a \
+             usable timestamp).",
+        );
+    } else {
+        out.push_str(&bar_chart(&BarChart {
+            id: "latency-chart",
+            categories: figures.iter().map(|(l, _)| l.clone()).collect(),
+            x_label: "percentile".into(),
+            y: Axis {
+                label: "one-way latency (log scale)".into(),
+                format: ns,
+                log: true,
+            },
+            series: vec![Bars {
+                id: "latency",
+                label: "one-way latency".into(),
+                color: BLUE,
+                values: figures
+                    .iter()
+                    .map(|(l, v)| v.map(|v| (v.max(1.0), format!("{l}: {}", ns(v)))))
+                    .collect(),
+            }],
+        }));
+        let count = count(latency, "count")
+            .map(|c| format!(" over {} samples", group(c)))
+            .unwrap_or_default();
+        note(out, &format!("From {from}{count}."));
+    }
+    let source = run.sink_summary.as_ref().or(run.send_summary.as_ref());
+    let mut jitter: Vec<(String, Value)> = source.map(jitter_fields).unwrap_or_default();
+    if jitter.is_empty() {
+        jitter = jitter_fields(latency);
+    }
+    let numeric: Vec<(String, f64)> = jitter
+        .iter()
+        .filter(|(p, _)| p.ends_with("_ns") || p.contains("_ns_"))
+        .filter_map(|(p, v)| Some((p.clone(), v.as_f64()?)))
+        .collect();
+    if jitter.is_empty() {
+        unknown(
+            out,
+            "jitter: unknown; this run's JSON carries no jitter fields (the ringblast that \
+             wrote it does not report jitter).",
+        );
+    } else {
+        if !numeric.is_empty() {
+            out.push_str(&bar_chart(&BarChart {
+                id: "jitter-chart",
+                categories: numeric.iter().map(|(p, _)| p.clone()).collect(),
+                x_label: "jitter field".into(),
+                y: Axis {
+                    label: "jitter (log scale)".into(),
+                    format: ns,
+                    log: true,
+                },
+                series: vec![Bars {
+                    id: "jitter",
+                    label: "jitter".into(),
+                    color: PURPLE,
+                    values: numeric
+                        .iter()
+                        .map(|(p, v)| Some((v.max(1.0), format!("{p}: {}", ns(*v)))))
+                        .collect(),
+                }],
+            }));
+        }
+        out.push_str("<table class=\"jitter\"><thead><tr><th>jitter field</th><th>value</th></tr></thead><tbody>");
+        for (path, v) in &jitter {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                esc(path),
+                jitter_value(path, v)
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    out.push_str("</section>");
+}
+
+// ---- senders ------------------------------------------------------------------------------
+
+fn latency_cell(entry: &Map<String, Value>, stem: &str) -> String {
+    let Some(latency) = entry.get("latency") else {
+        return "n/a".into();
+    };
+    let Some(latency) = latency.as_object() else {
+        return "unknown".into();
+    };
+    match (
+        latency.get(&format!("{stem}_ns")),
+        latency.get(&format!("{stem}_ns_at_most")),
+    ) {
+        (Some(v), _) => v.as_f64().map_or_else(|| "unknown".into(), ns),
+        (None, Some(v)) => v
+            .as_f64()
+            .map_or_else(|| "unknown".into(), |v| format!("≤ {}", ns(v))),
+        (None, None) => "n/a".into(),
+    }
+}
+
+fn jitter_cell(entry: &Map<String, Value>) -> String {
+    let found = jitter_fields(entry);
+    if found.is_empty() {
+        return "unknown".into();
+    }
+    found
+        .iter()
+        .map(|(p, v)| format!("{}: {}", esc(p), jitter_value(p, v)))
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
+fn senders_section(out: &mut String, run: &Run) {
+    out.push_str("<section id=\"senders\"><h2>Per sender</h2>");
+    let mut rows: Vec<(String, &Map<String, Value>)> = Vec::new();
+    if let Some(senders) = run
+        .sink_summary
+        .as_ref()
+        .and_then(|s| s.get("senders"))
+        .and_then(Value::as_array)
+    {
+        for s in senders.iter().filter_map(Value::as_object) {
+            let name = text_field(s, "name").unwrap_or("unnamed").to_string();
+            rows.push((name, s));
+        }
+    } else if let Some(send) = &run.send_summary
+        && let Some(sink) = send.get("sink").and_then(Value::as_object)
+    {
+        let name = text_field(send, "name").unwrap_or("this sender");
+        rows.push((format!("{name} (the sink's verdict)"), sink));
+    }
+    if rows.is_empty() {
+        unknown(
+            out,
+            "No per-sender books in this JSON: they are in the sink's summary (or, for one \
+             sender, in its summary's sink object); the run may have ended without one.",
+        );
+        out.push_str("</section>");
+        return;
+    }
+    out.push_str(
+        "<div class=\"wide\"><table class=\"senders\"><thead><tr><th>sender</th><th>received</th><th>rate</th>\
+         <th>lost</th><th>reordered</th><th>duplicates</th><th>kernel drops</th><th>late</th>\
+         <th>latency p50</th><th>p99</th><th>max</th><th>jitter</th><th>clock</th></tr></thead><tbody>",
+    );
+    for (name, s) in &rows {
+        let received = if s.contains_key("rx_packets") {
+            cell(s, "rx_packets", plain)
+        } else {
+            cell(s, "rx_records", plain)
+        };
+        let clock = s
+            .get("latency_clock")
+            .and_then(Value::as_object)
+            .and_then(|c| text_field(c, "kind"))
+            .unwrap_or("n/a");
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{received}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(name),
+            cell(s, "pps", pps),
+            cell(s, "rx_lost", plain),
+            cell(s, "rx_reordered", plain),
+            cell(s, "rx_duplicates", plain),
+            cell(s, "rx_kernel_drops", plain),
+            cell(s, "rx_late", plain),
+            latency_cell(s, "p50"),
+            latency_cell(s, "p99"),
+            latency_cell(s, "max"),
+            jitter_cell(s),
+            esc(clock),
+        );
+    }
+    out.push_str("</tbody></table></div>");
+    note(
+        out,
+        "n/a: not in this run's JSON; unknown: the run could not measure it. Latency with ≤ is a \
+         histogram bucket's upper bound.",
+    );
+    out.push_str("</section>");
+}
+
+// ---- search -------------------------------------------------------------------------------
+
+fn ratio_name(ratio: f64) -> String {
+    if ratio == 0.0 {
+        "NDR".into()
+    } else {
+        format!("PDR (loss ≤ {})", percent(ratio))
+    }
+}
+
+fn search_section(out: &mut String, run: &Run) {
+    if run.trials.is_empty() && run.search.is_empty() {
+        return;
+    }
+    out.push_str("<section id=\"search\"><h2>Search: the trial ladder, NDR and PDR</h2>");
+    let max_ratio = run.search.iter().map(|r| r.loss_ratio).fold(0.0, f64::max);
+    let points: Vec<Point> = run
+        .trials
+        .iter()
+        .filter_map(|t| {
+            let rate = t.rate_pps?;
+            let loss = t.loss_ratio;
+            let class = match loss {
+                Some(0.0) => "pass",
+                Some(l) if l <= max_ratio => "partial",
+                _ => "fail",
+            };
+            Some(Point {
+                x: t.number as f64,
+                y: rate,
+                tip: format!(
+                    "trial {} at {} for {}: lost {} of {} (loss {}){}",
+                    t.number,
+                    pps(rate),
+                    t.duration_s.map_or("unknown".into(), |d| format!("{d} s")),
+                    opt_count(t.lost),
+                    opt_count(t.offered),
+                    loss.map_or("unknown".into(), percent),
+                    if t.sender_limited {
+                        "; the sender could not keep the rate"
+                    } else {
+                        ""
+                    }
+                ),
+                verdict: Some(class),
+            })
+        })
+        .collect();
+    let mut rules = Vec::new();
+    for r in &run.search {
+        if let Some(lower) = r.lower_pps {
+            let ndr = r.loss_ratio == 0.0;
+            rules.push(Rule {
+                id: if ndr { "ndr" } else { "pdr" },
+                y: lower,
+                label: format!("{} {}", ratio_name(r.loss_ratio), pps(lower)),
+                color: if ndr { GREEN } else { AMBER },
+            });
+        }
+    }
+    if !points.is_empty() {
+        out.push_str(&line_chart(&LineChart {
+            id: "trials-chart",
+            x: Axis {
+                label: "trial".into(),
+                format: whole,
+                log: false,
+            },
+            y: Axis {
+                label: "offered rate (packets per second)".into(),
+                format: pps,
+                log: false,
+            },
+            series: vec![Series {
+                id: "trial_rate",
+                label: "trial rate (green: no loss, amber: within the PDR's loss, red: above)"
+                    .into(),
+                color: BLUE,
+                points,
+                joined: true,
+                dashed: false,
+            }],
+            rules,
+        }));
+    }
+    let _ = write!(
+        out,
+        "<table class=\"results\"><thead><tr><th>result</th><th>rate</th><th>bound above</th>\
+         <th>converged</th></tr></thead><tbody>"
+    );
+    for r in &run.search {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&ratio_name(r.loss_ratio)),
+            r.lower_pps
+                .map_or_else(|| "not found (every trial lost more)".into(), pps),
+            r.upper_pps.map_or_else(|| "unknown".into(), pps),
+            r.converged
+                .map_or("unknown", |c| if c { "yes" } else { "no" })
+        );
+    }
+    if run.search.is_empty() {
+        out.push_str(
+            "<tr><td colspan=\"4\" class=\"unknown\">unknown: no \"search\" line (the search \
+             did not finish)</td></tr>",
+        );
+    }
+    out.push_str("</tbody></table>");
+    out.push_str(
+        "<table class=\"trials\"><thead><tr><th>trial</th><th>rate</th><th>achieved</th>\
+         <th>length</th><th>offered</th><th>lost</th><th>loss</th></tr></thead><tbody>",
+    );
+    for t in &run.trials {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            t.number,
+            t.rate_pps.map_or_else(|| "unknown".into(), pps),
+            t.achieved_pps.map_or_else(|| "unknown".into(), pps),
+            t.duration_s
+                .map_or_else(|| "unknown".into(), |d| format!("{d} s")),
+            opt_count(t.offered),
+            opt_count(t.lost),
+            t.loss_ratio.map_or_else(|| "unknown".into(), percent),
+        );
+    }
+    out.push_str("</tbody></table></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::html_report::model::parse;
+
+    fn page(jsonl: &str) -> String {
+        render(&parse(jsonl, "run.jsonl").unwrap(), "t", "run.jsonl")
+    }
+
+    #[test]
+    fn jitter_is_drawn_when_present_and_unknown_when_null_or_absent() {
+        let with = page(
+            r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000,"jitter_ns":250,"jitter_p99_ns":null},"senders":[{"name":"a","rx_packets":5,"jitter_ns":120},{"name":"b","rx_packets":6}]}"#,
+        );
+        assert_eq!(
+            with.matches("class=\"pt\" data-series=\"jitter\"").count(),
+            1
+        );
+        assert!(with.contains("<td>latency.jitter_ns</td><td>250 ns</td>"));
+        assert!(with.contains("<td>latency.jitter_p99_ns</td><td>unknown</td>"));
+        assert!(with.contains("<td>jitter_ns: 120 ns</td>"), "{with}");
+        assert!(
+            with.contains("<td>unknown</td><td>n/a</td></tr>"),
+            "b: {with}"
+        );
+        let without = page(r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000}}"#);
+        assert!(without.contains("jitter: unknown"));
+        assert_eq!(without.matches("data-series=\"latency\" x=").count(), 1);
+    }
+
+    #[test]
+    fn a_sender_alone_shows_the_sinks_verdict_as_its_row_and_a_search_only_its_ladder() {
+        let send = page(
+            r#"{"type":"summary","role":"send","target_pps":1000,"sink":{"rx_packets":9,"rx_lost":1,"latency":{"p99_ns_at_most":2000000}}}"#,
+        );
+        assert!(
+            send.contains("this sender (the sink&#39;s verdict)"),
+            "{send}"
+        );
+        assert!(send.contains("≤ 2 ms"), "{send}");
+        let search = page(
+            r#"{"type":"trial","trial":1,"rate_pps":100,"loss_ratio":0.0}
+{"type":"search","results":[{"loss_ratio":0.0,"lower_pps":100,"upper_pps":null,"converged":false}]}"#,
+        );
+        assert!(search.contains("data-rule=\"ndr\""));
+        assert!(!search.contains("id=\"rate\""), "no empty run views");
+        assert!(search.contains("NDR</td><td>100 pps</td><td>unknown</td><td>no"));
+    }
+}
