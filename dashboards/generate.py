@@ -242,6 +242,24 @@ def per_sender_rows(layout):
         "reported as failed (its send errors); never counted as lost.", "pps",
         [(absent_as_zero(sender_rate("ringblast_rx_sender_unconfirmed_packets_total")), f"{legend} unconfirmed"),
          (absent_as_zero(sender_rate("ringblast_rx_sender_send_failed_packets_total")), f"{legend} send failed")]))
+    latency = "ringblast_rx_sender_latency_seconds_bucket"
+    jitter = "ringblast_rx_sender_jitter_seconds_bucket"
+    layout.add(timeseries(
+        "One-way latency per sender", "p50, p99 and p99.9 of each sender's one-way latency, interpolated from "
+        "its histogram (the sink's 1-2-5 cells). Clock-corrected samples only: a sender whose clock is unknown "
+        "has no line here (see its latency_unknown packets). RingblastSenderLatencyP99High fires when p99 stays "
+        "above 10 ms for 5 minutes.", "s",
+        [(f"histogram_quantile({q}, {summed_rate(latency, f'{by}, le', BY_SENDER)})", f"{legend} p{name}")
+         for q, name in (("0.5", "50"), ("0.99", "99"), ("0.999", "99.9"))]), width=12)
+    layout.add(timeseries(
+        "Jitter per sender (|D| of consecutive packets)", "RFC 3550 section 6.4.1's D: the difference between the "
+        "transit times of two consecutive packets of one session (one flow of one sender run), in arrival order, "
+        "as a distribution: p50, p99 and p99.9 from the jitter histogram, and the mean |D| (what RFC 3550's "
+        "smoothed J estimates). Clock-corrected samples only, like the latency.", "s",
+        [(f"histogram_quantile({q}, {summed_rate(jitter, f'{by}, le', BY_SENDER)})", f"{legend} p{name}")
+         for q, name in (("0.5", "50"), ("0.99", "99"), ("0.999", "99.9"))]
+        + [(f"{sender_rate('ringblast_rx_sender_jitter_seconds_sum')} / "
+            f"{sender_rate('ringblast_rx_sender_jitter_seconds_count')}", f"{legend} mean")]), width=12)
     layout.add(timeseries(
         "Active sessions per sender", "Sessions (epoch and flow) of each sender whose packets the sink is still "
         "counting; 0 once the sender said goodbye or went idle for --session-idle. A restart shows as a short "

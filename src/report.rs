@@ -8,8 +8,8 @@ use crate::{
     mem::MemoryPlacement,
     sink::registry::{RunVerdict, SenderRow},
     stats::{
-        ERRNO_CLASSES, ERRNO_LABELS, INVALID_LABELS, Latency, RxFlow, SessionCounters, TxFlow,
-        WorkerCounters,
+        ERRNO_CLASSES, ERRNO_LABELS, INVALID_LABELS, Jitter, Latency, RxFlow, SessionCounters,
+        TxFlow, WorkerCounters,
     },
 };
 
@@ -17,7 +17,7 @@ mod clock;
 mod sizes;
 mod text;
 pub(crate) use clock::latency_clock_json;
-use clock::{latency_text, sender_latency_json};
+use clock::{latency_text, sender_jitter_json, sender_latency_json};
 pub(crate) use sizes::{rx_sizes_json, tx_sizes_json};
 pub(crate) use text::{latency_hdr_json, queue_shares, sink_summary_line};
 
@@ -402,6 +402,7 @@ pub(crate) fn attach_verdict(
                     .collect(),
             );
             sink["latency"] = sender_latency_json(&v.latency, &v.clock);
+            sink["jitter"] = sender_jitter_json(&v.jitter, &v.clock);
             sink["latency_clock"] =
                 latency_clock_json(&v.clock, t.latency_unknown, t.latency_clamped);
             // The sink's size classes; null when it did not say (a sink before protocol 2).
@@ -420,7 +421,7 @@ pub(crate) fn attach_verdict(
                 t.duplicates,
                 t.kernel_drops,
                 t.send_failed,
-                latency_text(&v.latency, &v.clock),
+                latency_text(&v.latency, &v.jitter, &v.clock),
                 if v.refused > 0 {
                     format!(
                         ", {} arrived but not counted (the sink's session table was full: invalid table_full)",
@@ -457,6 +458,7 @@ pub(crate) fn senders_json(rows: &[SenderRow]) -> Value {
                 v["pps"] = json!(rate(r.counters.packets, active_s));
                 let latency = Latency::from_cells(&r.counters.latency_cells);
                 v["latency"] = sender_latency_json(&latency, &r.clock);
+                v["jitter"] = sender_jitter_json(&Jitter::of(&r.counters), &r.clock);
                 v["latency_clock"] = latency_clock_json(
                     &r.clock,
                     r.counters.latency_unknown,
@@ -488,7 +490,11 @@ pub(crate) fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
                 c.send_failed,
                 c.unconfirmed,
                 r.sessions,
-                latency_text(&Latency::from_cells(&c.latency_cells), &r.clock)
+                latency_text(
+                    &Latency::from_cells(&c.latency_cells),
+                    &Jitter::of(c),
+                    &r.clock
+                )
             )
         })
         .collect()

@@ -175,6 +175,15 @@ counter_set! {
         /// One-way latency observations per cell of [`LATENCY_BOUNDS_NS`] (corrected by the
         /// sender's clock offset; never a raw difference of two clocks).
         latency_cells: 20,
+        /// Sum of the one-way latency samples per cell, in ns (for the per-sender histogram).
+        latency_sum_ns: 20,
+        /// Jitter: |D| of RFC 3550 section 6.4.1, the difference between the corrected
+        /// transit times of two consecutive latency samples of one session, per cell of
+        /// [`LATENCY_BOUNDS_NS`] (a session's first sample, and its first after a new clock
+        /// correction, has no predecessor and gives none).
+        jitter_cells: 20,
+        /// Sum of |D| per cell, in ns.
+        jitter_sum_ns: 20,
         /// Full-header packets that gave no latency sample: no clock estimate for their sender.
         latency_unknown:,
         /// Latency samples whose corrected transit came out negative (the estimate's error),
@@ -183,6 +192,26 @@ counter_set! {
         /// Valid packets by the sink's size classes (`sink::sizes`; the last cell: other sizes).
         size_packets: 9,
     }
+}
+
+/// A session's jitter state: the corrected transit of its latest latency sample, in ns
+/// (signed: a transit the clock estimate's error made negative is kept as it is, so the
+/// difference stays true), or [`NO_TRANSIT`] before its first.
+pub(crate) const NO_TRANSIT: i64 = i64::MIN;
+
+/// Counts one latency sample's jitter into `counters`: |D| = |transit − previous transit|
+/// (RFC 3550 section 6.4.1: D(i,j) = (Rj − Ri) − (Sj − Si) = (Rj − Sj) − (Ri − Si)), into its
+/// cell and that cell's sum, when there is a previous transit; returns the transit to keep.
+/// Plain integer arithmetic: a subtraction, a cell lookup, two additions.
+#[inline]
+pub(crate) fn count_jitter(counters: &mut SessionCounters, previous: i64, transit: i64) -> i64 {
+    if previous != NO_TRANSIT {
+        let d = transit.abs_diff(previous);
+        let cell = latency_cell(d);
+        counters.jitter_cells[cell] += 1;
+        counters.jitter_sum_ns[cell] += d;
+    }
+    transit
 }
 
 /// The upper bound (ns) of the latency cell that holds quantile `q` of `cells`: the cells'
@@ -210,22 +239,71 @@ pub(crate) struct Latency {
     pub(crate) p50_ns: u64,
     /// 99th percentile.
     pub(crate) p99_ns: u64,
+    /// 99.9th percentile.
+    pub(crate) p999_ns: u64,
     /// Maximum.
     pub(crate) max_ns: u64,
 }
 
 impl Latency {
+    /// Each quantile bound the larger of the two (a true upper bound of the merged samples').
+    pub(crate) fn max(&self, other: &Latency) -> Latency {
+        Latency {
+            p50_ns: self.p50_ns.max(other.p50_ns),
+            p99_ns: self.p99_ns.max(other.p99_ns),
+            p999_ns: self.p999_ns.max(other.p999_ns),
+            max_ns: self.max_ns.max(other.max_ns),
+        }
+    }
+
     /// The quantiles of `cells`.
     pub(crate) fn from_cells(cells: &[u64; LATENCY_CELLS]) -> Latency {
         Latency {
             p50_ns: latency_quantile_bound(cells, 0.5),
             p99_ns: latency_quantile_bound(cells, 0.99),
+            p999_ns: latency_quantile_bound(cells, 0.999),
             max_ns: latency_quantile_bound(cells, 1.0),
         }
     }
 }
 
-impl SessionCounters {}
+/// A sender's jitter (|D| of consecutive packets of a session, RFC 3550 section 6.4.1): its
+/// quantiles at the cells' resolution, its mean and how many differences it holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Jitter {
+    /// Differences counted (0: no jitter known).
+    pub(crate) samples: u64,
+    /// Mean |D| in ns, rounded down (what RFC 3550's smoothed J estimates).
+    pub(crate) mean_ns: u64,
+    /// Quantiles as upper bounds of the cells that hold them.
+    pub(crate) bounds: Latency,
+}
+
+impl Jitter {
+    /// Adds another part's jitter (a stepped run's steps): the counts add, the mean is weighted
+    /// by them, and each quantile bound is the larger of the two (still a true upper bound).
+    pub(crate) fn merge(&mut self, other: &Jitter) {
+        let samples = self.samples + other.samples;
+        if samples > 0 {
+            self.mean_ns = ((u128::from(self.mean_ns) * u128::from(self.samples)
+                + u128::from(other.mean_ns) * u128::from(other.samples))
+                / u128::from(samples)) as u64;
+        }
+        self.samples = samples;
+        self.bounds = self.bounds.max(&other.bounds);
+    }
+
+    /// The jitter of these counters.
+    pub(crate) fn of(c: &SessionCounters) -> Jitter {
+        let samples: u64 = c.jitter_cells.iter().sum();
+        let sum: u64 = c.jitter_sum_ns.iter().sum();
+        Jitter {
+            samples,
+            mean_ns: sum.checked_div(samples).unwrap_or(0),
+            bounds: Latency::from_cells(&c.jitter_cells),
+        }
+    }
+}
 
 counter_set! {
     /// Per-worker engine and role counters.
@@ -322,6 +400,71 @@ mod tests {
         cells[latency_cell(5_000_000_000)] = 1;
         let l = Latency::from_cells(&cells);
         assert_eq!((l.p50_ns, l.p99_ns, l.max_ns), (2_000, 50_000, u64::MAX));
+        // 1000 samples: p99.9 is the 999th, p99 the 990th.
+        let mut cells = [0; LATENCY_CELLS];
+        cells[latency_cell(1_500)] = 990;
+        cells[latency_cell(8_000)] = 9;
+        cells[latency_cell(150_000)] = 1;
+        let l = Latency::from_cells(&cells);
+        assert_eq!(
+            (l.p50_ns, l.p99_ns, l.p999_ns, l.max_ns),
+            (2_000, 2_000, 10_000, 200_000)
+        );
+    }
+
+    /// RFC 3550 section 6.4.1 on a hand-built sequence: send times S, receive times R (the
+    /// receiver's clock 5 s ahead, corrected), D(i-1,i) = (Ri - Ri-1) - (Si - Si-1).
+    #[test]
+    fn jitter_is_rfc3550_d_of_consecutive_transits() {
+        let correction: i64 = 5_000_000_000;
+        let sent: [i64; 6] = [0, 20_000, 40_000, 60_000, 80_000, 100_000];
+        let received: [i64; 6] = [
+            5_000_050_000, // transit 50 us
+            5_000_072_000, // 52 us: |D| 2 us
+            5_000_089_000, // 49 us: |D| 3 us
+            5_000_109_000, // 49 us: |D| 0
+            5_000_330_000, // 250 us: |D| 201 us (a queue built up)
+            5_000_150_000, // 50 us: |D| 200 us
+        ];
+        let mut c = SessionCounters::default();
+        let mut previous = NO_TRANSIT;
+        let mut expected = Vec::new();
+        for i in 0..sent.len() {
+            let transit = received[i] - sent[i] - correction;
+            previous = count_jitter(&mut c, previous, transit);
+            if i > 0 {
+                let d = (received[i] - received[i - 1]) - (sent[i] - sent[i - 1]);
+                expected.push(d.unsigned_abs());
+            }
+        }
+        assert_eq!(expected, [2_000, 3_000, 0, 201_000, 200_000]);
+        let mut cells = [0; LATENCY_CELLS];
+        let mut sums = [0; LATENCY_CELLS];
+        for d in &expected {
+            cells[latency_cell(*d)] += 1;
+            sums[latency_cell(*d)] += d;
+        }
+        assert_eq!((c.jitter_cells, c.jitter_sum_ns), (cells, sums));
+        let j = Jitter::of(&c);
+        assert_eq!((j.samples, j.mean_ns), (5, 406_000 / 5));
+        assert_eq!(
+            (j.bounds.p50_ns, j.bounds.max_ns),
+            (5_000, 500_000),
+            "the median |D| 3 us is in the 2-5 us cell"
+        );
+        // A constant clock offset cancels in D: the same sequence uncorrected gives the same.
+        let mut raw = SessionCounters::default();
+        let mut previous = NO_TRANSIT;
+        for i in 0..sent.len() {
+            previous = count_jitter(&mut raw, previous, received[i] - sent[i]);
+        }
+        assert_eq!(raw.jitter_cells, c.jitter_cells);
+        // A transit made negative by the estimate's error is kept signed: D stays true.
+        let mut neg = SessionCounters::default();
+        let previous = count_jitter(&mut neg, NO_TRANSIT, -3_000);
+        count_jitter(&mut neg, previous, 4_000);
+        assert_eq!(Jitter::of(&neg).mean_ns, 7_000);
+        assert_eq!(Jitter::of(&SessionCounters::default()), Jitter::default());
     }
 
     #[test]

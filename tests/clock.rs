@@ -157,6 +157,16 @@ fn a_sink_5_s_ahead_reports_the_true_latency_and_the_offset() {
     assert_eq!(verdict["latency_clock"], row["latency_clock"], "{send}");
     assert_eq!(verdict["latency"], row["latency"], "{send}");
     assert!(u(&send, "control_rtt_ns") <= u(&row["latency_clock"], "control_rtt_ns"));
+    // Jitter is taken only from corrected samples, and a new estimate forgets the previous
+    // transit: no difference holds the 5 s offset or a change of its estimate.
+    let jitter = &row["jitter"];
+    assert!(
+        u(jitter, "samples") > 0 && u(jitter, "samples") < received,
+        "{row}"
+    );
+    assert!(u(jitter, "max_ns_at_most") < 1_000_000_000, "{row}");
+    assert!(jitter.get("max_ns_at_least").is_none(), "{row}");
+    assert_eq!(verdict["jitter"], row["jitter"], "{send}");
 }
 
 #[test]
@@ -196,6 +206,11 @@ fn without_a_control_channel_latency_is_unknown_not_zero() {
         "{clock}"
     );
     assert_eq!(u(clock, "latency_unknown_packets"), received, "{clock}");
+    assert_eq!(
+        row["jitter"],
+        Value::Null,
+        "no jitter without a clock either: {row}"
+    );
     assert_eq!(sink["latency"], Value::Null, "no corrected samples: {sink}");
     assert_eq!(send["sink"], Value::Null, "{send}");
     assert_eq!(send["control_rtt_ns"], Value::Null, "{send}");

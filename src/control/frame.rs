@@ -9,6 +9,7 @@
 //! Version 4 seals every frame after the handshake when a secret is set ([`super::seal`]): the
 //! payload is followed by the seal, and the length covers it. A sink with a secret refuses an
 //! older sender, whose frames carry no seal.
+//! Version 5 adds the Verdict's latency p99.9 and jitter (an older sender gets neither).
 //! The length is checked against [`MAX_FRAME`] before anything is allocated. [`decode`] is the
 //! one pure parser; [`read_frame`] (blocking, for the handshake) and [`FrameReader`] (resumable
 //! across read timeouts, for the long-lived loops) both feed it. Read timeouts are whatever the
@@ -24,7 +25,7 @@ use super::seal::{Breach, DirectionKey, SEAL_LEN};
 /// Largest value of the length field (version + type + payload), in bytes.
 pub(crate) const MAX_FRAME: usize = 256 * 1024;
 /// The protocol version this build speaks (and a sender writes).
-pub(crate) const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 5;
 /// The oldest version this build still reads and answers.
 pub(crate) const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;
@@ -406,10 +407,10 @@ mod tests {
             assert!(format!("{e:?}").starts_with(want), "cut {cut}: {e:?}");
         }
         let mut bad = bytes.clone();
-        bad[4] = 5;
-        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(5))));
-        // Version-1 to -3 frames (older senders) still read, and say their version.
-        for version in [1, 2, 3] {
+        bad[4] = 6;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(6))));
+        // Version-1 to -4 frames (older senders) still read, and say their version.
+        for version in [1, 2, 3, 4] {
             let mut old = bytes.clone();
             old[4] = version;
             let (_, v) = read_frame_versioned(&mut io::Cursor::new(old)).unwrap();

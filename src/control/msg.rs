@@ -275,12 +275,43 @@ pub(crate) struct Verdict {
     pub(crate) latency_p99_ns: u64,
     /// Largest latency.
     pub(crate) latency_max_ns: u64,
+    /// 99.9th percentile latency (protocol version 5; absent before, and 0 without samples,
+    /// like the others).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) latency_p999_ns: u64,
+    /// Jitter: |D| of consecutive packets (protocol version 5; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jitter: Option<Box<VerdictJitter>>,
     /// The sink's size classes of this sender's packets (protocol version 2; absent before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) sizes: Vec<SizeCount>,
     /// How the latency relates to the sender's clock (protocol version 3; absent before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) clock: Option<VerdictClock>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A sender's jitter in a [`Verdict`] (protocol version 5): RFC 3550 section 6.4.1's |D|,
+/// the difference between the transit times of consecutive packets of one session, over all
+/// its sessions; quantiles as upper bounds of the sink's latency cells, like the latency's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VerdictJitter {
+    /// Differences counted (0: no jitter known).
+    pub(crate) samples: u64,
+    /// Mean |D|, rounded down.
+    pub(crate) mean_ns: u64,
+    /// Median.
+    pub(crate) p50_ns: u64,
+    /// 99th percentile.
+    pub(crate) p99_ns: u64,
+    /// 99.9th percentile.
+    pub(crate) p999_ns: u64,
+    /// Largest.
+    pub(crate) max_ns: u64,
 }
 
 /// One size class of a [`Verdict`]: an exact payload length, or 0 for every other length.

@@ -64,6 +64,16 @@ pub(crate) fn install(addr: SocketAddr) -> Result<(), Error> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(names::RX_LATENCY.into()), &latency_buckets())
         .map_err(|e| Error::Usage(format!("latency buckets: {e}")))?
+        .set_buckets_for_metric(
+            Matcher::Full(names::RX_SENDER_LATENCY.into()),
+            &latency_buckets(),
+        )
+        .map_err(|e| Error::Usage(format!("latency buckets: {e}")))?
+        .set_buckets_for_metric(
+            Matcher::Full(names::RX_SENDER_JITTER.into()),
+            &latency_buckets(),
+        )
+        .map_err(|e| Error::Usage(format!("jitter buckets: {e}")))?
         .install_recorder()
         .map_err(|e| Error::Unsupported(format!("cannot start the metrics exporter: {e}")))?;
     http::spawn(listener, handle).map_err(|e| Error::io("starting the metrics threads", e))?;
@@ -126,7 +136,8 @@ pub(crate) fn series_count(shape: &Shape) -> usize {
         + LATENCY_SERIES
         + ring
         + 2;
-    let per_sender = 13;
+    // Counters and gauges, then the latency and jitter histograms.
+    let per_sender = 13 + 2 * LATENCY_SERIES;
     // The sink's size classes and `other`, packets and bytes.
     let rx_sizes = if shape.rx_queues > 0 {
         2 * (crate::sink::sizes::CLASSES + 1)
@@ -251,7 +262,8 @@ mod tests {
             memory_nodes: 1,
         };
         let n = check_cardinality(&shape, 10_000).unwrap();
-        assert!(n > 800 && n < 2000, "{n}");
+        // 65 senders × (13 series + a latency and a jitter histogram of 22 series each).
+        assert!(n > 65 * 57 && n < 65 * 57 + 1000, "{n}");
         let err = check_cardinality(&shape, 10).unwrap_err().to_string();
         assert!(err.contains("2 sender queues × 8 flows"), "{err}");
         assert!(err.contains("--max-series 10"), "{err}");

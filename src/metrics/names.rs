@@ -86,6 +86,8 @@ metrics! {
     RX_SENDER_SESSIONS = "ringblast_rx_sender_sessions_total", Counter, "sender", "Sessions (sender runs, epochs) seen from this sender: a restart adds one.";
     RX_SENDER_ACTIVE = "ringblast_rx_sender_active_sessions", Gauge, "sender", "Sessions of this sender with packets still being counted.";
     RX_SENDER_LATENCY_UNKNOWN = "ringblast_rx_sender_latency_unknown_packets_total", Counter, "sender", "This sender's packets with a send timestamp that gave no latency sample (no clock estimate).";
+    RX_SENDER_LATENCY = "ringblast_rx_sender_latency_seconds", Histogram, "sender", "This sender's one-way latency, corrected by its clock offset, in the sink's latency cells (clock-corrected samples only; none while its clock is unknown).";
+    RX_SENDER_JITTER = "ringblast_rx_sender_jitter_seconds", Histogram, "sender", "This sender's jitter: |D| of RFC 3550 section 6.4.1, the difference between the corrected transit times of two consecutive packets of one of its sessions, in arrival order (_sum / _count is the mean |D|; none while its clock is unknown).";
     RX_SENDER_CLOCK_OFFSET = "ringblast_rx_sender_clock_offset_seconds", Gauge, "sender", "The sink's clock minus this sender's (its latest run's): 0 on the same kernel, the control channel's estimate otherwise; NaN while unknown.";
     RX_SENDER_CLOCK_OFFSET_ERROR = "ringblast_rx_sender_clock_offset_error_seconds", Gauge, "sender", "Error bound of ringblast_rx_sender_clock_offset_seconds (half the control round trip, plus drift since); NaN while unknown.";
     RX_CONTROL_CONNECTIONS = "ringblast_rx_control_connections_total", Counter, "result", "Control connections to the sink, by outcome.";

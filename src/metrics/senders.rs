@@ -2,13 +2,55 @@
 //! appears (never by a worker), and set from the registry's books on every flush. The
 //! registry caps the names at `--max-senders` and books the rest as `sender="other"`. A
 //! sender's clock offset and its error bound are NaN while its clock is unknown (never 0).
+//! Its latency and jitter histograms take each flush's new observations per cell, recorded at
+//! their mean (which lies inside the cell's bucket), so bucket counts are exact and the sums
+//! exact up to float rounding; a sender whose clock is unknown has no samples, so no buckets
+//! move (never a number for an unknown).
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use metrics::{Counter, Gauge, counter, gauge};
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 
 use super::names::*;
-use crate::{latency_clock::LatencyClock, sink::registry::Registry};
+use crate::{
+    latency_clock::LatencyClock,
+    sink::registry::Registry,
+    stats::{LATENCY_CELLS, SessionCounters},
+};
+
+/// A histogram fed from monotonic cell counts and per-cell sums (ns).
+struct CellHistogram {
+    histogram: Histogram,
+    seen_cells: [u64; LATENCY_CELLS],
+    seen_sums: [u64; LATENCY_CELLS],
+}
+
+impl CellHistogram {
+    fn new(histogram: Histogram) -> CellHistogram {
+        CellHistogram {
+            histogram,
+            seen_cells: [0; LATENCY_CELLS],
+            seen_sums: [0; LATENCY_CELLS],
+        }
+    }
+
+    /// Records what the cells gained since the last call, each cell's new observations at
+    /// their mean. A cell below what was recorded records nothing.
+    fn update(&mut self, cells: &[u64; LATENCY_CELLS], sums: &[u64; LATENCY_CELLS]) {
+        for cell in 0..LATENCY_CELLS {
+            let count = cells[cell].saturating_sub(self.seen_cells[cell]);
+            let sum = sums[cell].saturating_sub(self.seen_sums[cell]);
+            if count > 0 {
+                self.histogram
+                    .record_many(sum as f64 / count as f64 / 1e9, count as usize);
+            }
+        }
+        // A dip (a session between a worker's close and the registry's drain) is not
+        // recorded again when it comes back.
+        self.seen_cells = std::array::from_fn(|i| self.seen_cells[i].max(cells[i]));
+        self.seen_sums = std::array::from_fn(|i| self.seen_sums[i].max(sums[i]));
+    }
+}
 
 struct SenderHandles {
     packets: Counter,
@@ -24,6 +66,8 @@ struct SenderHandles {
     latency_unknown: Counter,
     clock_offset: Gauge,
     clock_offset_error: Gauge,
+    latency: CellHistogram,
+    jitter: CellHistogram,
 }
 
 impl SenderHandles {
@@ -43,6 +87,8 @@ impl SenderHandles {
             latency_unknown: counter!(RX_SENDER_LATENCY_UNKNOWN, &l),
             clock_offset: gauge!(RX_SENDER_CLOCK_OFFSET, &l),
             clock_offset_error: gauge!(RX_SENDER_CLOCK_OFFSET_ERROR, &l),
+            latency: CellHistogram::new(histogram!(RX_SENDER_LATENCY, &l)),
+            jitter: CellHistogram::new(histogram!(RX_SENDER_JITTER, &l)),
         }
     }
 }
@@ -92,6 +138,12 @@ impl SenderSeries {
             let (offset, error) = clock_seconds(&row.clock);
             h.clock_offset.set(offset);
             h.clock_offset_error.set(error);
+            set_histograms(h, c);
         }
     }
+}
+
+fn set_histograms(h: &mut SenderHandles, c: &SessionCounters) {
+    h.latency.update(&c.latency_cells, &c.latency_sum_ns);
+    h.jitter.update(&c.jitter_cells, &c.jitter_sum_ns);
 }

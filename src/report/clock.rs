@@ -2,13 +2,15 @@
 //! cell bounds (`null` when there were no samples; a quantile in the open top cell has no upper
 //! bound and says `*_ns_at_least` instead), and the `latency_clock` object: the kind, the
 //! offset and its error bound, the control round trip, the packets without a sample and the
-//! samples clamped at 0, and, when unknown, why.
+//! samples clamped at 0, and, when unknown, why. Jitter (|D| of consecutive packets, RFC 3550
+//! section 6.4.1) is shown the same way, with its mean and count, and is unknown exactly when
+//! the latency is.
 
 use serde_json::{Map, Value, json};
 
 use crate::{
     latency_clock::{ClockKind, LatencyClock},
-    stats::{LATENCY_BOUNDS_NS, Latency},
+    stats::{Jitter, LATENCY_BOUNDS_NS, Latency},
 };
 
 /// Latency quantiles as upper bounds of the sink's latency cells; `null` without samples.
@@ -18,7 +20,12 @@ pub(super) fn latency_json(l: &Latency) -> Value {
     }
     let top = LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1];
     let mut out = Map::new();
-    for (name, ns) in [("p50", l.p50_ns), ("p99", l.p99_ns), ("max", l.max_ns)] {
+    for (name, ns) in [
+        ("p50", l.p50_ns),
+        ("p99", l.p99_ns),
+        ("p999", l.p999_ns),
+        ("max", l.max_ns),
+    ] {
         if ns > top {
             out.insert(format!("{name}_ns_at_most"), Value::Null);
             out.insert(format!("{name}_ns_at_least"), json!(top));
@@ -36,6 +43,18 @@ pub(super) fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
     } else {
         latency_json(l)
     }
+}
+
+/// A sender's jitter: its quantiles as `latency_json` gives them, plus `mean_ns` and
+/// `samples`; `null` when its clock is unknown or it gave no two consecutive samples.
+pub(super) fn sender_jitter_json(j: &Jitter, clock: &LatencyClock) -> Value {
+    if clock.kind == ClockKind::Unknown || j.samples == 0 {
+        return Value::Null;
+    }
+    let mut v = latency_json(&j.bounds);
+    v["mean_ns"] = json!(j.mean_ns);
+    v["samples"] = json!(j.samples);
+    v
 }
 
 /// The `latency_clock` object.
@@ -66,19 +85,44 @@ fn bound_text(ns: u64) -> String {
     }
 }
 
-/// `latency p50 <=50us p99 <=100us max <=1ms (clock offset +5.002s ±120us corrected)`, or
-/// `latency unknown (no clock estimate: ...)`.
-pub(super) fn latency_text(l: &Latency, clock: &LatencyClock) -> String {
+/// `latency p50 <=50us p99 <=100us p99.9 <=200us max <=1ms, jitter mean 812ns p50 <=1us
+/// p99 <=5us p99.9 <=10us max <=20us (clock offset +5.002s ±120us corrected)` (`jitter -`
+/// without two consecutive samples), or `latency unknown (no clock estimate: ...)`, which
+/// leaves the jitter unknown too.
+pub(super) fn latency_text(l: &Latency, j: &Jitter, clock: &LatencyClock) -> String {
     if clock.kind == ClockKind::Unknown {
         return format!("latency unknown {}", clock.text());
     }
+    let jitter = if j.samples == 0 {
+        "-".to_string()
+    } else {
+        format!(
+            "mean {} p50 {} p99 {} p99.9 {} max {}",
+            ns_text(j.mean_ns),
+            bound_text(j.bounds.p50_ns),
+            bound_text(j.bounds.p99_ns),
+            bound_text(j.bounds.p999_ns),
+            bound_text(j.bounds.max_ns)
+        )
+    };
     format!(
-        "latency p50 {} p99 {} max {} {}",
+        "latency p50 {} p99 {} p99.9 {} max {}, jitter {jitter} {}",
         bound_text(l.p50_ns),
         bound_text(l.p99_ns),
+        bound_text(l.p999_ns),
         bound_text(l.max_ns),
         clock.text()
     )
+}
+
+/// An exact duration for people: `812ns`, `45.2us`, `3.10ms`, `1.250s`.
+fn ns_text(ns: u64) -> String {
+    match ns {
+        n if n >= 1_000_000_000 => format!("{:.3}s", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2}ms", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1}us", n as f64 / 1e3),
+        n => format!("{n}ns"),
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +140,7 @@ mod tests {
         assert_eq!(
             v,
             json!({"p50_ns_at_most": 2000, "p99_ns_at_most": 50000,
+                "p999_ns_at_most": null, "p999_ns_at_least": 1_000_000_000u64,
                 "max_ns_at_most": null, "max_ns_at_least": 1_000_000_000u64})
         );
         assert!(!v.to_string().contains("18446744073709551615"));
@@ -122,7 +167,10 @@ mod tests {
         );
         assert_eq!(v["latency_unknown_packets"], 7);
         assert!(v["reason"].as_str().unwrap().contains("--control off"));
-        assert!(latency_text(&l, &unknown).starts_with("latency unknown (no clock estimate"));
+        assert!(
+            latency_text(&l, &Jitter::default(), &unknown)
+                .starts_with("latency unknown (no clock estimate")
+        );
         let c = LatencyClock::corrected(-5_000_000_000, 60_000, 120_000);
         let v = latency_clock_json(&c, 0, 1);
         assert_eq!(
@@ -132,9 +180,37 @@ mod tests {
                 "latency_unknown_packets": 0, "latency_clamped_packets": 1})
         );
         assert_eq!(
-            latency_text(&l, &c),
-            "latency p50 <=1us p99 <=1us max <=1us (clock offset -5.000s ±60us corrected)"
+            latency_text(&l, &Jitter::default(), &c),
+            "latency p50 <=1us p99 <=1us p99.9 <=1us max <=1us, jitter - (clock offset -5.000s ±60us corrected)"
         );
         assert_eq!(sender_latency_json(&l, &c)["max_ns_at_most"], 1000);
+    }
+
+    #[test]
+    fn jitter_is_shown_only_where_the_latency_is() {
+        let mut counters = crate::stats::SessionCounters::default();
+        counters.jitter_cells[latency_cell(800)] = 3;
+        counters.jitter_sum_ns[latency_cell(800)] = 2_400;
+        counters.jitter_cells[latency_cell(4_000)] = 1;
+        counters.jitter_sum_ns[latency_cell(4_000)] = 4_000;
+        let j = Jitter::of(&counters);
+        let same = LatencyClock::same_clock();
+        assert_eq!(
+            sender_jitter_json(&j, &same),
+            json!({"p50_ns_at_most": 1000, "p99_ns_at_most": 5000, "p999_ns_at_most": 5000,
+                "max_ns_at_most": 5000, "mean_ns": 1600, "samples": 4})
+        );
+        assert_eq!(
+            sender_jitter_json(&j, &LatencyClock::default()),
+            Value::Null
+        );
+        assert_eq!(sender_jitter_json(&Jitter::default(), &same), Value::Null);
+        let mut cells = [0; LATENCY_CELLS];
+        cells[latency_cell(40_000)] = 4;
+        let text = latency_text(&Latency::from_cells(&cells), &j, &same);
+        assert_eq!(
+            text,
+            "latency p50 <=50us p99 <=50us p99.9 <=50us max <=50us, jitter mean 1.6us p50 <=1us p99 <=5us p99.9 <=5us max <=5us (same clock)"
+        );
     }
 }

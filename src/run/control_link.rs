@@ -15,7 +15,7 @@ use super::{
     roles::{SenderSet, SinkSet},
     verdict::{
         AskSink, GOODBYE_WAIT, flow_verdict, hello_clock, in_process_clock, progress_of,
-        reports_of, run_verdict, verdict_clock,
+        reports_of, run_verdict, verdict_clock, verdict_jitter,
     },
 };
 use crate::{
@@ -329,6 +329,8 @@ impl SinkBooks for Books {
             latency_p50_ns: v.latency.p50_ns,
             latency_p99_ns: v.latency.p99_ns,
             latency_max_ns: v.latency.max_ns,
+            latency_p999_ns: v.latency.p999_ns,
+            jitter: Some(Box::new(verdict_jitter(&v.jitter))),
             sizes: v
                 .sizes
                 .iter()

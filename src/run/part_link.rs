@@ -34,7 +34,7 @@ use crate::{
         registry::{self, FlowReport, Registry, RunVerdict},
         sizes::ClassCount,
     },
-    stats::Latency,
+    stats::{Jitter, Latency},
 };
 
 /// How often the thread looks for a settled part.
@@ -194,17 +194,17 @@ pub(crate) fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
         for c in &v.sizes {
             ClassCount::merge(&mut run.sizes, c);
         }
-        run.latency = Latency {
-            p50_ns: run.latency.p50_ns.max(v.latency.p50_ns),
-            p99_ns: run.latency.p99_ns.max(v.latency.p99_ns),
-            max_ns: run.latency.max_ns.max(v.latency.max_ns),
-        };
+        run.latency = run.latency.max(&v.latency);
+        run.jitter.merge(&v.jitter);
     }
     run.sizes.sort_by_key(|c| (c.payload.is_none(), c.payload));
     // Each step is its own run with its own estimate: the run's is the latest known one.
     run.clock = LatencyClock::latest(clocks);
     if run.totals.latency_cells.iter().any(|&n| n > 0) {
         run.latency = Latency::from_cells(&run.totals.latency_cells);
+    }
+    if run.totals.jitter_cells.iter().any(|&n| n > 0) {
+        run.jitter = Jitter::of(&run.totals);
     }
     Ok((session, run))
 }

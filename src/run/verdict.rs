@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use crate::{
     clock,
-    control::msg::{FlowProgress, FlowVerdict, Hello, Verdict, VerdictClock},
+    control::msg::{FlowProgress, FlowVerdict, Hello, Verdict, VerdictClock, VerdictJitter},
     latency_clock::{ClockKind, LatencyClock, NO_ESTIMATE_YET},
     sink::{
         registry::{FlowReport, RunVerdict},
         sizes::ClassCount,
     },
-    stats::{Latency, SessionCounters},
+    stats::{Jitter, Latency, SessionCounters},
 };
 
 /// The sink's session name and its books for one sender run, or why none came.
@@ -129,6 +129,32 @@ pub(crate) fn counters_of(f: &FlowVerdict) -> SessionCounters {
     }
 }
 
+/// A run's jitter as a verdict carries it.
+pub(crate) fn verdict_jitter(j: &Jitter) -> VerdictJitter {
+    VerdictJitter {
+        samples: j.samples,
+        mean_ns: j.mean_ns,
+        p50_ns: j.bounds.p50_ns,
+        p99_ns: j.bounds.p99_ns,
+        p999_ns: j.bounds.p999_ns,
+        max_ns: j.bounds.max_ns,
+    }
+}
+
+/// The jitter a verdict carries (none from a sink older than protocol version 5).
+fn jitter_of(v: Option<&VerdictJitter>) -> Jitter {
+    v.map_or_else(Jitter::default, |j| Jitter {
+        samples: j.samples,
+        mean_ns: j.mean_ns,
+        bounds: Latency {
+            p50_ns: j.p50_ns,
+            p99_ns: j.p99_ns,
+            p999_ns: j.p999_ns,
+            max_ns: j.max_ns,
+        },
+    })
+}
+
 pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
     let mut totals = counters_of(&v.totals);
     if let Some(c) = &v.clock {
@@ -142,8 +168,15 @@ pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
         latency: Latency {
             p50_ns: v.latency_p50_ns,
             p99_ns: v.latency_p99_ns,
+            // A sink older than protocol version 5 gives no p99.9 (0): it lies between the
+            // p99 and the max, so the max is the true upper bound it can be given.
+            p999_ns: match v.latency_p999_ns {
+                0 => v.latency_max_ns,
+                p999 => p999,
+            },
             max_ns: v.latency_max_ns,
         },
+        jitter: jitter_of(v.jitter.as_deref()),
         sizes: v
             .sizes
             .iter()

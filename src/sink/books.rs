@@ -34,6 +34,13 @@
 //! signed arithmetic; one still negative (the estimate's error) is taken as 0 and counted as
 //! clamped. A session without a correction takes no sample and counts the packet as
 //! `latency_unknown`: a raw difference of two clocks would be their offset, not a latency.
+//!
+//! **Jitter** is counted in the same step, from the same corrected transit: |D| of RFC 3550
+//! section 6.4.1, the difference between this sample's transit and the session's previous
+//! one (in arrival order), into a cell and that cell's sum. A session without a correction
+//! gives no jitter either, though D would cancel a constant offset: the rule is one for every
+//! latency figure, and an estimate that changes would not be constant. So a new correction
+//! also forgets the previous transit (the difference across it would hold the change).
 
 use std::net::SocketAddr;
 
@@ -43,7 +50,7 @@ use crate::{
         header::extend_seq,
         seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
     },
-    stats::{RxFlow, SessionCounters, latency_cell},
+    stats::{NO_TRANSIT, RxFlow, SessionCounters, count_jitter, latency_cell},
 };
 
 /// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
@@ -51,8 +58,9 @@ use crate::{
 pub(crate) const MAX_SEND_LAG: u64 = WINDOW / 2;
 /// Bytes of memory one session takes (tracker bitmap included).
 pub(crate) const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
-// docs/pairing.md states about 2.6 KiB per session (2.5 KiB before the size classes): keep it true.
-const _: () = assert!(SESSION_BYTES <= 2_700);
+// docs/pairing.md states about 3.1 KiB per session (2.6 KiB before the per-sender latency sums
+// and jitter cells, 2.5 KiB before the size classes): keep it true.
+const _: () = assert!(SESSION_BYTES <= 3_200);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
 /// Epochs whose clock correction waits for sessions still to come (the oldest is overwritten).
@@ -87,6 +95,8 @@ struct Session {
     progress: Option<(u64, u64)>,
     /// The sink's clock minus the sender's, in ns; `None`: unknown, no latency samples.
     correction: Option<i64>,
+    /// The corrected transit of its latest latency sample, for jitter ([`NO_TRANSIT`]: none).
+    last_transit: i64,
     /// Its sender run said hello (it holds no unannounced slot).
     announced: bool,
     dirty: bool,
@@ -221,6 +231,7 @@ impl Books {
                     last_ns: 0,
                     progress: None,
                     correction: None,
+                    last_transit: NO_TRANSIT,
                     announced: false,
                     dirty: false,
                 })
@@ -412,6 +423,7 @@ impl Books {
         s.source = source;
         s.progress = None;
         s.correction = correction;
+        s.last_transit = NO_TRANSIT;
         s.announced = announced;
         s.dirty = true;
         self.unannounced_live += usize::from(!announced);
@@ -508,6 +520,9 @@ impl Books {
                 let ns = transit.clamp(0, i128::from(u64::MAX)) as u64;
                 let cell = latency_cell(ns);
                 s.counters.latency_cells[cell] += 1;
+                s.counters.latency_sum_ns[cell] += ns;
+                let signed = transit.clamp(i128::from(i64::MIN + 1), i128::from(i64::MAX)) as i64;
+                s.last_transit = count_jitter(&mut s.counters, s.last_transit, signed);
                 let clamped = transit < 0;
                 s.counters.latency_clamped += u64::from(clamped);
                 LatencySample::Delay { ns, cell, clamped }
@@ -574,8 +589,9 @@ impl Books {
             ToWorker::Clock { epoch, correction } => {
                 for &slot in &self.live {
                     let s = &mut self.sessions[slot as usize];
-                    if s.key.epoch == epoch {
+                    if s.key.epoch == epoch && s.correction != Some(correction) {
                         s.correction = Some(correction);
+                        s.last_transit = NO_TRANSIT;
                     }
                 }
                 match self.clocks.iter().position(|(e, _)| *e == epoch) {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::sink::mailbox::FromWorker;
-use crate::stats::{Latency, latency_cell};
+use crate::stats::{Jitter, Latency, latency_cell};
 
 fn key(epoch: u32, flow: u32) -> SessionKey {
     SessionKey { epoch, flow }
@@ -532,6 +532,58 @@ fn latency_is_corrected_by_its_sessions_clock_and_unknown_without_one() {
     );
     assert_eq!(flow0.latency_cells.iter().sum::<u64>(), 3);
     assert_eq!(flow0.latency_cells[latency_cell(40_000)], 1);
+}
+
+#[test]
+fn jitter_is_d_of_consecutive_samples_per_session_and_never_without_a_clock() {
+    let mailbox = Mailbox::new(8);
+    let mut b = Books::new(8, 4, false);
+    // Flow 0's packets 10 us apart, transits 40, 43, 41, 41 us; flow 1's interleaved, 90 and
+    // 70 us: each session differences only its own.
+    let at = |flow, seq: u64, transit: u64| Packet {
+        sent_ns: SENT + seq * 10_000,
+        now_real_ns: SENT + seq * 10_000 + transit,
+        ..packet(7, flow, seq, 0)
+    };
+    // Unknown clock: no latency, no jitter (two unknown samples give no D either).
+    b.record(at(0, 0, 40_000)).unwrap();
+    b.record(at(0, 1, 43_000)).unwrap();
+    clock(&mut b, &mailbox, 7, 0);
+    for (flow, seq, transit) in [
+        (0, 2, 40_000),
+        (1, 0, 90_000),
+        (0, 3, 43_000),
+        (1, 1, 70_000),
+        (0, 4, 41_000),
+        (0, 5, 41_000),
+    ] {
+        b.record(at(flow, seq, transit)).unwrap();
+    }
+    // The same correction again changes nothing; a new one forgets the previous transit (a
+    // D across it would hold the change), so the next sample gives no D.
+    clock(&mut b, &mailbox, 7, 0);
+    b.record(at(0, 6, 44_000)).unwrap();
+    clock(&mut b, &mailbox, 7, -1_000_000);
+    b.record(at(0, 7, 44_000)).unwrap();
+    b.record(at(0, 8, 45_000)).unwrap();
+    b.sweep(None, &mailbox);
+    let c = closed(&mailbox);
+    let flow = |n: u64| c.iter().find(|s| s.packets == n).unwrap();
+    // Flow 0: D = 3, 2, 0, 3 us before the new correction, 1 us after it.
+    let j0 = Jitter::of(flow(9));
+    assert_eq!(flow(9).latency_unknown, 2);
+    assert_eq!((j0.samples, j0.mean_ns), (5, 9_000 / 5), "{j0:?}");
+    assert_eq!(flow(9).jitter_cells[latency_cell(3_000)], 2);
+    assert_eq!(flow(9).jitter_cells[latency_cell(0)], 2, "0 and 1 us");
+    // Flow 1: one D of 20 us.
+    let j1 = Jitter::of(flow(2));
+    assert_eq!(
+        (j1.samples, j1.mean_ns, j1.bounds.max_ns),
+        (1, 20_000, 20_000)
+    );
+    // The latency sums are the samples' own.
+    let sum: u64 = flow(2).latency_sum_ns.iter().sum();
+    assert_eq!(sum, 160_000);
 }
 
 #[test]

@@ -26,7 +26,7 @@ use super::{
 use crate::{
     clock,
     latency_clock::LatencyClock,
-    stats::{Latency, SessionCounters},
+    stats::{Jitter, Latency, SessionCounters},
 };
 
 /// A session younger than this whose sender has not said hello yet is not attributed to its
@@ -74,6 +74,8 @@ pub(crate) struct RunVerdict {
     pub(crate) complete: bool,
     /// One-way latency of this sender's packets (the sink's latency cells' resolution).
     pub(crate) latency: Latency,
+    /// Jitter of this sender's packets (|D| of consecutive packets of each of its sessions).
+    pub(crate) jitter: Jitter,
     /// The sink's size classes of this sender's packets (empty when the sink did not say).
     pub(crate) sizes: Vec<ClassCount>,
     /// How its latency relates to its clock.
@@ -427,6 +429,7 @@ impl Registry {
                     verdict.flows.push((f.flow, counters));
                 }
                 verdict.latency = Latency::from_cells(&verdict.totals.latency_cells);
+                verdict.jitter = Jitter::of(&verdict.totals);
                 verdict.clock = inner
                     .epochs
                     .get(&epoch)

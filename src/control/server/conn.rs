@@ -343,6 +343,11 @@ fn session(
                 if version < 3 {
                     verdict.clock = None;
                 }
+                // p99.9 and jitter are version 5.
+                if version < 5 {
+                    verdict.latency_p999_ns = 0;
+                    verdict.jitter = None;
+                }
                 return match channel.send(&mut &*stream, &Message::Verdict(verdict)) {
                     Ok(()) => true,
                     Err(e) => {

@@ -25,6 +25,8 @@ fn end_to_end_hello_progress_verdict() {
         ("sink-1", "tx-1", 7, 10)
     );
     assert_eq!(v.sizes.len(), 1, "version 2 carries the size classes");
+    assert_eq!(v.latency_p999_ns, 7, "version 5 carries the p99.9");
+    assert_eq!(v.jitter.map(|j| j.samples), Some(9), "and the jitter");
     assert_eq!(s.server.stats().authenticated.load(Ordering::Relaxed), 1);
     s.server.stop();
 }
@@ -56,7 +58,7 @@ fn a_search_runs_its_epochs_on_one_connection_one_hello_and_verdict_each() {
 #[test]
 fn older_senders_are_answered_in_their_version_without_its_later_fields() {
     use crate::control::frame::{read_frame_versioned, write_frame_as};
-    for version in [1u8, 2] {
+    for version in [1u8, 2, 3, 4] {
         let s = sink(None);
         let mut raw = TcpStream::connect(s.server.local_addr()).unwrap();
         raw.set_read_timeout(Some(WAIT)).unwrap();
@@ -84,7 +86,12 @@ fn older_senders_are_answered_in_their_version_without_its_later_fields() {
         };
         assert_eq!(verdict.totals.rx_packets, 10);
         assert_eq!(verdict.sizes.is_empty(), version < 2, "{verdict:?}");
-        assert!(verdict.clock.is_none(), "version {version}: {verdict:?}");
+        assert_eq!(verdict.clock.is_none(), version < 3, "{verdict:?}");
+        assert_eq!(
+            (verdict.latency_p999_ns, verdict.jitter.is_none()),
+            (0, true),
+            "version {version}: {verdict:?}"
+        );
         s.server.stop();
     }
 }

@@ -188,6 +188,6 @@ fn a_sink_with_a_secret_names_the_version_an_older_or_newer_sender_needs() {
     assert!(matches!(e, AuthError::TooNew(9)), "{e}");
     assert_eq!(
         reason,
-        "the sender speaks control protocol version 9, this sink versions 1 to 4: upgrade the sink"
+        "the sender speaks control protocol version 9, this sink versions 1 to 5: upgrade the sink"
     );
 }

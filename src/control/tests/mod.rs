@@ -65,6 +65,15 @@ impl SinkBooks for Books {
                 latency_clamped_packets: 0,
                 reason: None,
             }),
+            latency_p999_ns: 7,
+            jitter: Some(Box::new(crate::control::msg::VerdictJitter {
+                samples: 9,
+                mean_ns: 400,
+                p50_ns: 1_000,
+                p99_ns: 1_000,
+                p999_ns: 1_000,
+                max_ns: 1_000,
+            })),
             ..Default::default()
         }
     }
@@ -285,6 +294,15 @@ pub(crate) fn samples() -> Vec<Message> {
             latency_p50_ns: 1,
             latency_p99_ns: 2,
             latency_max_ns: 3,
+            latency_p999_ns: 3,
+            jitter: Some(Box::new(crate::control::msg::VerdictJitter {
+                samples: 9,
+                mean_ns: 700,
+                p50_ns: 1_000,
+                p99_ns: 2_000,
+                p999_ns: 2_000,
+                max_ns: 2_000,
+            })),
             sizes: vec![SizeCount {
                 payload: 64,
                 packets: 2,
