@@ -108,7 +108,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let lines: Vec<Value> = stdout
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(common::schema::record)
         .collect();
     let last = lines.last().unwrap();
     assert_eq!(
@@ -227,7 +227,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--max-time ran out"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let last = common::schema::records(&stdout).pop().unwrap();
     assert_eq!(last["type"], "search", "{stdout}");
     let results = last["results"].as_array().unwrap();
     assert_eq!(results.len(), 2, "every ratio is reported: {last}");
@@ -333,7 +333,7 @@ fn with_metrics_each_trial_serves_its_step_verdict_while_it_lingers() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let first: Value = stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(common::schema::parsed)
         .find(|v| v["type"] == "trial")
         .unwrap_or_else(|| panic!("no trial line: {stdout}"));
     let step = |result: &str| {

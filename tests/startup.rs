@@ -59,7 +59,7 @@ fn check_startup() -> (f64, f64) {
     assert!(status.success(), "{stderr}");
     let lines: Vec<serde_json::Value> = stdout
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(common::schema::record)
         .collect();
     let find = |role: &str| {
         lines
