@@ -128,7 +128,10 @@ fn every_record_type_appears_in_real_output_and_follows_the_schema() {
 
     let version = schema::version();
     for v in &seen {
-        assert_eq!(v["schema"], version, "every record carries its version: {v}");
+        assert_eq!(
+            v["schema"], version,
+            "every record carries its version: {v}"
+        );
     }
     let kinds: BTreeSet<String> = seen.iter().map(kind).collect();
     for want in [
@@ -179,7 +182,11 @@ fn real_records() -> (Value, Value, Value) {
     assert_ok(&out);
     let all = records(&out);
     let find = |k: &str| all.iter().find(|v| kind(v) == k).cloned().unwrap();
-    (find("summary/send"), find("summary/sink"), find("step/send"))
+    (
+        find("summary/send"),
+        find("summary/sink"),
+        find("step/send"),
+    )
 }
 
 #[test]
@@ -192,7 +199,9 @@ fn the_validator_rejects_records_that_break_the_schema() {
         ("another version", send.clone(), |v| {
             v["schema"] = json!("ringblast/0");
         }),
-        ("an unknown type", send.clone(), |v| v["type"] = json!("bogus")),
+        ("an unknown type", send.clone(), |v| {
+            v["type"] = json!("bogus")
+        }),
         ("no tx_packets", send.clone(), |v| {
             v.as_object_mut().unwrap().remove("tx_packets");
         }),

@@ -106,10 +106,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(common::schema::record)
-        .collect();
+    let lines: Vec<Value> = stdout.lines().map(common::schema::record).collect();
     let last = lines.last().unwrap();
     assert_eq!(
         last["type"], "search",
