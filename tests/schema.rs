@@ -189,10 +189,13 @@ fn real_records() -> (Value, Value, Value) {
     )
 }
 
+/// A change that breaks a valid record.
+type Break = fn(&mut Value);
+
 #[test]
 fn the_validator_rejects_records_that_break_the_schema() {
     let (send, sink, step) = real_records();
-    let broken: Vec<(&str, Value, fn(&mut Value))> = vec![
+    let broken: Vec<(&str, Value, Break)> = vec![
         ("no version", send.clone(), |v| {
             v.as_object_mut().unwrap().remove("schema");
         }),
