@@ -76,6 +76,7 @@ expected=(
   /usr/share/doc/ringblast/docs/traffic.md
   /usr/share/doc/ringblast/docs/metrics.md
   /usr/share/ringblast/dashboards/ringblast.json
+  /usr/share/ringblast/schema/ringblast-1.schema.json
   /usr/share/ringblast/prometheus/rules.yml
   /usr/share/ringblast/prometheus/prometheus.yml
   /usr/lib/x86_64-linux-gnu/wireshark/plugins/ringblast.lua
@@ -86,6 +87,8 @@ for path in "${expected[@]}"; do
   [[ -s $path ]] || die "$path is missing or empty after dpkg -i"
 done
 cmp -s deploy/prometheus/rules.yml /usr/share/ringblast/prometheus/rules.yml || die "installed rules.yml differs from deploy/"
+cmp -s docs/schema/ringblast-1.schema.json /usr/share/ringblast/schema/ringblast-1.schema.json ||
+  die "installed ringblast-1.schema.json differs from docs/schema/"
 
 step "installed binary"
 got=$(/usr/bin/ringblast --version)
@@ -93,13 +96,17 @@ got=$(/usr/bin/ringblast --version)
 echo "  $got"
 /usr/bin/ringblast pair --duration 1s --rate 20kpps --no-metrics --json --interval 0 >"$work/pair.json" 2>"$work/pair.err" ||
   { cat "$work/pair.err"; die "/usr/bin/ringblast pair failed"; }
-python3 - "$work/pair.json" <<'PY' || die "the installed binary's pair run did not deliver"
+python3 - "$work/pair.json" /usr/share/ringblast/schema/ringblast-1.schema.json <<'PY' || die "the installed binary's pair run did not deliver or broke the installed JSON Schema"
 import json, sys
+import jsonschema
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+schema = jsonschema.Draft202012Validator(json.load(open(sys.argv[2])))
+for r in rows:
+    schema.validate(r)
 s = {r["role"]: r for r in rows if r.get("type") == "summary"}
 tx, rx = s["send"]["tx_packets"], s["sink"]["rx_packets"]
 assert tx > 0 and rx == tx and s["sink"]["rx_lost"] == 0, (tx, rx, s["sink"]["rx_lost"])
-print(f"  pair: {tx} packets sent, {rx} received, 0 lost")
+print(f"  pair: {tx} packets sent, {rx} received, 0 lost; {len(rows)} JSON lines follow the installed schema")
 PY
 
 step "completions and man pages"

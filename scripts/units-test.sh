@@ -232,7 +232,9 @@ summary "$SEND" >"$W/send.json"
 python3 - "$W/send.json" "$((out1 - out0))" "$((in1 - in0))" "$((rcvbuf1 - rcvbuf0))" "$((sndbuf1 - sndbuf0))" \
   "$((noports1 - noports0))" <<'PY' || die "the counted session does not match the kernel's counters"
 import json, sys
+import jsonschema
 s = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator(json.load(open("docs/schema/ringblast-1.schema.json"))).validate(s)
 out_d, in_d, rcvbuf, sndbuf, noports = map(int, sys.argv[2:])
 sink = s["sink"]
 checks = [
@@ -274,7 +276,9 @@ stopped_clean "$SINK"
 summary "$SINK" >"$W/sink.json"
 python3 - "$W/sink.json" "$in_all" "$rcvbuf_all" <<'PY' || die "the sink's summary does not match the kernel's counters"
 import json, sys
+import jsonschema
 s = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator(json.load(open("docs/schema/ringblast-1.schema.json"))).validate(s)
 in_all, rcvbuf_all = int(sys.argv[2]), int(sys.argv[3])
 checks = [
     ("sink summary rx_packets = kernel Udp InDatagrams since start", s["rx_packets"], in_all),

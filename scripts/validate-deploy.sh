@@ -520,6 +520,10 @@ def snmp(name):
 before, after = snmp("snmp.before"), snmp("snmp.after")
 kernel = {k: after[k] - before[k] for k in ("OutDatagrams", "InDatagrams", "RcvbufErrors")}
 lines = [json.loads(l) for l in open(f"{work}/pair.json") if l.startswith("{")]
+import jsonschema
+schema = jsonschema.Draft202012Validator(json.load(open("docs/schema/ringblast-1.schema.json")))
+for v in lines:
+    schema.validate(v)
 summary = {v["role"]: v for v in lines if v.get("type") == "summary"}
 send, sink = summary["send"], summary["sink"]
 tx, rx = send["tx_packets"], sink["rx_packets"]

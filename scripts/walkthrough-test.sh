@@ -327,7 +327,9 @@ printf '%s\n' "$verdict" >"$W/verdict.json"
 python3 - "$W/verdict.json" "$((load_out1 - load_out0))" "$((load_sndbuf1 - load_sndbuf0))" \
   "$((sink_in1 - sink_in0))" "$((sink_rcvbuf1 - sink_rcvbuf0))" <<'PY' || die "the verdict does not match the kernel's counters"
 import json, sys
+import jsonschema
 s = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator(json.load(open("docs/schema/ringblast-1.schema.json"))).validate(s)
 out_d, sndbuf, in_d, rcvbuf = map(int, sys.argv[2:])
 checks = [
     ("verdict tx_packets = load-1 Udp OutDatagrams", s["tx_packets"], out_d),

@@ -9,6 +9,13 @@ use std::{
     sync::atomic::{AtomicBool, Ordering::Relaxed},
 };
 
+/// The version of the JSON Lines records, stamped into each as `"schema"`. Additions keep it;
+/// a renamed, removed or retyped stable field makes a new one (and a new schema file).
+pub(crate) const SCHEMA_VERSION: &str = "ringblast/1";
+
+/// The JSON Schema (draft 2020-12) of every record of [`SCHEMA_VERSION`].
+pub(crate) const JSON_SCHEMA: &str = include_str!("../docs/schema/ringblast-1.schema.json");
+
 /// Exit status after a closed pipe: 128 + SIGPIPE, what a shell reports for `cmd | head`.
 pub const EXIT_BROKEN_PIPE: i32 = 128 + libc::SIGPIPE;
 
@@ -55,9 +62,13 @@ pub(crate) fn human_text(text: &str) {
     }
 }
 
-/// Writes one JSON Line to stdout.
+/// Writes one JSON Line to stdout, stamped with the schema version it follows.
 pub(crate) fn json_line(value: &serde_json::Value) {
-    write_to(io::stdout().lock(), format_args!("{value}\n"));
+    let mut record = value.clone();
+    if let serde_json::Value::Object(fields) = &mut record {
+        fields.insert("schema".into(), SCHEMA_VERSION.into());
+    }
+    write_to(io::stdout().lock(), format_args!("{record}\n"));
 }
 
 /// Writes a whole document to stdout as it is (`report -o -`); a closed pipe is remembered as

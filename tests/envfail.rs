@@ -114,7 +114,7 @@ fn stop(p: Proc) -> serde_json::Value {
     let (status, stdout, stderr) = p.finish();
     assert!(status.success(), "{status:?}\n{stderr}");
     let last = stdout.lines().last().unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    let v = common::schema::record(last);
     assert_eq!(v["type"], "summary", "{v}");
     v
 }

@@ -205,3 +205,19 @@ fn unknown_kind_is_a_usage_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("complete-bash"), "{stderr}");
 }
+
+#[test]
+fn json_schema_is_the_published_file() {
+    let shipped = std::fs::read_to_string(common::schema::SCHEMA_FILE).unwrap();
+    assert_eq!(generated("json-schema"), shipped);
+    let dir = tempfile::tempdir().unwrap();
+    let out = ringblast(&[
+        "generate",
+        "json-schema",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let path = dir.path().join("ringblast-1.schema.json");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), shipped);
+}

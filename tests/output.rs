@@ -65,8 +65,7 @@ fn human_lines_go_to_stdout_and_move_to_stderr_under_json() {
     let (out, err) = (text(&json.stdout), text(&json.stderr));
     assert!(!out.is_empty());
     for line in out.lines() {
-        serde_json::from_str::<serde_json::Value>(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        common::schema::record(line);
     }
     assert!(err.contains("send summary: 2000 packets"), "{err}");
     let send = summaries(&json).send.unwrap();

@@ -20,7 +20,7 @@ fn in_ns(ns: &str, args: &[&str]) -> Command {
 fn last_json(stdout: &str, role: &str) -> Value {
     stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(common::schema::parsed)
         .rfind(|v| v["type"] == "summary" && v["role"] == role)
         .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
 }

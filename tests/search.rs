@@ -115,10 +115,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<Value> = stdout.lines().map(common::schema::record).collect();
     let last = lines.last().unwrap();
     assert_eq!(
         last["type"], "search",
@@ -244,7 +241,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--max-time ran out"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let last = common::schema::records(&stdout).pop().unwrap();
     assert_eq!(last["type"], "search", "{stdout}");
     let results = last["results"].as_array().unwrap();
     assert_eq!(results.len(), 2, "every ratio is reported: {last}");
@@ -350,7 +347,7 @@ fn with_metrics_each_trial_is_a_step_whose_verdict_is_served() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let first: Value = stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(common::schema::parsed)
         .find(|v| v["type"] == "trial")
         .unwrap_or_else(|| panic!("no trial line: {stdout}"));
     let step = |result: &str| {

@@ -72,7 +72,7 @@ fn bad_shapes_exit_2_with_one_line() {
 fn step_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(common::schema::record)
         .filter(|v| v["type"] == "step")
         .collect()
 }

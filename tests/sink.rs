@@ -8,6 +8,7 @@ use std::{
 };
 
 use common::*;
+use serde_json::Value;
 
 fn start_sink(port: u16, duration: &str) -> Child {
     start_sink_with(port, duration, &[])
@@ -134,14 +135,17 @@ fn sink_reports_interval_lines_then_the_summary_last() {
     let out = sink.wait_with_output().unwrap();
     assert_ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
+    let mut lines = common::schema::records(&stdout);
     assert!(lines.len() >= 2, "{stdout}");
+    let last = lines.pop().unwrap();
+    // Before the summary: interval lines, and the sender's session ending (its goodbye).
+    assert!(lines.iter().any(|l| l["type"] == "interval"), "{stdout}");
     assert!(
-        lines[..lines.len() - 1]
+        lines
             .iter()
-            .all(|l| l.contains("\"type\":\"interval\""))
+            .all(|l| l["type"] == "interval" || l["type"] == "session"),
+        "{stdout}"
     );
-    let last: serde_json::Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();
     assert_eq!(last["type"], "summary");
     assert_eq!(u(&last, "rx_packets"), sent);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -220,6 +224,27 @@ fn sessions_are_logged_as_they_start_and_end_and_rates_skip_idle_gaps() {
     assert_eq!(count("sink: new session of 127.0.0.1/"), 1, "{stderr}");
     assert_eq!(count("ended: idle for --session-idle"), 1, "{stderr}");
     assert_eq!(count("ended: the sender said goodbye"), 1, "{stderr}");
+    // With --json the same three events are `"type":"session"` records.
+    let events: Vec<Value> = common::schema::records(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .filter(|v| v["type"] == "session")
+        .collect();
+    let starts: Vec<&Value> = events.iter().filter(|v| v["event"] == "start").collect();
+    assert_eq!(starts.len(), 1, "{events:?}");
+    assert_eq!(starts[0]["hello"], false, "{events:?}");
+    assert!(
+        starts[0]["sender"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("127.0.0.1/")),
+        "{events:?}"
+    );
+    for cause in ["idle", "goodbye"] {
+        let ends = events
+            .iter()
+            .filter(|v| v["event"] == "end" && v["cause"] == cause)
+            .count();
+        assert_eq!(ends, 1, "{cause}: {events:?}");
+    }
     let sink = summaries(&out).sink.unwrap();
     assert_eq!(u(&sink, "rx_packets"), 4000, "{sink}");
     let (active, span) = (

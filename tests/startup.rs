@@ -57,10 +57,7 @@ fn check_startup() -> (f64, f64) {
     let outside = t0.elapsed();
     let (status, stdout, stderr) = p.finish();
     assert!(status.success(), "{stderr}");
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> = stdout.lines().map(common::schema::record).collect();
     let find = |role: &str| {
         lines
             .iter()

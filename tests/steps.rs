@@ -39,7 +39,7 @@ fn dropped_by_rule(ns: &str) -> u64 {
 fn steps_of(stdout: &str) -> Vec<Value> {
     stdout
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(common::schema::record)
         .filter(|v| v["type"] == "step")
         .collect()
 }
@@ -194,7 +194,7 @@ fn a_constant_rate_is_a_one_step_schedule_judged_by_the_run_verdict() {
     let (text, out) = pair_scraped(&["--rate", "20kpps", "--duration", "1s"]);
     let send = out
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(common::schema::record)
         .find(|v| v["type"] == "summary" && v["role"] == "send")
         .unwrap();
     assert!(
@@ -252,7 +252,7 @@ fn two_stepping_senders_keep_their_own_epochs_at_one_sink() {
     assert!(status.success(), "{err}");
     let sink_summary = sink_out
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(common::schema::record)
         .find(|v| v["type"] == "summary" && v["role"] == "sink")
         .unwrap();
     let mut epochs = std::collections::HashSet::new();
@@ -308,7 +308,7 @@ fn a_stepped_run_stopped_early_keeps_its_verdict_and_its_unsent_steps_are_empty(
     assert!(sink_status.success(), "{sink_err}");
     let run = out
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(common::schema::record)
         .find(|v| v["type"] == "summary" && v["role"] == "send")
         .unwrap();
     let steps = steps_of(&out);

@@ -51,7 +51,7 @@ fn a_remote_senders_summary_carries_the_sinks_size_classes() {
     let tx = summaries(&send).send.unwrap();
     let rx = sink_out
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(common::schema::record)
         .find(|v| v["type"] == "summary" && v["role"] == "sink")
         .unwrap();
     let sent = classes(&tx["sizes"]);
@@ -82,7 +82,7 @@ fn a_stepped_runs_verdict_sums_its_steps_size_classes() {
     let mut by_step: Vec<(u64, u64, u64)> = Vec::new();
     for step in String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(common::schema::record)
         .filter(|v| v["type"] == "step")
     {
         for (payload, packets, bytes) in classes(&step["sink"]["sizes"]) {
@@ -123,7 +123,7 @@ fn the_size_class_series_equal_both_summaries() {
     assert!(status.success(), "{err}");
     let summary = |role: &str| {
         out.lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(common::schema::record)
             .find(|v| v["type"] == "summary" && v["role"] == role)
             .unwrap()
     };

@@ -1,6 +1,7 @@
 //! Shell completions and man pages, generated from the clap definitions in `cli`, the way
-//! ripgrep and hyperfine ship them, and the Wireshark dissector, built into the binary from
-//! `deploy/wireshark/ringblast.lua`. `ringblast generate KIND` writes one artifact to stdout;
+//! ripgrep and hyperfine ship them, the Wireshark dissector, built into the binary from
+//! `deploy/wireshark/ringblast.lua`, and the JSON Schema of the `--json` records, built in from
+//! `docs/schema/`. `ringblast generate KIND` writes one artifact to stdout;
 //! with `--dir DIR` it writes files instead (for `man`: one page per subcommand as well,
 //! `ringblast-send.1` and so on, as git does). The subcommand is hidden; `scripts/build-assets.sh`
 //! calls it to fill `target/assets/` for the Debian package.
@@ -29,20 +30,33 @@ pub(crate) enum Artifact {
     /// The Wireshark/tshark Lua dissector (`ringblast.lua`, for a Lua plugin folder or
     /// `tshark -X lua_script:ringblast.lua`).
     WiresharkDissector,
+    /// The JSON Schema (draft 2020-12) of the `--json` records (`ringblast-1.schema.json`).
+    JsonSchema,
 }
 
 /// The dissector's source, as `deploy/wireshark/ringblast.lua` holds it.
 const DISSECTOR: &str = include_str!("../../deploy/wireshark/ringblast.lua");
 /// The file name the dissector is written under with `--dir`.
 const DISSECTOR_FILE: &str = "ringblast.lua";
+/// The file name the JSON Schema is written under with `--dir`.
+const SCHEMA_FILE: &str = "ringblast-1.schema.json";
 
 impl Artifact {
+    /// A file built into the binary, and its name with `--dir`.
+    fn built_in(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Artifact::WiresharkDissector => Some((DISSECTOR, DISSECTOR_FILE)),
+            Artifact::JsonSchema => Some((crate::output::JSON_SCHEMA, SCHEMA_FILE)),
+            _ => None,
+        }
+    }
+
     fn shell(self) -> Option<Shell> {
         match self {
             Artifact::CompleteBash => Some(Shell::Bash),
             Artifact::CompleteZsh => Some(Shell::Zsh),
             Artifact::CompleteFish => Some(Shell::Fish),
-            Artifact::Man | Artifact::WiresharkDissector => None,
+            Artifact::Man | Artifact::WiresharkDissector | Artifact::JsonSchema => None,
         }
     }
 }
@@ -79,8 +93,8 @@ fn visible(cmd: &clap::Command) -> clap::Command {
 
 /// Renders `artifact` (for `man`, the top-level page) into bytes.
 pub(crate) fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
-    if artifact == Artifact::WiresharkDissector {
-        return Ok(DISSECTOR.as_bytes().to_vec());
+    if let Some((text, _)) = artifact.built_in() {
+        return Ok(text.as_bytes().to_vec());
     }
     let mut cmd = command();
     let mut out = Vec::new();
@@ -97,9 +111,9 @@ pub(crate) fn render(artifact: Artifact) -> Result<Vec<u8>, Error> {
 pub(crate) fn write_to(artifact: Artifact, dir: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
     let context = || format!("writing into {}", dir.display());
     std::fs::create_dir_all(dir).map_err(|e| Error::io(context(), e))?;
-    if artifact == Artifact::WiresharkDissector {
-        let path = dir.join(DISSECTOR_FILE);
-        std::fs::write(&path, DISSECTOR).map_err(|e| Error::io(context(), e))?;
+    if let Some((text, file)) = artifact.built_in() {
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| Error::io(context(), e))?;
         return Ok(vec![path]);
     }
     let mut cmd = command();

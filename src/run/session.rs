@@ -86,10 +86,14 @@ impl Session {
         )
     }
 
-    /// Sessions the sink saw start (without a hello) or end since the last call.
+    /// Sessions the sink saw start (without a hello) or end since the last call: a line each,
+    /// and a `"type":"session"` record each with `--json`.
     fn say_session_events(&self) {
-        for line in self.sinks.iter().flat_map(|s| s.registry.take_events()) {
-            say!("{line}");
+        for event in self.sinks.iter().flat_map(|s| s.registry.take_events()) {
+            say!("{}", event.line());
+            if self.json {
+                crate::output::json_line(&event.json());
+            }
         }
     }
 

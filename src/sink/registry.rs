@@ -143,8 +143,8 @@ struct Inner {
     /// Epochs that are later steps of a sender's run (not sessions of their own).
     steps: std::collections::HashSet<u32>,
     unseen_lost: u64,
-    /// Lines for the log: sessions seen without a hello, sessions ended.
-    events: Vec<String>,
+    /// For the log: sessions seen without a hello, sessions ended.
+    events: Vec<timeline::SessionEvent>,
 }
 
 /// The sink's per-sender books.
@@ -538,9 +538,10 @@ impl Registry {
     ) {
         if !inner.epochs.contains_key(&epoch) {
             let name = self.sender_of(inner, epoch, source);
-            inner.events.push(format!(
-                "sink: new session of {name} (epoch {epoch:08x}, no control channel)"
-            ));
+            inner.events.push(timeline::SessionEvent::Start {
+                sender: name.clone(),
+                epoch,
+            });
             inner.epochs.insert(
                 epoch,
                 Epoch {

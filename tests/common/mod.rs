@@ -1,8 +1,10 @@
-//! Helpers shared by the integration tests: run the real binary, read its JSON Lines summaries.
+//! Helpers shared by the integration tests: run the real binary, read its JSON Lines summaries
+//! (every JSON line read is validated against the published schema, see [`schema`]).
 #![allow(dead_code)]
 
 pub mod neutral;
 pub mod proc;
+pub mod schema;
 pub mod tcp;
 
 use std::{
@@ -40,10 +42,7 @@ pub struct Summaries {
 
 pub fn summaries(out: &Output) -> Summaries {
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
-        .collect();
+    let lines = schema::records(&stdout);
     let find = |role: &str| {
         lines
             .iter()
@@ -114,7 +113,7 @@ pub fn assert_accounted(send: &Value, sink: &Value) {
 pub fn last_summary(stdout: &str, role: &str) -> Value {
     stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(schema::parsed)
         .rfind(|v| v["type"] == "summary" && v["role"] == role)
         .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
 }

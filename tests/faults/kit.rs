@@ -232,7 +232,7 @@ impl Drop for Rb {
 pub fn last_json(stdout: &str, role: &str) -> Value {
     stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(crate::common::schema::parsed)
         .rfind(|v| v["type"] == "summary" && v["role"] == role)
         .unwrap_or_else(|| panic!("no {role} summary in:\n{stdout}"))
 }

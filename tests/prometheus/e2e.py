@@ -11,6 +11,8 @@
    RcvbufErrors deltas).
 5. Labels: series per (node, queue) match the placement each process printed in its summary.
 6. Every dashboard panel query parses and returns data.
+7. Every JSON line of every run follows the published JSON Schema (docs/schema/, with Debian's
+   python3-jsonschema).
 
 Every wait is on an event (a line, a series value, a sample count) with a deadline that fails.
 As root the script re-runs itself in a private network namespace (unshare --net), Prometheus
@@ -33,9 +35,13 @@ import time
 import urllib.parse
 import urllib.request
 
+import jsonschema
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/release/ringblast")
 FAILURES = []
+with open(os.path.join(ROOT, "docs/schema/ringblast-1.schema.json")) as f:
+    SCHEMA = jsonschema.Draft202012Validator(json.load(f))
 NETNS_ENV = "RINGBLAST_E2E_IN_NETNS"
 
 
@@ -156,7 +162,10 @@ def finish(run, name, timeout=60):
         r.join(5)
     if run.proc.returncode != 0:
         raise SystemExit(f"{name} exited {run.proc.returncode}: " + "\n".join(run.err))
-    summaries = [json.loads(l) for l in run.out if '"type":"summary"' in l]
+    records = [json.loads(l) for l in run.out if l.startswith("{")]
+    for r in records:
+        SCHEMA.validate(r)
+    summaries = [r for r in records if r.get("type") == "summary"]
     return {s["role"]: s for s in summaries}
 
 
