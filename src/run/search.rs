@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::trials::TrialSender;
+use super::trials::{Trial, TrialSender};
 use crate::{error::Error, say};
 
 /// What the search is asked.
@@ -75,23 +75,6 @@ pub(crate) struct SearchPlan {
     pub(crate) max_time: Duration,
     /// JSON Lines on stdout.
     pub(crate) json: bool,
-}
-
-/// One trial's outcome.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Trial {
-    /// The rate asked for (pps), or the one achieved when unpaced.
-    pub(crate) rate: f64,
-    /// How long it sent.
-    pub(crate) duration: Duration,
-    /// Packets stamped: sent, and failed at the sender.
-    pub(crate) offered: u64,
-    /// Packets that did not arrive: lost, dropped by the sink's kernel, or failed sends.
-    pub(crate) lost: u64,
-    /// Failed sends (the sender could not offer the rate).
-    pub(crate) failed: u64,
-    /// The rate the kernel accepted (pps).
-    pub(crate) achieved: f64,
 }
 
 impl Trial {

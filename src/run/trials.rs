@@ -12,7 +12,7 @@ use std::{
 
 use super::{
     control_link, exporting, link_state::LinkState, part_link, part_link::PartSink,
-    roles::SenderSet, search::Trial,
+    roles::SenderSet,
 };
 use crate::{
     cli::{Cli, Command, SendArgs},
@@ -29,6 +29,23 @@ use crate::{
 const SETTLE_POLL: Duration = Duration::from_millis(2);
 /// How long after a trial's end its sends may take to settle before the trial is given up.
 const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+
+/// One trial's outcome.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Trial {
+    /// The rate asked for (pps), or the one achieved when unpaced.
+    pub(crate) rate: f64,
+    /// How long it sent.
+    pub(crate) duration: Duration,
+    /// Packets stamped: sent, and failed at the sender.
+    pub(crate) offered: u64,
+    /// Packets that did not arrive: lost, dropped by the sink's kernel, or failed sends.
+    pub(crate) lost: u64,
+    /// Failed sends (the sender could not offer the rate).
+    pub(crate) failed: u64,
+    /// The rate the kernel accepted (pps).
+    pub(crate) achieved: f64,
+}
 
 /// A running sender that measures trials.
 pub(crate) struct TrialSender {
