@@ -14,6 +14,45 @@ fn expect_exit(args: &[&str], code: i32, needle: &str) {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// The CPUs a child of this test may use: the online ones in its affinity (which the child
+/// inherits), in the kernel's cpulist form (`0-3,8`).
+fn usable_cpus() -> String {
+    let ids = |list: &str| -> Vec<u32> {
+        list.trim()
+            .split(',')
+            .flat_map(|item| {
+                let (lo, hi) = item.split_once('-').unwrap_or((item, item));
+                lo.parse::<u32>().unwrap()..=hi.parse::<u32>().unwrap()
+            })
+            .collect()
+    };
+    let online = ids(&std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap());
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let allowed = ids(status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap());
+    let usable: Vec<u32> = online.into_iter().filter(|c| allowed.contains(c)).collect();
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for cpu in usable {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == cpu => *hi = cpu,
+            _ => runs.push((cpu, cpu)),
+        }
+    }
+    let items: Vec<String> = runs
+        .iter()
+        .map(|&(lo, hi)| {
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}-{hi}")
+            }
+        })
+        .collect();
+    items.join(",")
+}
+
 #[test]
 fn bad_flags_exit_2_with_a_clear_message() {
     let to = "127.0.0.1:9";
@@ -49,20 +88,28 @@ fn bad_flags_exit_2_with_a_clear_message() {
         "cannot be used with",
     );
     expect_exit(&["send", "--to", "nowhere"], 2, "invalid value");
+    // The explanations name what this host has, as the kernel lists it.
+    let online_nodes = std::fs::read_to_string("/sys/devices/system/node/online").unwrap();
     expect_exit(
         &["send", "--to", to, "--node", "99", "--count", "1"],
         2,
-        "99",
+        &format!(
+            "NUMA node 99 does not exist (online nodes: {}); pick --node from that list",
+            online_nodes.trim()
+        ),
     );
     expect_exit(
         &["send", "--to", to, "--cpus", "0-", "--count", "1"],
         2,
-        "--cpus",
+        "\"0-\" in CPU list \"0-\" is not a number or range; write it like 0-3,8",
     );
     expect_exit(
         &["send", "--to", to, "--cpus", "4000", "--count", "1"],
         2,
-        "4000",
+        &format!(
+            "CPU 4000 from --cpus is not usable by this process (usable: {}); pick CPUs from that list",
+            usable_cpus()
+        ),
     );
     expect_exit(
         &["sink", "--listen", "127.0.0.1:9", "--rx-buffers", "100"],
@@ -109,7 +156,10 @@ fn topo_prints_nodes_nic_and_placement() {
         "{stdout}"
     );
     let explicit = ringblast(&["topo", "--cpus", "0", "--queues", "1"]);
-    assert!(String::from_utf8_lossy(&explicit.stdout).contains("explicit --cpus"));
+    assert_ok(&explicit);
+    let stdout = String::from_utf8_lossy(&explicit.stdout);
+    assert!(stdout.contains("explicit --cpus"), "{stdout}");
+    assert!(stdout.contains("  q0 -> cpu 0 node "), "{stdout}");
 }
 
 fn no_uring_helper() -> Option<std::path::PathBuf> {
@@ -205,14 +255,28 @@ fn topo_says_how_many_nodes_are_online_and_warns_once() {
     let (count, ids) = first
         .split_once(" online: ")
         .unwrap_or_else(|| panic!("first line {first:?}"));
-    let nodes = stdout.lines().filter(|l| l.starts_with("  node ")).count();
-    let expected = if nodes == 1 {
+    // The kernel's own list of online nodes, and how many it names.
+    let online = std::fs::read_to_string("/sys/devices/system/node/online").unwrap();
+    let online = online.trim();
+    let kernel_nodes: usize = online
+        .split(',')
+        .map(|item| match item.split_once('-') {
+            Some((lo, hi)) => hi.parse::<usize>().unwrap() - lo.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
+    let expected = if kernel_nodes == 1 {
         "1 node".to_string()
     } else {
-        format!("{nodes} nodes")
+        format!("{kernel_nodes} nodes")
     };
     assert_eq!(count, expected, "{stdout}");
-    assert!(!ids.is_empty() && ids != "none", "{stdout}");
+    assert_eq!(ids, online, "the kernel's online nodes: {stdout}");
+    let node_lines = stdout.lines().filter(|l| l.starts_with("  node ")).count();
+    assert_eq!(
+        node_lines, kernel_nodes,
+        "one line per online node: {stdout}"
+    );
     let warnings: Vec<&str> = stdout.lines().filter(|l| l.contains("warning")).collect();
     assert_eq!(warnings.len(), 1, "{stdout}");
     assert!(

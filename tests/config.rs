@@ -25,34 +25,48 @@ fn send_summary(file: &std::path::Path, env: &[(&str, &str)], extra: &[&str]) ->
     summaries(&out).send.unwrap()
 }
 
+/// Each layer's `count` and `size` are seen by a tally of the test's own, which counts every
+/// datagram and its length: the file's 200 × 100 B, the environment's count over the file's
+/// (300 × 100 B), and the command line's count and size over both (400 × 64 B). The rate has no
+/// neutral view at these counts, so its layers are read from the summary's `target_pps`.
 #[test]
 fn file_beats_defaults_env_beats_file_and_flags_beat_env() {
     let _guard = traffic_lock();
-    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let to = sink.local_addr().unwrap().to_string();
-    let f = config_file(&format!(
-        "to = \"{to}\"\nrate = \"20kpps\"\nsize = 100\ncount = 200\n"
-    ));
-    let s = send_summary(f.path(), &[], &[]);
-    assert_eq!(u(&s, "target_pps"), 20_000, "file over default");
-    assert_eq!(
-        u(&s, "tx_bytes"),
-        u(&s, "tx_packets") * 100,
-        "file size over the default 64"
-    );
-    let s = send_summary(f.path(), &[("RINGBLAST_RATE", "30kpps")], &[]);
-    assert_eq!(u(&s, "target_pps"), 30_000, "environment over file");
-    let s = send_summary(
-        f.path(),
-        &[("RINGBLAST_RATE", "30kpps")],
-        &["--rate", "40kpps", "--size", "64"],
-    );
-    assert_eq!(u(&s, "target_pps"), 40_000, "command line over environment");
-    assert_eq!(
-        u(&s, "tx_bytes"),
-        u(&s, "tx_packets") * 64,
-        "command line over file"
-    );
+    // (environment, flags, target pps, datagrams, their length)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], u64, u64, usize);
+    let cases: [Case; 3] = [
+        (&[], &[], 2_000, 200, 100),
+        (
+            &[("RINGBLAST_RATE", "3kpps"), ("RINGBLAST_COUNT", "300")],
+            &[],
+            3_000,
+            300,
+            100,
+        ),
+        (
+            &[("RINGBLAST_RATE", "3kpps"), ("RINGBLAST_COUNT", "300")],
+            &["--rate", "4kpps", "--size", "64", "--count", "400"],
+            4_000,
+            400,
+            64,
+        ),
+    ];
+    for (env, flags, pps, count, size) in cases {
+        let (tally, to) = tally::Tally::bind("127.0.0.1:0");
+        let f = config_file(&format!(
+            "to = \"{to}\"\nrate = \"2kpps\"\nsize = 100\ncount = 200\n"
+        ));
+        let s = send_summary(f.path(), env, flags);
+        let counted = tally.finish();
+        let ctx = format!("env {env:?}, flags {flags:?}");
+        assert_eq!(u(&s, "target_pps"), pps, "{ctx}: the rate's layer");
+        assert_eq!(
+            counted.by_len,
+            [(size, count)].into_iter().collect(),
+            "{ctx}: datagrams by length at the tally"
+        );
+        assert_eq!(u(&s, "tx_packets"), count, "{ctx}: the summary agrees");
+    }
 }
 
 #[test]

@@ -83,7 +83,7 @@ fn bad_fields_exit_2_with_one_line() {
             vec!["--payload", "pattern:abc"],
             "even number of hex digits",
         ),
-        (vec!["--dscp", "64"], "64"),
+        (vec!["--dscp", "64"], "64 is not in 0..64"),
     ] {
         let mut all = vec!["send", "--to", to, "--count", "1", "--control", "off"];
         all.extend(args.iter().copied());

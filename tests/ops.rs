@@ -167,5 +167,6 @@ fn full_gro_buffers_shrink_the_buffers_in_circulation_small_datagrams_keep_the_r
         "100kpps",
         &["--rx-wait", "inline", "--gso", "46", "--size", "1400"],
     );
-    assert!(u(&sink, "rx_buffers_circulating") <= 80, "{sink}");
+    let circulating = u(&sink, "rx_buffers_circulating");
+    assert!((64..=80).contains(&circulating), "{sink}");
 }

@@ -33,7 +33,7 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn human_lines_go_to_stdout_and_move_to_stderr_under_json() {
     let _guard = traffic_lock();
-    let (_rx, to) = listener();
+    let (tally, to) = tally::Tally::bind("127.0.0.1:0");
     let base = [
         "send",
         "--to",
@@ -47,6 +47,11 @@ fn human_lines_go_to_stdout_and_move_to_stderr_under_json() {
     ];
     let plain = ringblast(&base);
     assert_ok(&plain);
+    assert_eq!(
+        tally.finish().by_len,
+        [(64, 2000)].into_iter().collect(),
+        "what arrived: 2000 datagrams of the default 64 bytes"
+    );
     let (out, err) = (text(&plain.stdout), text(&plain.stderr));
     assert!(out.contains("placement (send)"), "{out}");
     assert!(
@@ -58,10 +63,17 @@ fn human_lines_go_to_stdout_and_move_to_stderr_under_json() {
     assert!(out.contains("% of the 2000pps target)"), "{out}");
     assert_eq!(err, "", "nothing on stderr without --json");
 
+    let (tally, to) = tally::Tally::bind("127.0.0.1:0");
     let mut args = base.to_vec();
+    args[2] = &to;
     args.push("--json");
     let json = ringblast(&args);
     assert_ok(&json);
+    assert_eq!(
+        tally.finish().datagrams(),
+        2000,
+        "what arrived under --json"
+    );
     let (out, err) = (text(&json.stdout), text(&json.stderr));
     assert!(!out.is_empty());
     for line in out.lines() {
@@ -241,14 +253,12 @@ fn separate_sink_and_sender_processes_take_cpus_from_opposite_ends() {
 #[test]
 fn frame_sizes_convert_for_ipv4_and_ipv6_and_the_wire_rate_is_shown() {
     let _guard = traffic_lock();
-    let (_rx4, to4) = listener();
-    let rx6 = UdpSocket::bind("[::1]:0").unwrap();
-    let to6 = rx6.local_addr().unwrap().to_string();
-    for (to, payload) in [(&to4, 1472), (&to6, 1452)] {
+    for (bind, payload) in [("127.0.0.1:0", 1472), ("[::1]:0", 1452)] {
+        let (tally, to) = tally::Tally::bind(bind);
         let out = ringblast(&[
             "send",
             "--to",
-            to,
+            &to,
             "--frame-size",
             "1518",
             "--count",
@@ -261,15 +271,21 @@ fn frame_sizes_convert_for_ipv4_and_ipv6_and_the_wire_rate_is_shown() {
             "--wire-rate",
         ]);
         assert_ok(&out);
+        assert_eq!(
+            tally.finish().by_len,
+            [(payload, 1500)].into_iter().collect(),
+            "{to}: a 1518-byte frame's payload, counted where it arrived"
+        );
         let send = summaries(&out).send.unwrap();
-        assert_eq!(u(&send, "size"), payload, "{to}: {send}");
-        assert_eq!(u(&send, "tx_bytes"), 1500 * payload, "{send}");
+        assert_eq!(u(&send, "size"), payload as u64, "{to}: {send}");
+        assert_eq!(u(&send, "tx_bytes"), 1500 * payload as u64, "{send}");
         let err = text(&out.stderr);
         assert!(
             err.contains("Mbit/s L1"),
             "the L1 rate in live lines: {err}"
         );
     }
+    let (_rx4, to4) = listener();
     let small = ringblast(&["send", "--to", &to4, "--frame-size", "63"]);
     assert_eq!(small.status.code(), Some(2));
     let err = text(&small.stderr);

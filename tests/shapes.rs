@@ -118,21 +118,9 @@ fn rate_steps_hold_each_rate_and_report_each_step() {
 #[test]
 fn a_ramp_without_a_sink_verdict_states_its_loss_unknown() {
     let _guard = traffic_lock();
-    // A plain socket is the neutral receiver: it counts what arrives.
-    let port = free_port();
-    let receiver = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
-    receiver
-        .set_read_timeout(Some(std::time::Duration::from_millis(500)))
-        .unwrap();
-    let counter = std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        let mut n = 0u64;
-        while receiver.recv(&mut buf).is_ok() {
-            n += 1;
-        }
-        n
-    });
-    let to = format!("127.0.0.1:{port}");
+    // A plain socket is the neutral receiver: it counts what arrives, for as long as the sender
+    // runs, then drains its queue.
+    let (tally, to) = tally::Tally::bind("127.0.0.1:0");
     let out = ringblast(&[
         "send",
         "--to",
@@ -144,7 +132,7 @@ fn a_ramp_without_a_sink_verdict_states_its_loss_unknown() {
         "--json",
     ]);
     assert_ok(&out);
-    let received = counter.join().unwrap();
+    let received = tally.finish().datagrams();
     let send = summaries(&out).send.unwrap();
     let steps = step_lines(&out);
     assert_eq!(

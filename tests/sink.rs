@@ -196,16 +196,31 @@ fn a_full_session_table_counts_table_full_and_says_so_once() {
     assert!(said[0].contains("raise --max-sessions"), "{stderr}");
 }
 
+/// Waits on events, not timers: the second sender starts once the sink has said the first
+/// session ended idle, and the sink is stopped by a signal once it said the second said goodbye.
 #[test]
 fn sessions_are_logged_as_they_start_and_end_and_rates_skip_idle_gaps() {
     let _guard = traffic_lock();
     let port = free_port();
-    let sink = start_sink_with(port, "4s", &["--session-idle", "500ms"]);
-    let to = format!("127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{port}");
+    let mut sink = proc::Proc::ringblast(
+        None,
+        &[
+            "sink",
+            "--listen",
+            &listen,
+            "--duration",
+            "60s",
+            "--json",
+            "--session-idle",
+            "500ms",
+        ],
+    );
+    wait_bound(None, port);
     let quiet = ringblast(&[
         "send",
         "--to",
-        &to,
+        &listen,
         "--count",
         "2000",
         "--rate",
@@ -214,22 +229,24 @@ fn sessions_are_logged_as_they_start_and_end_and_rates_skip_idle_gaps() {
         "off",
     ]);
     assert_ok(&quiet);
-    std::thread::sleep(std::time::Duration::from_millis(1200)); // an idle gap, on purpose
-    let paired = ringblast(&["send", "--to", &to, "--count", "2000", "--rate", "10kpps"]);
+    let wait = std::time::Duration::from_secs(10);
+    sink.wait_line("ended: idle for --session-idle", wait);
+    let paired = ringblast(&[
+        "send", "--to", &listen, "--count", "2000", "--rate", "10kpps",
+    ]);
     assert_ok(&paired);
-    let out = sink.wait_with_output().unwrap();
-    assert_ok(&out);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    sink.wait_line("ended: the sender said goodbye", wait);
+    sink.interrupt();
+    let (status, stdout, stderr) = sink.finish();
+    assert!(status.success(), "{status}: {stderr}");
     let count = |needle: &str| stderr.lines().filter(|l| l.contains(needle)).count();
     assert_eq!(count("sink: new session of 127.0.0.1/"), 1, "{stderr}");
     assert_eq!(count("ended: idle for --session-idle"), 1, "{stderr}");
     assert_eq!(count("ended: the sender said goodbye"), 1, "{stderr}");
     // With --json the same three events are `"type":"session"` records.
-    let events: Vec<Value> = common::schema::records(&String::from_utf8_lossy(&out.stdout))
-        .into_iter()
-        .filter(|v| v["type"] == "session")
-        .collect();
-    let starts: Vec<&Value> = events.iter().filter(|v| v["event"] == "start").collect();
+    let records = common::schema::records(&stdout);
+    let events: Vec<&Value> = records.iter().filter(|v| v["type"] == "session").collect();
+    let starts: Vec<&&Value> = events.iter().filter(|v| v["event"] == "start").collect();
     assert_eq!(starts.len(), 1, "{events:?}");
     assert_eq!(starts[0]["hello"], false, "{events:?}");
     assert!(
@@ -245,14 +262,16 @@ fn sessions_are_logged_as_they_start_and_end_and_rates_skip_idle_gaps() {
             .count();
         assert_eq!(ends, 1, "{cause}: {events:?}");
     }
-    let sink = summaries(&out).sink.unwrap();
+    let sink = last_summary(&stdout, "sink");
     assert_eq!(u(&sink, "rx_packets"), 4000, "{sink}");
     let (active, span) = (
         sink["duration_s"].as_f64().unwrap(),
         sink["span_s"].as_f64().unwrap(),
     );
+    // The gap between the two senders lasted at least --session-idle (500 ms): the second
+    // started only after the sink had waited that long and said so.
     assert!(
-        active + 1.0 < span,
+        active + 0.4 < span,
         "the idle gap is not active time: {sink}"
     );
 }

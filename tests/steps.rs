@@ -185,7 +185,15 @@ fn the_schedule_series_carry_each_judged_step() {
         let name = format!(r#"ringblast_tx_step_packets_total{{result="{result}"}}"#);
         assert_eq!(series_value(&text, &name), want, "{name}\n{out}");
     }
-    assert!(sum(&|s| u(s, "tx_packets")) > 59_000, "{out}");
+    // 20 kpps for 1 s, then 40 kpps for 1 s: 20 000 and 40 000. Each step ends on its deadline,
+    // so the window is 1 % each way, for a pacer that fell behind on this shared 2-CPU host.
+    for (step, want) in steps.iter().zip([20_000u64, 40_000]) {
+        let sent = u(step, "tx_packets");
+        assert!(
+            want * 99 / 100 <= sent && sent <= want * 101 / 100,
+            "a step of {want} sent {sent}: {out}"
+        );
+    }
 }
 
 #[test]
@@ -289,14 +297,16 @@ fn a_stepped_run_stopped_early_keeps_its_verdict_and_its_unsent_steps_are_empty(
     let listen = format!("127.0.0.1:{port}");
     let mut sink = Command::new(bin());
     sink.args(["sink", "--json", "--listen", &listen, "--interval", "0"]);
-    sink.args(["--duration", "6s"]);
+    sink.args(["--duration", "120s"]);
     let sink = Proc::spawn(sink);
     wait_bound(None, port);
     let mut send = Command::new(bin());
     send.args(["send", "--json", "--to", &listen, "--interval", "1s"]);
+    // The second step lasts 60 s, so an interrupt sent during it cannot land in a later step
+    // however busy the host is.
     send.args([
         "--rate-steps",
-        "10kpps:1s,10kpps:1s,10kpps:1s,10kpps:1s,10kpps:20s",
+        "10kpps:1s,10kpps:60s,10kpps:1s,10kpps:1s,10kpps:1s",
     ]);
     let mut send = Proc::spawn(send);
     // The first interval line comes after 1 s: the run is in its second step.
@@ -304,6 +314,7 @@ fn a_stepped_run_stopped_early_keeps_its_verdict_and_its_unsent_steps_are_empty(
     send.interrupt();
     let (status, out, err) = send.finish();
     assert!(status.success(), "{err}");
+    sink.interrupt();
     let (sink_status, _, sink_err) = sink.finish();
     assert!(sink_status.success(), "{sink_err}");
     let run = out
@@ -320,7 +331,7 @@ fn a_stepped_run_stopped_early_keeps_its_verdict_and_its_unsent_steps_are_empty(
     let received: u64 = steps.iter().map(|s| u(&s["sink"], "rx_packets")).sum();
     assert_eq!(received, u(&run["sink"], "rx_packets"), "{run}");
     assert_eq!(received, u(&run, "tx_packets"), "{run}");
-    for step in &steps[3..] {
+    for step in &steps[2..] {
         assert_eq!(u(step, "tx_packets"), 0, "never reached: {step}");
         assert_eq!(step["loss"], 0, "{step}");
     }

@@ -170,6 +170,9 @@ fn plain_and_bundle_receives_both_count_streams_exactly_and_name_their_mode() {
             ],
         );
         let rx = stop_sink(sink, 2);
+        // An unpaced run's record count is not known in advance; more than 100 records of
+        // 128 KiB means the 32 KiB buffer ring wrapped, which is what this run is for. The counts
+        // themselves are held to nft below.
         assert!(u(&tx, "tx_records") > 100, "{mode}: {tx}");
         assert_eq!(u(&tx, "tx_bytes"), u(&rx, "rx_bytes"), "{mode}: {tx}\n{rx}");
         assert_eq!(

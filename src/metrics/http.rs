@@ -1,9 +1,11 @@
 //! The metrics endpoint: a plain HTTP/1.1 listener on its own thread, never on a data-path
 //! thread, that answers every GET with the exporter's text put into a stable order
 //! (`exposition::sorted`), and one more thread for the exporter's periodic upkeep. Each
-//! connection gets a small thread of its own with 5 s read and write timeouts, so idle, slow or
-//! garbage clients never hold up a real scrape; past [`MAX_CONNECTIONS`] at once a client gets
-//! 503 at once. A request head over 8 KiB gets 431.
+//! connection gets a small thread of its own; its whole request head must arrive within 5 s of
+//! the accept (a slowloris client that dribbles a byte at a time is closed then, with 408) and
+//! the response is written with a 5 s timeout, so idle, slow or garbage clients never hold up a
+//! real scrape; past [`MAX_CONNECTIONS`] at once a client gets 503 at once. A request head over
+//! 8 KiB gets 431.
 
 use std::{
     io::{Read, Write},
@@ -13,14 +15,14 @@ use std::{
         atomic::{AtomicUsize, Ordering::Relaxed},
     },
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::exposition;
 
-/// Per-connection read and write timeout.
+/// How long a client has to send its whole request head, and the response's write timeout.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the exporter drains histogram samples when nobody scrapes (its own default).
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -74,13 +76,31 @@ pub(crate) fn spawn(listener: TcpListener, handle: PrometheusHandle) -> std::io:
 
 /// Reads one request head and writes one response, then closes the connection.
 fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    let deadline = Instant::now() + IO_TIMEOUT;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     let mut too_large = false;
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let n = stream.read(&mut buf)?;
+        // Each read waits only for what is left of the head's deadline, so a client that
+        // sends a byte every so often cannot stretch it.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return late(stream);
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut buf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return late(stream);
+            }
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             break;
         }
@@ -108,5 +128,13 @@ fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<(
         response.push_str(&body);
     }
     stream.write_all(response.as_bytes())?;
+    stream.flush()
+}
+
+/// Answers a client whose request head did not arrive in time, and closes the connection.
+fn late(mut stream: TcpStream) -> std::io::Result<()> {
+    stream.write_all(
+        b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )?;
     stream.flush()
 }

@@ -262,8 +262,30 @@ mod tests {
             memory_nodes: 1,
         };
         let n = check_cardinality(&shape, 10_000).unwrap();
-        // 65 senders × (13 series + a latency and a jitter histogram of 22 series each).
-        assert!(n > 65 * 57 && n < 65 * 57 + 1000, "{n}");
+        // Counted by hand from the series each part publishes (a histogram is its 19 bounds,
+        // +Inf, _sum and _count: 22 series):
+        let tx = 2 * (4 * (2 + 7) + 6 + 3); // per queue: flows × (packets, bytes, 7 errno), ring 6, 3
+        let tx_control = 1;
+        let schedule = 2 + 6 + 2 + 2 * 8; // step, steps, 6 step results, 2 verdicts, 8 classes × 2
+        let memory = (2 + 2) * (2 + 1); // 4 queues × (node, hugepages, pages on 1 node)
+        let rx_sizes = 2 * (8 + 1); // 8 size classes and `other`, packets and bytes
+        let rx = 2 * ((16 + 1) * 5 + 6 + 3 + 7 + 22 + 6 + 2); // per sink queue
+        let senders = 65 * (13 + 2 * 22); // 13 series, a latency and a jitter histogram
+        let control = 10; // CONTROL_RESULTS
+        let nodes_and_info = 1 + 3;
+        assert_eq!(
+            n,
+            tx + tx_control
+                + schedule
+                + memory
+                + rx_sizes
+                + rx
+                + senders
+                + control
+                + nodes_and_info,
+            "4128 series"
+        );
+        assert_eq!(n, 4128);
         let err = check_cardinality(&shape, 10).unwrap_err().to_string();
         assert!(err.contains("2 sender queues × 8 flows"), "{err}");
         assert!(err.contains("--max-series 10"), "{err}");

@@ -5,6 +5,7 @@
 pub mod neutral;
 pub mod proc;
 pub mod schema;
+pub mod tally;
 pub mod tcp;
 
 use std::{
@@ -503,6 +504,7 @@ impl Lab {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdpSnmp {
     pub in_datagrams: u64,
+    pub no_ports: u64,
     pub in_errors: u64,
     pub out_datagrams: u64,
     pub rcvbuf_errors: u64,
@@ -529,6 +531,7 @@ impl UdpSnmp {
         };
         UdpSnmp {
             in_datagrams: field("InDatagrams"),
+            no_ports: field("NoPorts"),
             in_errors: field("InErrors"),
             out_datagrams: field("OutDatagrams"),
             rcvbuf_errors: field("RcvbufErrors"),
@@ -540,6 +543,7 @@ impl UdpSnmp {
     pub fn since(self, before: UdpSnmp) -> UdpSnmp {
         UdpSnmp {
             in_datagrams: self.in_datagrams - before.in_datagrams,
+            no_ports: self.no_ports - before.no_ports,
             in_errors: self.in_errors - before.in_errors,
             out_datagrams: self.out_datagrams - before.out_datagrams,
             rcvbuf_errors: self.rcvbuf_errors - before.rcvbuf_errors,

@@ -1,6 +1,6 @@
 //! The sink's metrics endpoint under abuse while a paced run is counted: 1000 idle
-//! connections, slowloris clients that dribble a header byte every 100 ms, clients that send
-//! garbage bytes, and 1 MiB headers. Every scrape during the run must answer within 5 s, the
+//! connections, slowloris clients that dribble a header byte every 100 ms (each must be closed
+//! at the request head's 5 s deadline), clients that send garbage bytes, and 1 MiB headers. Every scrape during the run must answer within 5 s, the
 //! run must stay exact (the sink namespace's `Udp InDatagrams`), and the endpoint must answer
 //! afterwards with the run's counts.
 
@@ -50,25 +50,47 @@ fn a_metrics_endpoint_under_abuse_answers_and_the_run_stays_exact() {
             }
         }));
     }
-    // 20 slowloris clients: a header byte every 100 ms, for as long as the run lasts.
+    // 20 slowloris clients: a header byte every 100 ms, until the endpoint closes them. Each
+    // records how long after its connect the endpoint answered 408 or closed it; the head's
+    // deadline is 5 s from the accept, however often a byte comes.
+    let slow_closed: Arc<std::sync::Mutex<Vec<Option<Duration>>>> = Arc::default();
     {
-        let stop = stop.clone();
+        let closed = slow_closed.clone();
         abusers.push(spawn_in(&rig.lab.tx, move || {
-            let mut conns: Vec<TcpStream> = (0..20)
-                .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
+            let mut conns: Vec<(TcpStream, std::time::Instant, Option<Duration>)> = (0..20)
+                .filter_map(|_| {
+                    let c = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+                    c.set_nonblocking(true).unwrap();
+                    Some((c, std::time::Instant::now(), None))
+                })
                 .collect();
-            for c in &mut conns {
+            for (c, _, _) in &mut conns {
                 let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nX-Slow: ");
             }
-            for _ in 0..300 {
-                if stop.load(Relaxed) {
-                    break;
+            // Bounded: 150 rounds of 100 ms, 15 s, three times the deadline.
+            for _ in 0..150 {
+                let mut open = 0;
+                for (c, since, gone) in &mut conns {
+                    if gone.is_some() {
+                        continue;
+                    }
+                    let mut answer = [0u8; 256];
+                    match c.read(&mut answer) {
+                        // An answer (408) or the close itself ends the dribble.
+                        Ok(_) => *gone = Some(since.elapsed()),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            let _ = c.write_all(b"a");
+                            open += 1;
+                        }
+                        Err(_) => *gone = Some(since.elapsed()),
+                    }
                 }
-                for c in &mut conns {
-                    let _ = c.write_all(b"a");
+                if open == 0 {
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
+            *closed.lock().unwrap() = conns.into_iter().map(|(_, _, gone)| gone).collect();
         }));
     }
     // Garbage bytes and 1 MiB headers, over and over while the run lasts (bounded).
@@ -121,6 +143,17 @@ fn a_metrics_endpoint_under_abuse_answers_and_the_run_stays_exact() {
     stop.store(true, Relaxed);
     for a in abusers {
         a.join().unwrap();
+    }
+    let slow = slow_closed.lock().unwrap().clone();
+    assert_eq!(slow.len(), 20, "20 slowloris clients connected");
+    for (k, gone) in slow.iter().enumerate() {
+        let gone =
+            gone.unwrap_or_else(|| panic!("slowloris client {k} was never closed: {slow:?}"));
+        // The deadline is 5 s; 1.5 s more for this loop's 100 ms period and a loaded host.
+        assert!(
+            gone >= Duration::from_millis(4_900) && gone <= Duration::from_millis(6_500),
+            "slowloris client {k} closed after {gone:?}, not at the 5 s deadline: {slow:?}"
+        );
     }
     let delivered = snmp(&rig.lab.rx, "Udp", "InDatagrams") - before;
     let sink = rig.stop_sink(&[("ringblast_rx_packets_total", u(&send, "tx_packets"))]);

@@ -1,9 +1,11 @@
 //! Kernel drops on the sink's socket: its receive buffer is shrunk from outside (pidfd_getfd +
 //! SO_RCVBUF; ringblast has no flag for it) and the sink is stopped until the kernel has
-//! dropped at least 100 buffers. The truth is the namespace's `Udp RcvbufErrors`. Without GRO
-//! every drop is one datagram; with GRO (8-datagram GSO trains from the sender) the kernel
-//! counts dropped buffers, so ringblast's split between kernel drops and loss is a heuristic,
-//! but sent = received + kernel drops + lost still holds exactly.
+//! dropped at least 100 buffers. The truth is the namespace's `Udp` counters: `RcvbufErrors`
+//! for what was dropped and `InDatagrams` for what the sink read. Without GRO every drop is one
+//! datagram; with GRO (8-datagram GSO trains from the sender, which the veth hands the socket
+//! whole) the kernel counts trains, each exactly 8 datagrams, so received = 8 × `InDatagrams`
+//! and kernel drops + lost = 8 × `RcvbufErrors`. Only the split of that between kernel drops
+//! and loss is a heuristic under GRO (docs/testing.md).
 
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ fn overflow(tag: &str, net: u8, sink_args: &[&str], gso: &str) -> (Value, Value,
     let size = shrink_rcvbuf(pid, rig.port, 4096);
     assert!(size <= 16_384, "the receive buffer shrank: {size}");
     let before = snmp(&rig.lab.rx, "Udp", "RcvbufErrors");
+    let kernel_before = UdpSnmp::read(&rig.lab.rx);
     let sender = rig.spawn_send(&["--rate", "20kpps", "--count", "40000", "--gso", gso]);
     rig.sink().wait_line("sink: sender", Duration::from_secs(5));
     rig.sink().signal(Signal::SIGSTOP);
@@ -48,6 +51,22 @@ fn overflow(tag: &str, net: u8, sink_args: &[&str], gso: &str) -> (Value, Value,
         sent,
         rx + kd + lost,
         "sent = received + kernel drops + lost: {sink}"
+    );
+    // The same books from the kernel's side: what the sink read and what its queue dropped,
+    // each a whole train of `gso` datagrams (40 000 is a whole number of trains).
+    let kernel = UdpSnmp::read(&rig.lab.rx).since(kernel_before);
+    let train: u64 = gso.parse().unwrap();
+    assert_eq!(sent % train, 0);
+    assert_eq!(kernel.rcvbuf_errors, drops, "{kernel:?}");
+    assert_eq!(
+        rx,
+        train * kernel.in_datagrams,
+        "received = {train} × the sink namespace's InDatagrams: {kernel:?}\n{sink}"
+    );
+    assert_eq!(
+        kd + lost,
+        train * drops,
+        "all that is missing is what the kernel dropped, {drops} trains of {train}: {sink}"
     );
     for key in ["rx_duplicates", "rx_invalid", "rx_reordered"] {
         assert_eq!(u(&sink, key), 0, "{key}: {sink}");
@@ -95,13 +114,13 @@ fn kernel_drops_with_gro_keep_the_books_balanced() {
         8 * buffers,
         kd,
     );
-    // One dropped buffer held 1 to 8 datagrams (the sender's GSO trains), and the kernel was
-    // the only one to drop: everything missing lies within that. Which share of it is shown
-    // as kernel drops rather than lost is the heuristic docs/testing.md bounds (a gap that opens
-    // before the sink has read the moved drop counter is counted lost).
-    let missing = kd + u(&sink, "rx_lost");
-    assert!(
-        missing >= buffers && missing <= 8 * buffers,
+    // Every dropped buffer was one whole 8-datagram train, and the kernel was the only one to
+    // drop: `overflow` holds kernel drops + lost to exactly 8 × RcvbufErrors. Which share of
+    // that is shown as kernel drops rather than lost is the heuristic docs/testing.md bounds (a
+    // gap that opens before the sink has read the moved drop counter is counted lost).
+    assert_eq!(
+        kd + u(&sink, "rx_lost"),
+        8 * buffers,
         "{buffers} buffers, {sink}"
     );
     assert_eq!(u(verdict(&send), "rx_kernel_drops"), kd, "{send}");
