@@ -100,7 +100,7 @@ echo "== cargo test --release (root-only tests marked #[ignore = \"needs root: .
 cargo test --release -- --include-ignored --test-threads=2
 echo "== control-message decoder: 10 M random and structured inputs"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
-echo "== header (full and compact), TCP record stream, cmsg, unit and config-file parsers: 10 M random and structured inputs each"
+echo "== header (full and compact), TCP record stream, cmsg and unit parsers: 10 M random and structured inputs each; the config file 1 M"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cmsg::fuzz cli::fuzz --nocapture --test-threads=2
 # A debug build, so overflow checks and debug_asserts run: every unit test (the parser fuzz loops
 # at their default 100 000 cases included), the CLI and environment-failure tests, and each send

@@ -198,10 +198,14 @@ fn toml_input(rng: &mut SmallRng) -> String {
     s
 }
 
+/// Runs a tenth of the other loops' cases (1 M in the test command): a case parses a whole TOML
+/// document and resolves it against clap's command, about 18 µs, a hundred header parses, and
+/// the file is the operator's own input, not the network's. At 10 M this one loop took 182 s,
+/// the test command's slowest step after the build.
 #[test]
 fn fuzz_config_file() {
     let mut rng = fuzzing::rng("config file", 0xc0f1_0001);
-    let (cases, t) = (fuzzing::cases(), std::time::Instant::now());
+    let (cases, t) = (fuzzing::cases() / 10, std::time::Instant::now());
     let cli: Vec<OsString> = vec!["--rate".into(), "1kpps".into()];
     let mut accepted = 0u64;
     for _ in 0..cases {
