@@ -24,8 +24,12 @@ use super::exposition;
 
 /// How long a client has to send its whole request head, and the response's write timeout.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the exporter drains histogram samples when nobody scrapes (its own default).
-const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+/// How often the exporter drains histogram samples when nobody scrapes. The exporter buffers
+/// every observation until a drain (a flush records a latency cell's count as that many
+/// samples), so at 20 kpps the sink's three latency and jitter histograms held up to 300 000
+/// samples at its own 5 s default, and the soak saw the sink's RSS step by 4 MiB whenever that
+/// peak first came; each second keeps it a fifth of that.
+const UPKEEP_EVERY: Duration = Duration::from_secs(1);
 /// Longest request head read.
 const MAX_REQUEST: usize = 8192;
 /// Connections served at once; more are answered 503 and closed.
