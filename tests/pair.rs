@@ -32,54 +32,53 @@ fn paced_ipv6_count_run_is_exact() {
     assert_eq!(u(&send, "tx_bytes"), 25_000 * 1200);
 }
 
-/// An unpaced run alone in a namespace of its own, judged by that namespace's `Udp` counters:
-/// every datagram sent is one `OutDatagrams`, every one the sink read one `InDatagrams`, and
-/// every one its full queue dropped one `RcvbufErrors`, which must be its kernel drops; nothing
-/// may be lost beyond them. How many packets an unpaced run reaches is a speed, measured by
-/// `benches/compare.sh`, not here.
-#[test]
-#[ignore = "needs root: a private network namespace (the test command runs as root)"]
-fn unpaced_run_equals_the_kernels_count() {
+/// Runs an unpaced 2 s pair with `extra` alone in a namespace of its own and holds it to that
+/// namespace's `Udp` counters, which count datagrams as the kernel handed them over: trains of
+/// `train` datagrams (1 without GSO). Every train sent is one `OutDatagrams` (one per SQE), every
+/// train the sink read one `InDatagrams`, and every train its full queue dropped one
+/// `RcvbufErrors`, which must be its kernel drops; nothing may be lost beyond them. How many
+/// packets an unpaced run reaches is a speed, measured by `benches/compare.sh`, not here.
+fn unpaced_run_equals_the_kernels_count(tag: &str, extra: &[&str], train: u64) {
     let _guard = traffic_lock();
-    let ns = Netns::create("unp");
+    let ns = Netns::create(tag);
     let before = UdpSnmp::read(&ns.0);
-    let (send, sink, _) = pair_in(&ns.0, &["--duration", "2s"]);
+    let mut args = vec!["--duration", "2s"];
+    args.extend_from_slice(extra);
+    let (send, sink, _) = pair_in(&ns.0, &args);
     let kernel = UdpSnmp::read(&ns.0).since(before);
     let ctx = format!("{kernel:?}\nsend {send}\nsink {sink}");
     assert_accounted(&send, &sink);
-    assert_eq!(u(&send, "tx_packets"), kernel.out_datagrams, "{ctx}");
-    assert_eq!(u(&sink, "rx_packets"), kernel.in_datagrams, "{ctx}");
-    assert_eq!(u(&sink, "rx_kernel_drops"), kernel.rcvbuf_errors, "{ctx}");
-    assert_eq!(u(&sink, "rx_lost"), 0, "{ctx}");
-}
-
-/// The same with `--gso 64` and GRO at the sink. Loopback hands the socket each train whole, so
-/// the kernel counts trains: one `OutDatagrams` per send, one `InDatagrams` per train read and
-/// one `RcvbufErrors` per train dropped (see `tests/ops.rs`). Every train is 64 segments, so
-/// the sink's segments are 64 per train it read, and its kernel drops 64 per train dropped.
-#[test]
-#[ignore = "needs root: a private network namespace (the test command runs as root)"]
-fn unpaced_gso_run_equals_the_kernels_count_of_trains() {
-    let _guard = traffic_lock();
-    let ns = Netns::create("ungso");
-    let before = UdpSnmp::read(&ns.0);
-    let (send, sink, _) = pair_in(&ns.0, &["--gso", "64", "--duration", "2s"]);
-    let kernel = UdpSnmp::read(&ns.0).since(before);
-    let ctx = format!("{kernel:?}\nsend {send}\nsink {sink}");
-    assert_accounted(&send, &sink);
-    assert_eq!(u(&send, "tx_packets"), 64 * kernel.out_datagrams, "{ctx}");
+    assert_eq!(
+        u(&send, "tx_packets"),
+        train * kernel.out_datagrams,
+        "{ctx}"
+    );
     assert_eq!(
         u(&send, "ring_sqes_submitted"),
         kernel.out_datagrams,
         "{ctx}"
     );
-    assert_eq!(u(&sink, "rx_packets"), 64 * kernel.in_datagrams, "{ctx}");
+    assert_eq!(u(&sink, "rx_packets"), train * kernel.in_datagrams, "{ctx}");
     assert_eq!(
         u(&sink, "rx_kernel_drops"),
-        64 * kernel.rcvbuf_errors,
+        train * kernel.rcvbuf_errors,
         "{ctx}"
     );
     assert_eq!(u(&sink, "rx_lost"), 0, "{ctx}");
+}
+
+#[test]
+#[ignore = "needs root: a private network namespace (the test command runs as root)"]
+fn unpaced_run_equals_the_kernels_count_of_datagrams() {
+    unpaced_run_equals_the_kernels_count("unp", &[], 1);
+}
+
+/// With `--gso 64` and GRO at the sink, loopback hands the socket each 64-segment train whole,
+/// so the kernel counts trains (see `tests/ops.rs`).
+#[test]
+#[ignore = "needs root: a private network namespace (the test command runs as root)"]
+fn unpaced_gso_run_equals_the_kernels_count_of_trains() {
+    unpaced_run_equals_the_kernels_count("ungso", &["--gso", "64"], 64);
 }
 
 #[test]
