@@ -8,6 +8,7 @@ use std::{
     io::{BufRead, BufReader},
     net::UdpSocket,
     process::{Command, Stdio},
+    time::Duration,
 };
 
 use common::*;
@@ -216,6 +217,39 @@ fn q0_cpu(text: &str) -> u32 {
     line.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
 
+/// The CPUs the kernel lets thread `comm` of process `pid` run on: its `Cpus_allowed_list`
+/// (the neutral view of the worker's `sched_setaffinity`, whatever the plan printed).
+fn thread_cpus(pid: u32, comm: &str) -> String {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let status = tasks
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm))
+        .map(|t| std::fs::read_to_string(t.path().join("status")).unwrap())
+        .unwrap_or_else(|| panic!("process {pid} has no thread {comm}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Starts `role` with `args` (under `--json`, so the plan is on stderr), waits until its workers
+/// were released, and returns the plan's CPU for q0 and the CPUs the kernel allows its q0 thread.
+fn planned_and_pinned(role: &str, args: &[&str]) -> (u32, String, String) {
+    let mut all = vec![role];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let mut p = common::proc::Proc::ringblast(None, &all);
+    let plan = p.wait_line("q0 -> cpu ", Duration::from_secs(10));
+    let released = p.wait_line("startup: workers released", Duration::from_secs(10));
+    let allowed = thread_cpus(p.pid(), &format!("{role}-q0"));
+    p.interrupt();
+    let (status, _, err) = p.finish();
+    assert!(status.success(), "{err}");
+    (q0_cpu(&plan), allowed, format!("{plan}\n{released}\n{err}"))
+}
+
 #[test]
 fn separate_sink_and_sender_processes_take_cpus_from_opposite_ends() {
     let _guard = traffic_lock();
@@ -228,25 +262,36 @@ fn separate_sink_and_sender_processes_take_cpus_from_opposite_ends() {
         .parse()
         .unwrap();
     let to = format!("127.0.0.1:{}", free_port());
-    let sink = ringblast(&["sink", "--listen", &to, "--duration", "200ms"]);
-    assert_ok(&sink);
-    let send = ringblast(&["send", "--to", &to, "--count", "1", "--control", "off"]);
-    let (sink_out, send_out) = (text(&sink.stdout), text(&send.stdout));
-    assert_eq!(q0_cpu(&sink_out), highest, "{sink_out}");
+    let (sink_cpu, sink_allowed, sink_err) =
+        planned_and_pinned("sink", &["--listen", &to, "--duration", "20s"]);
+    let (_socket, destination) = listener();
+    let (send_cpu, send_allowed, send_err) = planned_and_pinned(
+        "send",
+        &[
+            "--to",
+            &destination,
+            "--rate",
+            "1kpps",
+            "--duration",
+            "20s",
+            "--control",
+            "off",
+        ],
+    );
+    assert_eq!(sink_cpu, highest, "{sink_err}");
     assert!(
-        sink_out.contains("a sink takes CPUs from the top"),
-        "{sink_out}"
+        sink_err.contains("a sink takes CPUs from the top"),
+        "{sink_err}"
     );
     assert!(
-        send_out.contains("a sender takes CPUs from the bottom"),
-        "{send_out}"
+        send_err.contains("a sender takes CPUs from the bottom"),
+        "{send_err}"
     );
+    // The kernel's word: each q0 thread may run on exactly the CPU its plan printed.
+    assert_eq!(sink_allowed, sink_cpu.to_string(), "{sink_err}");
+    assert_eq!(send_allowed, send_cpu.to_string(), "{send_err}");
     if highest > 0 {
-        assert_ne!(
-            q0_cpu(&sink_out),
-            q0_cpu(&send_out),
-            "{sink_out}\n{send_out}"
-        );
+        assert_ne!(sink_cpu, send_cpu, "{sink_err}\n{send_err}");
     }
 }
 

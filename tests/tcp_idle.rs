@@ -3,7 +3,10 @@
 //! sleeps until its next reconnect is due (it used to poll its ring every microsecond, a full
 //! core for as long as the sink was away), and a sink fed a paced stream (`--rx-wait batch`,
 //! which polls only while completions keep coming) sleeps between records. Both bounds are a
-//! quarter of a core, where the faults they guard against cost a whole one.
+//! quarter of a core, where the faults they guard against cost a whole one. CPU time depends on
+//! the machine's load, so each test also counts the process's wake-ups over the same two seconds
+//! (the threads' `voluntary_ctxt_switches`, the kernel's count of each time a thread blocked): a
+//! loop that spins shows as CPU, one that sleeps a microsecond at a time shows as wake-ups.
 
 mod common;
 
@@ -24,6 +27,15 @@ const PACED: [&str; 8] = [
     "4s",
 ];
 
+/// Wake-ups allowed in the 2 s of a sender whose sink is down. Measured: 500 (about 400 of the
+/// worker's, whose ring wait times out every 5 ms while its connections back off, and 100 of the
+/// reporter's 20 ms tick). Twice that; a thread on a 1 ms timer alone would wake 2 000 times.
+const WOKE_DOWN: u64 = 1_000;
+/// Wake-ups allowed in the 2 s of a sink fed 762 records: measured 990, about one per record
+/// plus the reporter's tick. Twice that; a worker polling its ring on a 1 ms timer would wake
+/// 2 000 times on its own.
+const WOKE_PACED: u64 = 2_000;
+
 /// CPU seconds the process's live threads have run so far: the first field of each thread's
 /// `schedstat` (nanoseconds on a CPU). The workers and the reporter live for the whole run.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -36,13 +48,31 @@ fn cpu_seconds(pid: u32) -> f64 {
     ns as f64 / 1e9
 }
 
-/// CPU seconds `p` used between its interval lines ending at 1 s and at 3 s (whatever its
-/// `--interval`).
-fn cpu_over_two_seconds(p: &mut Proc) -> f64 {
+/// Times the process's threads have blocked so far: the sum of each live thread's
+/// `voluntary_ctxt_switches` in its `/proc/PID/task/TID/status`.
+fn wakeups(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+/// CPU seconds and wake-ups of `p` between its interval lines ending at 1 s and at 3 s
+/// (whatever its `--interval`).
+fn cost_over_two_seconds(p: &mut Proc) -> (f64, u64) {
     p.wait_line("-   1.0] ", WAIT);
-    let before = cpu_seconds(p.pid());
+    let (cpu, woke) = (cpu_seconds(p.pid()), wakeups(p.pid()));
     p.wait_line("-   3.0] ", WAIT);
-    cpu_seconds(p.pid()) - before
+    (cpu_seconds(p.pid()) - cpu, wakeups(p.pid()) - woke)
 }
 
 #[test]
@@ -53,7 +83,7 @@ fn a_sender_whose_sink_is_down_sleeps_between_reconnects() {
     let mut args = vec!["send", "--proto", "tcp", "--to", &to, "--json"];
     args.extend_from_slice(&PACED);
     let mut tx = Proc::ringblast(None, &args);
-    let cpu = cpu_over_two_seconds(&mut tx);
+    let (cpu, woke) = cost_over_two_seconds(&mut tx);
     let (_, _, err) = tx.finish();
     assert!(
         err.contains("connect failures"),
@@ -62,6 +92,11 @@ fn a_sender_whose_sink_is_down_sleeps_between_reconnects() {
     assert!(
         cpu < 0.5,
         "a sender with every connection down used {cpu:.2} CPU-s in 2 s:\n{err}"
+    );
+    eprintln!("sender, sink down: {woke} wake-ups in 2 s");
+    assert!(
+        woke < WOKE_DOWN,
+        "a sender with every connection down woke {woke} times in 2 s:\n{err}"
     );
 }
 
@@ -78,12 +113,17 @@ fn a_sink_fed_a_paced_stream_sleeps_between_records() {
             send(None, &args)
         }
     });
-    let cpu = cpu_over_two_seconds(&mut sink);
+    let (cpu, woke) = cost_over_two_seconds(&mut sink);
     let tx = sender.join().unwrap();
     let rx = stop_sink(sink, 2);
     assert_eq!(tx["tx_records"], rx["rx_records"], "send {tx}\nsink {rx}");
     assert!(
         cpu < 0.5,
         "a sink fed 381 records/s used {cpu:.2} CPU-s in 2 s: it polls between records"
+    );
+    eprintln!("sink, 381 records/s: {woke} wake-ups in 2 s");
+    assert!(
+        woke < WOKE_PACED,
+        "a sink fed 381 records/s woke {woke} times in 2 s: it polls between records"
     );
 }
