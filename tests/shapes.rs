@@ -32,9 +32,16 @@ fn a_burst_of_32_holds_its_rate_and_leaves_back_to_back() {
         "{achieved} pps against 50000: {send}"
     );
     assert_eq!(u(&send, "burst"), 32);
-    // Evenly spaced packets at 50 kpps leave one per io_uring_enter; bursts leave many.
+    // A pacing tick costs two io_uring_enters, one that submits its sends and one that waits
+    // for the next tick: evenly spaced packets at 50 kpps leave one send per two enters (0.50
+    // measured), a burst of 32 leaves 16 (16.03 measured). 15 allows a few ticks cut short at
+    // the ends. That the 32 really leave back to back is judged by a neutral receiver's kernel
+    // stamps in tests/neutral_rate.rs (root).
     let per_enter = u(&send, "ring_sqes_submitted") as f64 / u(&send, "ring_enter_calls") as f64;
-    assert!(per_enter >= 4.0, "{per_enter} sends per enter: {send}");
+    assert!(
+        (15.0..=16.5).contains(&per_enter),
+        "{per_enter} sends per enter: {send}"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let live = stderr
         .lines()

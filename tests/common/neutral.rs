@@ -34,6 +34,8 @@ use nix::{
 pub const WINDOW: Duration = Duration::from_millis(100);
 /// Windows the receiver can hold: a bound on how long it runs (60 s).
 const MAX_WINDOWS: usize = 600;
+/// Buffers whose kernel stamps are kept one by one (16 MiB; the tests send at most 300 000).
+const MAX_STAMPS: usize = 1 << 20;
 
 /// Arrival times on one clock, in nanoseconds from that clock's own origin.
 #[derive(Debug, Default)]
@@ -117,6 +119,27 @@ pub struct Arrivals {
     /// How far CLOCK_REALTIME moved against CLOCK_MONOTONIC between the receiver's start and
     /// end (ns): nonzero when the realtime clock was stepped or slewed apart during the run.
     pub realtime_moved_ns: i64,
+    /// Each stamped buffer's kernel stamp (ns) and datagrams, in arrival order (the first
+    /// `MAX_STAMPS`).
+    pub stamps: Vec<(u64, u64)>,
+}
+
+impl Arrivals {
+    /// The datagrams in each run of buffers that arrived back to back: a run ends where the
+    /// kernel stamps of two consecutive buffers lie more than `gap` apart.
+    pub fn back_to_back_runs(&self, gap: Duration) -> Vec<u64> {
+        let gap = gap.as_nanos() as u64;
+        let mut runs: Vec<u64> = Vec::new();
+        let mut previous: Option<u64> = None;
+        for &(at, n) in &self.stamps {
+            match (previous, runs.last_mut()) {
+                (Some(p), Some(run)) if at.saturating_sub(p) <= gap => *run += n,
+                _ => runs.push(n),
+            }
+            previous = Some(at);
+        }
+        runs
+    }
 }
 
 /// A receiver running on its own thread.
@@ -217,7 +240,12 @@ fn count(socket: &UdpSocket, size: usize, expected: u64, sender_done: &AtomicBoo
         got.datagrams += n;
         got.received.add(now, n);
         match stamp {
-            Some(at) => got.stamped.add(at, n),
+            Some(at) => {
+                got.stamped.add(at, n);
+                if got.stamps.len() < MAX_STAMPS {
+                    got.stamps.push((at, n));
+                }
+            }
             None => got.unstamped += 1,
         }
     }
