@@ -77,10 +77,20 @@ pub fn send(ns: Option<&str>, args: &[&str]) -> Value {
 /// the record magic `RBLS` (a control frame starts with its length, never that), which marks
 /// the connection in conntrack; segments before it carry no payload.
 pub fn count_streams(ns: &str, hook: &str, port: u16) {
+    count_streams_matching(ns, hook, &port.to_string(), &format!("tcp dport {port}"));
+}
+
+/// As [`count_streams`], for the segments from each connection's client to its server on any
+/// port (a `pair` picks its own): conntrack's original direction.
+pub fn count_streams_any_port(ns: &str, hook: &str) {
+    count_streams_matching(ns, hook, "any", "meta l4proto tcp ct direction original");
+}
+
+fn count_streams_matching(ns: &str, hook: &str, tag: &str, matcher: &str) {
     super::nft(
         ns,
         &format!(
-            "table ip rbtcp_{hook}_{port} {{\n counter syns {{ }}\n counter data {{ }}\n counter others {{ }}\n chain c {{\n type filter hook {hook} priority 0; policy accept;\n tcp dport {port} ct mark 0 @ih,0,32 0x52424c53 ct mark set 1\n tcp dport {port} tcp flags & syn == syn counter name syns\n tcp dport {port} ct mark 1 tcp flags & syn == 0 tcp doff 8 counter name data\n tcp dport {port} ct mark 1 tcp flags & syn == 0 tcp doff != 8 counter name others\n }}\n}}\n"
+            "table ip rbtcp_{hook}_{tag} {{\n counter syns {{ }}\n counter data {{ }}\n counter others {{ }}\n chain c {{\n type filter hook {hook} priority 0; policy accept;\n {matcher} ct mark 0 @ih,0,32 0x52424c53 ct mark set 1\n {matcher} tcp flags & syn == syn counter name syns\n {matcher} ct mark 1 tcp flags & syn == 0 tcp doff 8 counter name data\n {matcher} ct mark 1 tcp flags & syn == 0 tcp doff != 8 counter name others\n }}\n}}\n"
         ),
     );
 }
@@ -98,7 +108,16 @@ pub struct Streams {
 
 /// Reads [`count_streams`]'s counters; asserts every data segment had data offset 8.
 pub fn streams(ns: &str, hook: &str, port: u16) -> Streams {
-    let table = format!("rbtcp_{hook}_{port}");
+    streams_counted(ns, hook, &port.to_string())
+}
+
+/// Reads [`count_streams_any_port`]'s counters.
+pub fn streams_any_port(ns: &str, hook: &str) -> Streams {
+    streams_counted(ns, hook, "any")
+}
+
+fn streams_counted(ns: &str, hook: &str, tag: &str) -> Streams {
+    let table = format!("rbtcp_{hook}_{tag}");
     let (others, _) = super::nft_named(ns, "ip", &table, "others");
     assert_eq!(
         others, 0,
