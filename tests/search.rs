@@ -297,6 +297,10 @@ fn with_metrics_each_trial_is_a_step_whose_verdict_is_served() {
         .spawn()
         .unwrap();
     wait_bound(Some(&lab.rx), 7601);
+    let (sent_before, arrived_before) = (
+        snmp(&lab.tx, "Udp", "OutDatagrams"),
+        snmp(&lab.rx, "Udp", "InDatagrams"),
+    );
     let metrics = "10.214.0.1:9981";
     let search = Command::new("ip")
         .args(["netns", "exec", &lab.tx, bin(), "search", "--json"])
@@ -345,6 +349,26 @@ fn with_metrics_each_trial_is_a_step_whose_verdict_is_served() {
     let _ = sink.kill();
     let _ = sink.wait();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // The kernel's count of the whole search: what every trial offered left the sender's
+    // namespace, and what the sink's verdicts say arrived reached its socket (the control
+    // channel is TCP, so the Udp counters hold only the trials' datagrams).
+    let trials: Vec<Value> = stdout
+        .lines()
+        .filter_map(common::schema::parsed)
+        .filter(|v| v["type"] == "trial")
+        .collect();
+    let offered: u64 = trials.iter().map(|t| u(t, "offered")).sum();
+    let arrived: u64 = trials.iter().map(|t| u(t, "offered") - u(t, "lost")).sum();
+    assert_eq!(
+        snmp(&lab.tx, "Udp", "OutDatagrams") - sent_before,
+        offered,
+        "Udp OutDatagrams of the sender's namespace: {stdout}"
+    );
+    assert_eq!(
+        snmp(&lab.rx, "Udp", "InDatagrams") - arrived_before,
+        arrived,
+        "Udp InDatagrams of the sink's namespace: {stdout}"
+    );
     let first: Value = stdout
         .lines()
         .filter_map(common::schema::parsed)
