@@ -1,12 +1,13 @@
-//! TCP_INFO sampled by the sender's reporter: with segments dropped by nft on input (so the
-//! sender really retransmits them; an output drop is only a local send error) inside a private
-//! namespace, the sender's retransmits are seen (and never more than the namespace's own
-//! `/proc/net/snmp` RetransSegs count), every open connection is sampled, and the stream still
-//! arrives exactly.
+//! TCP_INFO sampled by the sender: with segments of the data connections dropped by nft on
+//! input (so the sender really retransmits them; an output drop is only a local send error)
+//! inside a private namespace, the sender's retransmits equal the namespace's own
+//! `/proc/net/snmp` RetransSegs count, less at most one FIN per connection resent after the
+//! worker's final sample; every open connection is sampled, and the stream still arrives
+//! exactly.
 
 mod common;
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use common::{Netns, last_summary, proc::Proc, u};
 
@@ -22,14 +23,15 @@ fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
     );
     let ns = Netns::create("ti");
     let port = common::free_port().to_string();
-    let rule = format!(
-        "add table inet rbloss; add chain inet rbloss inp {{ type filter hook input priority 0; }}; add rule inet rbloss inp tcp dport {port} numgen random mod 40 == 0 drop"
+    // Only the data connections lose segments: a connection is marked by its first payload, the
+    // record magic `RBLS` (a control frame starts with its length), so SYNs and the control
+    // connection, whose retransmits the sender does not report, are never dropped.
+    common::nft(
+        &ns.0,
+        &format!(
+            "table inet rbloss {{\n chain inp {{\n  type filter hook input priority 0; policy accept;\n  tcp dport {port} ct mark 0 @ih,0,32 0x52424c53 ct mark set 1\n  tcp dport {port} ct mark 1 numgen random mod 40 == 0 drop\n }}\n}}\n"
+        ),
     );
-    let nft = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "nft", &rule])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(nft, "nft {rule:?}");
     let listen = format!("127.0.0.1:{port}");
     let mut sink = Proc::ringblast(
         Some(&ns.0),
@@ -78,13 +80,17 @@ fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
     let rx = last_summary(&out, "sink");
     let kernel = common::snmp(&ns.0, "Tcp", "RetransSegs");
     let seen = u(&tx, "retransmits");
+    eprintln!("retransmits: the sender's {seen}, the kernel's RetransSegs {kernel}");
     assert!(
         seen > 0,
         "no retransmits seen with 1 in 40 segments dropped: {tx}"
     );
+    // Each connection's final TCP_INFO is taken once the sink has acknowledged all its records,
+    // so every data segment's resends are in it; only its FIN, dropped too (1 in 40) and resent
+    // after that sample, can be missing: at most one per connection.
     assert!(
-        seen <= kernel,
-        "{seen} retransmits > the kernel's {kernel}: {tx}"
+        seen <= kernel && kernel - seen <= 2,
+        "{seen} retransmits against the kernel's {kernel}: {tx}"
     );
     // The summary holds the last sample taken while connections were open: both, or one when the
     // other was already closing at the end.

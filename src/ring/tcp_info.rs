@@ -1,8 +1,9 @@
-//! `getsockopt(TCP_INFO)` for the reporter thread (neither nix nor socket2 exposes it): the
-//! smoothed RTT, the connection's total retransmits and its congestion window. Workers never
-//! call it. The descriptor may have been closed meanwhile; the call then fails (`EBADF`) or
-//! answers for whatever socket now holds the number, which is why callers validate the
-//! descriptor's generation around the call (see `sender::tcp::info`).
+//! `getsockopt(TCP_INFO)` (neither nix nor socket2 exposes it): the smoothed RTT, the
+//! connection's total retransmits and its congestion window. The reporter thread samples open
+//! connections; a worker calls it only as it closes one, off its hot path. For the reporter the
+//! descriptor may have been closed meanwhile; the call then fails (`EBADF`) or answers for
+//! whatever socket now holds the number, which is why it validates the descriptor's generation
+//! around the call (see `sender::tcp::info`).
 
 use std::os::fd::RawFd;
 

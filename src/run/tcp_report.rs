@@ -385,9 +385,15 @@ impl Reporter {
         if let Some(s) = self.sinks.take() {
             s.group.join();
         }
+        // The workers have closed every connection and booked each one's final retransmits.
+        if let Some(sampler) = self.info.as_mut() {
+            let fresh = sampler.sample();
+            keep_open_samples(&mut self.last_info, fresh);
+        }
         let snap = snapshot(tx_shared.iter(), rx_shared.iter());
         if let Some(m) = &self.metrics {
             m.flush(&crate::metrics::ctx::sample());
+            m.flush_info(&self.last_info);
         }
         if let Some(series) = self.sender_series.as_mut() {
             series.flush();

@@ -1,4 +1,6 @@
-//! TCP_INFO of a sender queue's connections, sampled by the reporter thread, never a worker.
+//! TCP_INFO of a sender queue's connections, sampled by the reporter thread while they are open,
+//! and once more by the worker as it closes each (off the hot path: after a failure, or at the
+//! end, after the drain has seen the sink acknowledge every record).
 //!
 //! Descriptor sharing: the worker owns its sockets; it publishes each connection's descriptor
 //! in one atomic word per connection, `(change count << 32) | (fd + 1)` (low half 0: no
@@ -10,8 +12,11 @@
 //! never kept open by the reporter (no `dup`), so closing stays the worker's alone.
 //!
 //! Per queue: the largest smoothed RTT, the sum of congestion windows, and the retransmits of
-//! the open connections plus those last seen on connections that closed since (a closed
-//! connection's retransmits after its last sample are not seen).
+//! the open connections plus the closed ones' final counts, which the worker adds to its
+//! connection slot's `closed_retrans` after marking the slot down. A sample reads that sum
+//! before the word, so it never counts a connection both open and closed; each slot's figure
+//! is kept monotonic across the moment between the mark and the add. What the kernel resends
+//! after the final sample (a lost FIN) is not seen.
 
 use std::{
     os::fd::RawFd,
@@ -26,10 +31,13 @@ use crate::ring::tcp_info;
 
 const LOW: u64 = 0xffff_ffff;
 
-/// The published descriptors of one queue's connections.
+/// The published descriptors of one queue's connections, and their closed connections'
+/// retransmits.
 #[derive(Debug, Default)]
 pub(crate) struct ConnFds {
     words: Box<[AtomicU64]>,
+    /// Per slot: the final `total_retrans` of every connection that has closed in it.
+    closed_retrans: Box<[AtomicU64]>,
 }
 
 impl ConnFds {
@@ -37,6 +45,7 @@ impl ConnFds {
     pub(crate) fn new(conns: u32) -> ConnFds {
         ConnFds {
             words: (0..conns).map(|_| AtomicU64::new(0)).collect(),
+            closed_retrans: (0..conns).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -54,15 +63,15 @@ impl ConnFds {
         }
     }
 
-    /// Worker: connection `i` is about to close its socket (or has none).
-    pub(super) fn down(&self, i: usize) {
+    /// Worker: connection `i` is about to close its socket `fd` (or has none): takes the
+    /// connection's final TCP_INFO, marks the slot down, then books the final retransmits.
+    pub(super) fn down(&self, i: usize, fd: Option<RawFd>) {
+        let retrans = fd
+            .and_then(tcp_info::sample)
+            .map_or(0, |s| u64::from(s.total_retrans));
         self.set(i, 0);
-    }
-
-    /// Worker: every socket is about to close.
-    pub(super) fn all_down(&self) {
-        for i in 0..self.words.len() {
-            self.down(i);
+        if let Some(closed) = self.closed_retrans.get(i) {
+            closed.fetch_add(retrans, Ordering::SeqCst);
         }
     }
 }
@@ -83,25 +92,16 @@ pub(crate) struct QueueInfo {
 /// The reporter's sampler over every sender queue.
 pub(crate) struct Sampler {
     queues: Vec<Arc<TcpSendShared>>,
-    /// Per queue, per connection: the word of the last sample and its retransmits.
-    seen: Vec<Vec<(u64, u64)>>,
-    /// Per queue: retransmits last seen on connections that have closed since.
-    closed: Vec<u64>,
+    /// Per queue, per connection slot: the retransmits of its last sample (closed connections'
+    /// and the open one's), never lowered.
+    seen: Vec<Vec<u64>>,
 }
 
 impl Sampler {
     /// A sampler over these queues.
     pub(crate) fn new(queues: Vec<Arc<TcpSendShared>>) -> Sampler {
-        let seen = queues
-            .iter()
-            .map(|q| vec![(0, 0); q.fds.words.len()])
-            .collect();
-        let closed = vec![0; queues.len()];
-        Sampler {
-            queues,
-            seen,
-            closed,
-        }
+        let seen = queues.iter().map(|q| vec![0; q.fds.words.len()]).collect();
+        Sampler { queues, seen }
     }
 
     /// Samples every open connection; one entry per queue.
@@ -109,30 +109,28 @@ impl Sampler {
         let mut out = Vec::with_capacity(self.queues.len());
         for (q, shared) in self.queues.iter().enumerate() {
             let mut info = QueueInfo::default();
-            let mut open_retrans = 0;
             for (i, word) in shared.fds.words.iter().enumerate() {
+                // The closed connections' sum first: a connection whose final count is in it
+                // was marked down before, so the word read next no longer names it.
+                let closed = shared.fds.closed_retrans[i].load(Ordering::SeqCst);
                 let before = word.load(Ordering::SeqCst);
                 let sample = match before & LOW {
                     0 => None,
                     fd => tcp_info::sample((fd - 1) as RawFd),
                 };
                 let valid = word.load(Ordering::SeqCst) == before;
-                let seen = &mut self.seen[q][i];
-                if seen.0 != before {
-                    // Another connection (or none) since the last sample: book what the old
-                    // one had retransmitted.
-                    self.closed[q] += seen.1;
-                    *seen = (before, 0);
-                }
+                let mut retrans = closed;
                 if let (Some(s), true) = (sample, valid) {
                     info.conns += 1;
                     info.srtt_us_max = info.srtt_us_max.max(u64::from(s.srtt_us));
                     info.cwnd_segments += u64::from(s.snd_cwnd);
-                    seen.1 = seen.1.max(u64::from(s.total_retrans));
+                    retrans += u64::from(s.total_retrans);
                 }
-                open_retrans += seen.1;
+                // Between a slot's mark and its add the sum lacks the closing connection.
+                let seen = &mut self.seen[q][i];
+                *seen = (*seen).max(retrans);
+                info.retransmits += *seen;
             }
-            info.retransmits = self.closed[q] + open_retrans;
             out.push(info);
         }
         out
@@ -165,10 +163,17 @@ mod tests {
         let s = sampler.sample()[0];
         assert_eq!(s.conns, 1);
         assert!(s.cwnd_segments > 0, "{s:?}");
-        sampler.seen[0][1].1 = 5;
-        shared.fds.down(1);
+        sampler.seen[0][1] = 5;
+        shared.fds.down(1, None);
         drop(c);
         let s = sampler.sample()[0];
-        assert_eq!((s.conns, s.retransmits), (0, 5));
+        assert_eq!((s.conns, s.retransmits), (0, 5), "never lowered");
+        shared.fds.closed_retrans[1].store(7, Ordering::SeqCst);
+        let s = sampler.sample()[0];
+        assert_eq!(
+            (s.conns, s.retransmits),
+            (0, 7),
+            "a closed connection's final count"
+        );
     }
 }

@@ -200,7 +200,8 @@ impl TcpSendWorker {
 
     /// Closes connection `i` after a failure and schedules its reconnect.
     fn fail(&mut self, i: usize, now: u64) {
-        self.shared.fds.down(i);
+        let fd = self.conns[i].socket.as_ref().map(|s| s.as_raw_fd());
+        self.shared.fds.down(i, fd);
         let c = &mut self.conns[i];
         if c.state == State::Up {
             self.counters.sub(TxCounter::ConnsUp, 1);

@@ -2,6 +2,8 @@
 //! submit, reap, publish every 10 ms; at the end, FIN every stream and wait (bounded) for the
 //! sink to acknowledge every record.
 
+use std::os::fd::AsRawFd;
+
 use super::{MAX_SLEEP_NS, PUBLISH_EVERY_NS, STOP_GRACE_NS, State, TcpSendOutcome, TcpSendWorker};
 use crate::{clock, pacing::Pacer, ring::Wait};
 
@@ -116,8 +118,13 @@ impl crate::worker::Job for TcpSendWorker {
             self.drain();
         }
         self.publish();
-        // The sockets close when the worker is dropped, right after this.
-        self.shared.fds.all_down();
+        // The sockets close when the worker is dropped, right after this: each connection's
+        // final TCP_INFO first, now that the drain has seen its records acknowledged.
+        for (i, c) in self.conns.iter().enumerate() {
+            self.shared
+                .fds
+                .down(i, c.socket.as_ref().map(|s| s.as_raw_fd()));
+        }
         TcpSendOutcome {
             started_ns,
             ended_ns: clock::monotonic_ns(),
