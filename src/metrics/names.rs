@@ -122,7 +122,7 @@ metrics! {
     TCP_ACCEPTS = "ringblast_tcp_accepts_total", Counter, "node,queue,protocol", "TCP data connections the sink accepted (control connections on the same port are not counted).";
     TCP_SRTT = "ringblast_tcp_srtt_seconds", Gauge, "node,queue,protocol", "Largest smoothed RTT (TCP_INFO) among the sender queue's connections, as last sampled by the reporter.";
     TCP_CWND = "ringblast_tcp_cwnd_segments", Gauge, "node,queue,protocol", "Sum of the congestion windows (TCP_INFO) of the sender queue's connections, in segments.";
-    TCP_RETRANSMITS = "ringblast_tcp_retransmits_total", Counter, "node,queue,protocol", "Segments the sender queue's connections retransmitted (TCP_INFO total_retrans, as last sampled; closed connections included).";
+    TCP_RETRANSMITS = "ringblast_tcp_retransmits_total", Counter, "node,queue,protocol", "Segments the sender queue's connections retransmitted (TCP_INFO total_retrans: the open connections' as last sampled, and each closed connection's final count).";
     TCP_RX_SENDER_RECORDS = "ringblast_tcp_rx_sender_records_total", Counter, "sender,protocol", "Complete, in-sequence records received from this sender (all its runs).";
     TCP_RX_SENDER_BYTES = "ringblast_tcp_rx_sender_bytes_total", Counter, "sender,protocol", "Bytes of those records.";
     TCP_RX_SENDER_INVALID = "ringblast_tcp_rx_sender_invalid_total", Counter, "sender,protocol", "Invalid events on this sender's connections (sequence, lost framing, depth).";
