@@ -53,6 +53,21 @@ fn paced_run(tag: &str, net: u8, pps: u64, gso: u64, count: u64) -> Arrivals {
 
 /// [`paced_run`] with `--burst burst`.
 fn paced_burst_run(tag: &str, net: u8, pps: u64, gso: u64, burst: u64, count: u64) -> Arrivals {
+    let rate = format!("{pps}pps");
+    let (count_arg, burst_arg) = (count.to_string(), burst.to_string());
+    let shape = [
+        "--rate", &rate, "--count", &count_arg, "--burst", &burst_arg,
+    ];
+    let (arrivals, sent) = neutral_run(tag, net, gso, count, &shape);
+    assert_eq!(sent, count);
+    arrivals
+}
+
+/// Sends with `shape` (the rate and extent flags) and `gso` datagrams per send from the sender
+/// namespace of a new lab to the neutral receiver in its sink namespace, which expects
+/// `expected` datagrams; checks every count against the kernel's, and returns what the
+/// receiver saw and the sender's `tx_packets`.
+fn neutral_run(tag: &str, net: u8, gso: u64, expected: u64, shape: &[&str]) -> (Arrivals, u64) {
     let lab = Lab::create(tag, net);
     let to = format!("10.{net}.0.2:{PORT}");
     nft(
@@ -62,7 +77,7 @@ fn paced_burst_run(tag: &str, net: u8, pps: u64, gso: u64, burst: u64, count: u6
         ),
     );
     let addr: SocketAddr = to.parse().unwrap();
-    let receiver = NeutralReceiver::start(&lab.rx, addr, SIZE as usize, count);
+    let receiver = NeutralReceiver::start(&lab.rx, addr, SIZE as usize, expected);
     let (in_before, drops_before, out_before) = (
         snmp(&lab.rx, "Udp", "InDatagrams"),
         snmp(&lab.rx, "Udp", "RcvbufErrors"),
@@ -71,14 +86,8 @@ fn paced_burst_run(tag: &str, net: u8, pps: u64, gso: u64, burst: u64, count: u6
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", &lab.tx, bin(), "send", "--json"])
         .args(["--control", "off", "--to", &to])
-        .args([
-            "--rate",
-            &format!("{pps}pps"),
-            "--count",
-            &count.to_string(),
-        ])
+        .args(shape)
         .args(["--size", &SIZE.to_string(), "--gso", &gso.to_string()])
-        .args(["--burst", &burst.to_string()])
         .output()
         .unwrap();
     let arrivals = receiver.finish();
@@ -89,7 +98,8 @@ fn paced_burst_run(tag: &str, net: u8, pps: u64, gso: u64, burst: u64, count: u6
     let dropped = snmp(&lab.rx, "Udp", "RcvbufErrors") - drops_before;
     let sent_calls = snmp(&lab.tx, "Udp", "OutDatagrams") - out_before;
 
-    assert_eq!(u(&send, "tx_packets"), count, "{send}");
+    let count = u(&send, "tx_packets");
+    assert_eq!(count % gso, 0, "whole sends only: {send}");
     assert_eq!(u(&send, "tx_errors"), 0, "{send}");
     // The kernel: each skb carries one IPv4 and one UDP header (28 bytes) and `gso` datagrams.
     assert_eq!(skbs, count / gso, "skbs at the receiving side's input hook");
@@ -110,7 +120,7 @@ fn paced_burst_run(tag: &str, net: u8, pps: u64, gso: u64, burst: u64, count: u6
     assert_eq!(arrivals.buffers, skbs, "one receive per skb");
     assert_eq!(arrivals.malformed, 0);
     assert_eq!(arrivals.unstamped, 0);
-    arrivals
+    (arrivals, count)
 }
 
 /// Prints one clock's view of the run and checks its long-run rate.
@@ -197,4 +207,40 @@ fn a_burst_of_32_arrives_back_to_back_at_a_neutral_receiver() {
         "only {exact} of {} runs are one burst of 32: {sizes:?}",
         runs.len()
     );
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and nftables"]
+fn each_rate_step_holds_its_rate_at_a_neutral_receiver() {
+    let _guard = traffic_lock();
+    let (arrivals, sent) = neutral_run(
+        "nrd",
+        243,
+        1,
+        120_000,
+        &["--rate-steps", "20kpps:1s,60kpps:1s,40kpps:1s"],
+    );
+    // Each step's rate by the receiver's clock: its whole 100 ms windows but the first and the
+    // last, which may hold part of a neighbouring step (the sender switches on its own clock,
+    // a few ms from the receiver's window edges). 1 %, as for each step of a schedule.
+    let windows = arrivals.received.whole_windows();
+    assert!(
+        windows.len() >= 29,
+        "{} windows: {arrivals:?}",
+        windows.len()
+    );
+    for (step, pps) in [20_000.0, 60_000.0, 40_000.0].iter().enumerate() {
+        let inner = &windows[step * 10 + 1..step * 10 + 9];
+        let rate = inner.iter().sum::<u64>() as f64 / (inner.len() as f64 * 0.1);
+        eprintln!(
+            "step {step}: {rate:.0} pps by the receiver's clock against {pps} ({:+.3} %), windows {inner:?}",
+            (rate / pps - 1.0) * 100.0
+        );
+        assert!(
+            (rate / pps - 1.0).abs() <= 0.01,
+            "step {step}: {rate:.0} pps against {pps}: {inner:?}"
+        );
+    }
+    // The schedule's integral, within the 1 % a step's end may cut short.
+    assert!((118_800..=120_000).contains(&sent), "{sent}");
 }

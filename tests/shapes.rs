@@ -102,6 +102,8 @@ fn rate_steps_hold_each_rate_and_report_each_step() {
     assert_eq!(steps.len(), 3, "{steps:?}");
     for (step, want) in steps.iter().zip([20_000.0, 60_000.0, 40_000.0]) {
         assert_eq!(step["target_pps"].as_f64(), Some(want), "{step}");
+        // The step's count against its target; its rate by a neutral clock (a receiver's own
+        // 100 ms windows) is judged in tests/neutral_rate.rs (root).
         let achieved = u(step, "tx_packets") as f64 / 1.0;
         assert!((achieved / want - 1.0).abs() <= 0.01, "{step}");
         // Each step is its own epoch: its loss is the sink's verdict for that step alone.
