@@ -6,25 +6,24 @@ mod common;
 use common::*;
 
 #[test]
+#[ignore = "needs root: a private network namespace (the test command runs as root)"]
 fn a_burst_of_32_holds_its_rate_and_leaves_back_to_back() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
-        "--rate",
-        "50kpps",
-        "--burst",
-        "32",
-        "--duration",
-        "5s",
-        "--json",
-        "--no-metrics",
-        "--interval",
-        "1s",
-    ]);
+    let ns = Netns::create("burst");
+    let before = UdpSnmp::read(&ns.0);
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0, bin(), "pair"])
+        .args(["--rate", "50kpps", "--burst", "32", "--duration", "5s"])
+        .args(["--json", "--no-metrics", "--interval", "1s"])
+        .output()
+        .unwrap();
     assert_ok(&out);
     let s = summaries(&out);
     let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     assert_exact(&send, &sink);
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    assert_eq!(u(&send, "tx_packets"), kernel.out_datagrams, "{kernel:?}");
+    assert_eq!(u(&sink, "rx_packets"), kernel.in_datagrams, "{kernel:?}");
     let seconds = send["duration_s"].as_f64().unwrap();
     let achieved = u(&send, "tx_packets") as f64 / seconds;
     assert!(
@@ -50,9 +49,13 @@ fn a_burst_of_32_holds_its_rate_and_leaves_back_to_back() {
 }
 
 #[test]
+#[ignore = "needs root: a private network namespace (the test command runs as root)"]
 fn a_counted_burst_run_sends_exactly_its_count() {
     let _guard = traffic_lock();
-    let (send, sink, _) = pair(&["--rate", "20kpps", "--burst", "32", "--count", "1000"]);
+    let (send, sink, _) = pair_counted(
+        "burstn",
+        &["--rate", "20kpps", "--burst", "32", "--count", "1000"],
+    );
     assert_exact(&send, &sink);
     assert_eq!(u(&send, "tx_packets"), 1000, "{send}");
 }
@@ -85,19 +88,24 @@ fn step_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
 }
 
 #[test]
+#[ignore = "needs root: a private network namespace (the test command runs as root)"]
 fn rate_steps_hold_each_rate_and_report_each_step() {
     let _guard = traffic_lock();
-    let out = ringblast(&[
-        "pair",
-        "--rate-steps",
-        "20kpps:1s,60kpps:1s,40kpps:1s",
-        "--json",
-        "--no-metrics",
-    ]);
+    let ns = Netns::create("steps");
+    let before = UdpSnmp::read(&ns.0);
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0, bin(), "pair"])
+        .args(["--rate-steps", "20kpps:1s,60kpps:1s,40kpps:1s"])
+        .args(["--json", "--no-metrics"])
+        .output()
+        .unwrap();
     assert_ok(&out);
     let s = summaries(&out);
     let (send, sink) = (s.send.unwrap(), s.sink.unwrap());
     assert_exact(&send, &sink);
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    assert_eq!(u(&send, "tx_packets"), kernel.out_datagrams, "{kernel:?}");
+    assert_eq!(u(&sink, "rx_packets"), kernel.in_datagrams, "{kernel:?}");
     let steps = step_lines(&out);
     assert_eq!(steps.len(), 3, "{steps:?}");
     for (step, want) in steps.iter().zip([20_000.0, 60_000.0, 40_000.0]) {

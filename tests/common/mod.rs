@@ -552,6 +552,38 @@ impl UdpSnmp {
     }
 }
 
+/// As [`pair`], alone in a private network namespace named after `tag` (root), and held to that
+/// namespace's `Udp` counters: every send left as one `OutDatagrams` and every buffer the sink
+/// read was one `InDatagrams`, each of `--gso N`'s N datagrams or of 1 (loopback's GRO keeps a
+/// GSO send whole), and the sink's kernel drops are its `RcvbufErrors` buffers.
+pub fn pair_counted(tag: &str, args: &[&str]) -> (Value, Value, Value) {
+    let ns = Netns::create(tag);
+    let before = UdpSnmp::read(&ns.0);
+    let (send, sink, last) = pair_in(&ns.0, args);
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    let train: u64 = args
+        .iter()
+        .position(|a| *a == "--gso")
+        .map_or(1, |i| args[i + 1].parse().unwrap());
+    let ctx = format!("{kernel:?}\nsend {send}\nsink {sink}");
+    assert_eq!(
+        u(&send, "tx_packets"),
+        train * kernel.out_datagrams,
+        "Udp OutDatagrams: {ctx}"
+    );
+    assert_eq!(
+        u(&sink, "rx_packets"),
+        train * kernel.in_datagrams,
+        "Udp InDatagrams: {ctx}"
+    );
+    assert_eq!(
+        u(&sink, "rx_kernel_drops"),
+        train * kernel.rcvbuf_errors,
+        "Udp RcvbufErrors: {ctx}"
+    );
+    (send, sink, last)
+}
+
 /// As [`pair`], run inside network namespace `ns` (`ip netns exec`).
 pub fn pair_in(ns: &str, args: &[&str]) -> (Value, Value, Value) {
     let out = Command::new("ip")
