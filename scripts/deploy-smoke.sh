@@ -5,6 +5,9 @@
 #             (namespace's) host network
 #   bridge    deploy/compose/compose.bridge.yaml: a sink and three senders (and a TCP sink and sender), each container in its
 #             own network namespace, the senders reaching the sink by service name
+# Each sink's counts are also held to the kernel's own in the sink's network namespace: received
+# and kernel drops to Udp InDatagrams and RcvbufErrors (every topology), the TCP sink's bytes to
+# the TCP_INFO bytes_received of its data connections (bridge).
 # with the test-only overrides in tests/deploy/ (a local Prometheus image, limits the host allows,
 # the test's own secret). Images come from no registry: mmdebstrap builds a Debian root from the
 # machine's apt sources (cached under target/deploy-smoke/), `podman import` makes it the base
@@ -65,6 +68,7 @@ fi
 P=rbsmoke-$$
 W=$(mktemp -d "/tmp/$P.XXXXXX")
 NETNS=()
+LISTENERS=()   # `ss -E` processes this script started (the TCP sink's socket destroy events)
 # The machine's hard limits: a runtime without CAP_SYS_RESOURCE cannot raise them in a container.
 # podman itself runs with nproc no higher than pid_max.
 MEMLOCK=$(ulimit -Hl)
@@ -78,11 +82,12 @@ export CONTAINERS_REGISTRIES_CONF=$W/registries.conf
 in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
 
 cleanup() {
-  local rc=$? ns left
+  local rc=$? ns left pid
   set +e
   # A signal's trap may run inside a redirected command: report on the script's own stdout/stderr.
   exec 1>&3 2>&4
   say "cleaning up"
+  for pid in "${LISTENERS[@]}"; do kill "$pid" 2>/dev/null; done
   for ns in "${NETNS[@]}"; do
     in_ns "$ns" podman pod rm -af -t 0 >/dev/null 2>&1
     in_ns "$ns" podman rm -af -t 0 >/dev/null 2>&1
@@ -131,6 +136,9 @@ check_confined() {
     die "$1 is not confined as shipped: $status"
   fi
 }
+
+# Container $1's /proc/net/snmp, read in its network namespace: the kernel's own Udp counters there.
+snmp_of() { nsenter -t "$(podman inspect -f '{{.State.Pid}}' "$1")" -n cat /proc/net/snmp; }
 
 # --- images ------------------------------------------------------------------------------------
 # shellcheck source=/dev/null
@@ -188,8 +196,11 @@ compose_topology() {
   local file=$1 template=$2 override project=$3 prom=$4 targets=$5 ns=$3
   shift 5
   local pairs=("$@") services=() names=() summaries=() pair svc
-  # Services started beside the UDP senders whose books are checked (the bridge's TCP pair).
+  local results=("$W/$project-live.txt" "$W/$project-exact.txt")
+  # Services started beside the UDP senders whose books are checked: the bridge's TCP pair, the
+  # TCP sink first, then its sender (whose --name is its service name).
   local extra=(${RB_EXTRA_SERVICES:-})
+  local tcp_sink=${extra[0]:-} tcp_sender=${extra[1]:-} tcp_pid tcp_port tcp_events
   override=$(render "$template")
   for pair in "${pairs[@]}"; do services+=("${pair%%=*}"); names+=("${pair#*=}"); done
   new_ns "$ns"
@@ -200,6 +211,19 @@ compose_topology() {
   for svc in sink "${services[@]}" "${extra[@]}" prometheus; do wait_running "${project}_${svc}_1"; done
   for svc in sink "${services[@]}" "${extra[@]}"; do check_confined "${project}_${svc}_1"; done
   say "$project: $((${#services[@]} + ${#extra[@]} + 2)) containers running: $(podman ps --filter "label=io.podman.compose.project=$project" --format '{{.Names}}' | tr '\n' ' ')"
+  if [ -n "$tcp_sender" ]; then
+    # The kernel's count of the TCP sink's bytes is each data connection's TCP_INFO, and a socket's
+    # TCP_INFO goes with it when it is freed (when the sender stops). `ss -E` in the sink's
+    # namespace prints it for every socket freed from now on (destroy events); promcheck.py tcp
+    # reads those, and a listing of those still open at the end, and checks that every connection
+    # the sender made is among them (so one freed before this point would fail, not be missed).
+    tcp_pid=$(podman inspect -f '{{.State.Pid}}' "${project}_${tcp_sink}_1")
+    tcp_port=$(podman inspect -f '{{range .Config.Cmd}}{{println .}}{{end}}' "${project}_${tcp_sink}_1" | sed -n 's/^--listen=.*://p')
+    [ -n "$tcp_port" ] || die "$project: no --listen port in $tcp_sink's command"
+    tcp_events=$W/$project-tcp-destroyed.txt
+    nsenter -t "$tcp_pid" -n stdbuf -oL ss -E -H -t -i -n >"$tcp_events" 2>&1 &
+    LISTENERS+=($!)
+  fi
   # Only the bridge runs a TCP pair (its extra services): elsewhere the TCP row has no data.
   local tcp_row=()
   [ "${#extra[@]}" -gt 0 ] || tcp_row=(--no-tcp)
@@ -216,14 +240,47 @@ compose_topology() {
     podman logs "${project}_${svc}_1" 2>/dev/null >"$W/$project-$svc.out"
     summaries+=(--summary "${pair#*=}=$W/$project-$svc.out")
   done
-  in_ns "$ns" python3 tests/deploy/promcheck.py exact --prom "$prom" "${summaries[@]}" >"$W/$project-exact.txt" \
-    || { cat "$W/$project-exact.txt"; die "$project: exact counts failed"; }
-  grep -E '^ok .*(sent|up:|return data)' "$W/$project-live.txt" "$W/$project-exact.txt" -h | sed 's/^/  /' 
+  # The neutral observer of the UDP counts: the kernel's Udp counters in the sink's namespace, read
+  # now that every sender has stopped with the sink's final books in its summary, so both cover
+  # the same datagrams (none of theirs is left to deliver). Read whole: the namespace (the
+  # container's own, or on the host network the one new_ns made) counts from 0 since its
+  # creation, before the sink bound its port, and no other socket there receives UDP: the
+  # sink resolves no names, the senders' name lookups (aardvark-dns on the bridge, /etc/hosts
+  # on the host network) are answered in the senders' namespaces, Prometheus scrapes by address
+  # on the host network and looks names up from its own namespace on the bridge, and on the
+  # host network the sender's sockets only send. (Measured: the only UDP sockets in the sink's
+  # namespace were the sink's own two on its port, and Udp NoPorts stayed 0.)
+  snmp_of "${project}_sink_1" >"$W/$project-snmp.txt"
+  in_ns "$ns" python3 tests/deploy/promcheck.py exact --prom "$prom" "${summaries[@]}" --snmp "$W/$project-snmp.txt" \
+    >"$W/$project-exact.txt" || { cat "$W/$project-exact.txt"; die "$project: exact counts failed"; }
+  if [ -n "$tcp_sender" ]; then
+    # The TCP sender stops as the UDP ones do (SIGTERM: FIN on every stream, the sink's verdict).
+    in_ns "$ns" podman stop -t 20 "${project}_${tcp_sender}_1" >/dev/null
+    podman logs "${project}_${tcp_sender}_1" >"$W/$project-$tcp_sender.out" 2>/dev/null
+    podman logs "${project}_${tcp_sink}_1" >"$W/$project-$tcp_sink.log" 2>&1
+    # Bounded wait until the sink has closed every connection on its port (each then a destroy
+    # event), a listing of any still open (same figures: nothing more arrives), then the
+    # listener stops, after a pause for it to print the last events it was sent (SIGTERM: a
+    # background job of a script ignores SIGINT; stdbuf -oL has flushed every line it printed).
+    local deadline=$((SECONDS + 10))
+    while [ -n "$(nsenter -t "$tcp_pid" -n ss -H -t -n state connected exclude time-wait "( sport = :$tcp_port )")" ] \
+      && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    nsenter -t "$tcp_pid" -n ss -H -t -i -n -a >"$W/$project-tcp-open.txt"
+    sleep 0.5
+    kill "${LISTENERS[-1]}"
+    wait "${LISTENERS[-1]}" || true
+    unset 'LISTENERS[-1]'
+    in_ns "$ns" python3 tests/deploy/promcheck.py tcp --prom "$prom" --summary "$tcp_sender=$W/$project-$tcp_sender.out" \
+      --port "$tcp_port" --sink-log "$W/$project-$tcp_sink.log" --sockets "$tcp_events" --sockets "$W/$project-tcp-open.txt" \
+      >"$W/$project-tcp.txt" || { cat "$W/$project-tcp.txt"; die "$project: TCP counts failed"; }
+    results+=("$W/$project-tcp.txt")
+  fi
+  grep -E '^ok .*(sent [0-9]|up:|return data|kernel (Udp|bytes))' "${results[@]}" -h | sed 's/^/  /'
   (cd deploy/compose && timeout 60 nsenter --net="/run/netns/$ns" "$COMPOSE" -p "$project" \
     -f "$file" -f "$override" down -v -t 5 >"$W/$project-down.log" 2>&1) \
     || { tail -20 "$W/$project-down.log" >&2; die "$project: compose down failed"; }
   [ -z "$(podman ps -aq --filter "label=io.podman.compose.project=$project")" ] || die "$project: containers left after down"
-  say "$project figures: containers=$((${#services[@]} + ${#extra[@]} + 2)) $(grep -h '^figures:' "$W/$project-live.txt" "$W/$project-exact.txt" | sed 's/^figures: //' | tr '\n' ' ')"
+  say "$project figures: containers=$((${#services[@]} + ${#extra[@]} + 2)) $(grep -h '^figures:' "${results[@]}" | sed 's/^figures: //' | tr '\n' ' ')"
 }
 
 # The kustomize output of deploy/kubernetes/base (through tests/deploy/kube-smoke, which lowers
@@ -293,10 +350,14 @@ EOF
     --senders ringblast-send >"$W/$project-live.txt" || { cat "$W/$project-live.txt"; die "$project: live checks failed"; }
   in_ns "$send_ns" podman stop -t 20 "$sender" >/dev/null 2>>"$W/$project-stop.log"
   podman logs "$sender" 2>/dev/null >"$W/$project-sender.out"
+  # As in compose_topology: the kernel's Udp counters of the sink's node, read once the sender has
+  # stopped with the sink's final books. The node's namespace counts from its creation; its other
+  # tenants (the pod infra container, Prometheus scraping by address) receive no UDP.
+  snmp_of ringblast-sink-sink >"$W/$project-snmp.txt"
   in_ns "$sink_ns" python3 tests/deploy/promcheck.py exact --prom http://127.0.0.1:9090 \
-    --summary "ringblast-send=$W/$project-sender.out" >"$W/$project-exact.txt" \
+    --summary "ringblast-send=$W/$project-sender.out" --snmp "$W/$project-snmp.txt" >"$W/$project-exact.txt" \
     || { cat "$W/$project-exact.txt"; die "$project: exact counts failed"; }
-  grep -E '^ok .*(sent|up:|return data)' "$W/$project-live.txt" "$W/$project-exact.txt" -h | sed 's/^/  /'
+  grep -E '^ok .*(sent [0-9]|up:|return data|kernel Udp)' "$W/$project-live.txt" "$W/$project-exact.txt" -h | sed 's/^/  /'
   in_ns "$sink_ns" podman rm -f -t 0 "$project-prometheus" >/dev/null
   in_ns "$sink_ns" podman kube down "$kube/sink.yaml" >/dev/null 2>&1 || die "$project: kube down of the sink failed"
   in_ns "$send_ns" podman kube down "$kube/sender.yaml" >/dev/null 2>&1 || die "$project: kube down of the sender failed"

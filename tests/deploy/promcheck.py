@@ -8,13 +8,22 @@
       FILE holds the sender's own output (its JSON lines). Waits (bounded) until the sink's
       per-sender counters, as Prometheus scraped them, equal that sender's final summary (the
       sink's books it reports), and that the books balance: received + lost + kernel drops equals
-      sent, and the sink's send-failed equals the sender's own send errors.
+      sent, and the sink's send-failed equals the sender's own send errors. With --snmp FILE (the
+      sink network namespace's /proc/net/snmp, read after the senders stopped): the kernel's own
+      count as a neutral observer, Udp InDatagrams == the senders' received packets summed and
+      Udp RcvbufErrors == their kernel drops summed.
+  promcheck.py tcp --prom URL --summary NAME=FILE --port PORT --sink-log FILE --sockets FILE ...
+      A TCP sender's records and bytes (its JSON summary) against the TCP sink's: the books in the
+      summary and the sink's per-sender series in Prometheus; and its bytes against the kernel's
+      count at the sink, the `bytes_received` of TCP_INFO of every data connection on PORT in the
+      sink's namespace (`ss -i` output: the sockets' destroy events and a last listing).
 
 Prints one line per check and a figures line (`figures: ...`) for the report; exit 0 = pass.
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -138,6 +147,7 @@ def summary_of(path):
 
 def exact(args):
     figures = []
+    totals = {"rx": 0, "drops": 0}
     for item in args.summary:
         name, path = item.split("=", 1)
         s = summary_of(path)
@@ -175,7 +185,129 @@ def exact(args):
         # own count (SO_RXQ_OVFL), already on the books as kernel drops.
         check(lost == 0, f"{name}: lost {lost} == 0 (only kernel-counted drops are allowed: {drops})")
         figures.append(f"{name}:sent={sent},counted={rx},kernel_drops={drops},lost={lost}")
+        totals["rx"] += rx or 0
+        totals["drops"] += drops or 0
+    if args.snmp:
+        figures.append(kernel_udp(args.snmp, totals, len(args.summary)))
     print("figures: " + " ".join(figures))
+
+
+def snmp_udp(path):
+    """The Udp row of a /proc/net/snmp copy, as {field: value}."""
+    rows = [l.split() for l in open(path) if l.startswith("Udp:")]
+    return dict(zip(rows[0][1:], map(int, rows[1][1:])))
+
+
+def kernel_udp(path, totals, senders):
+    """The sink's books against the kernel's Udp counters of the sink's network namespace.
+
+    What the kernel counts there (measured on 6.18, a sink in one namespace, a sender in another,
+    over a veth): InDatagrams is one per datagram udp_recvmsg hands to a socket, so with UDP GRO
+    on the socket (the sink's default) one per GRO buffer: 60 000 datagrams sent with --gso 8 read
+    as 7 500 InDatagrams (and, overflowing, RcvbufErrors counted buffers too: 173 363 for 1 386 904
+    dropped datagrams); with --gso 1, or --no-gro, 60 000. Nothing on these paths builds a
+    multi-datagram buffer: the shipped senders send one datagram per send (--gso 1), and loopback,
+    veths without NAPI and the bridge do no GRO, so each datagram is its own buffer and the counts
+    are exact. A sender with --gso, or a NIC or veth with GRO on, would break this equality (the
+    sink counts segments one by one), and it should then fail here, not be widened.
+    RcvbufErrors counts datagrams dropped because the socket's receive buffer was full, the same
+    drops SO_RXQ_OVFL reports to the sink (measured: 1 372 130 == 1 372 130 at 1.5 Mpps); with
+    lost == 0 each of them is charged to a sender, so their sum is exact too. InErrors must then
+    equal RcvbufErrors: any other receive error (memory pressure, bad checksum) is a drop the sink's
+    books could not tell apart.
+    No other UDP reaches a socket in the namespace (see scripts/deploy-smoke.sh: the sink resolves
+    no names; aardvark-dns answers the senders and Prometheus in their namespaces; the namespace's
+    counters start at 0 when it is created, with the sink's container), so the totals are
+    compared whole, not as differences.
+    """
+    udp = snmp_udp(path)
+    got_in, got_rcvbuf, got_err = udp["InDatagrams"], udp["RcvbufErrors"], udp["InErrors"]
+    check(got_in == totals["rx"],
+          f"the sink's namespace: kernel Udp InDatagrams {got_in} == received {totals['rx']} "
+          f"(summed over {senders} senders' books)")
+    check(got_rcvbuf == totals["drops"] and got_err == got_rcvbuf,
+          f"the sink's namespace: kernel Udp RcvbufErrors {got_rcvbuf} == kernel drops {totals['drops']} "
+          f"(summed books), InErrors {got_err} == RcvbufErrors")
+    return f"kernel:InDatagrams={got_in},RcvbufErrors={got_rcvbuf},InErrors={got_err}"
+
+
+def ss_sockets(path):
+    """`ss -H -t -i` output (listing or destroy events): [(local, peer, {tcp_info field: value})]."""
+    out = []
+    for line in open(path):
+        if not line.strip():
+            continue
+        if line[0] in " \t":
+            if out:
+                out[-1][2].update(re.findall(r"\b(\w+):(\d+)\b", line))
+            continue
+        cols = line.split()
+        if len(cols) >= 5:
+            out.append((cols[3], cols[4], {}))
+    return out
+
+
+def tcp(args):
+    name, path = args.summary.split("=", 1)
+    s = summary_of(path)
+    check(s is not None and s.get("protocol") == "tcp", f"{name}: its output holds a JSON summary of a TCP send")
+    if s is None:
+        return
+    verdict = s.get("verdict") or {}
+    tx_bytes, tx_records = s["tx_bytes"], s["tx_records"]
+    check(tx_records > 0, f"{name}: sent {tx_records} records, {tx_bytes} bytes")
+    # 1. The sink's books as the sender received them at its stop.
+    check(verdict.get("rx_records") == tx_records and verdict.get("rx_bytes") == tx_bytes
+          and verdict.get("rx_invalid") == 0 and verdict.get("tx_failed") == 0,
+          f"{name}: the sink's verdict counted {verdict.get('rx_records')} records, {verdict.get('rx_bytes')} bytes "
+          f"(invalid {verdict.get('rx_invalid')}, failed writes {verdict.get('tx_failed')}) == sent")
+    check(s.get("send_errors") == 0 and s.get("resets") == 0 and s.get("short_writes") == 0,
+          f"{name}: send errors {s.get('send_errors')}, resets {s.get('resets')}, short writes {s.get('short_writes')} == 0")
+
+    # 2. The TCP sink's per-sender series, as Prometheus scraped them.
+    series = [("ringblast_tcp_rx_sender_records_total", tx_records), ("ringblast_tcp_rx_sender_bytes_total", tx_bytes)]
+
+    def scraped():
+        got = {}
+        for metric, _ in series:
+            r = results(args.prom, f'last_over_time({metric}{{sender="{name}"}}[1m])')
+            got[metric] = int(float(r[0]["value"][1])) if len(r) == 1 else None
+        return got
+
+    got = wait_for(f"{name} TCP counters", args.timeout,
+                   lambda: (lambda g: g if all(g[m] == v for m, v in series) else None)(scraped())) or scraped()
+    for metric, want in series:
+        check(got[metric] == want, f"{name}: TCP sink's {metric} = {got[metric]}, the sender sent {want}")
+
+    # 3. The kernel's count at the sink: tcpi_bytes_received of each data connection, the bytes by
+    # which the socket's rcv_nxt advanced. In-order bytes only: a retransmitted or duplicate segment
+    # does not add, and headers are not bytes of the stream, so no window for either. It counts the
+    # peer's FIN as one (rcv_nxt passes it; measured: 12 345 bytes and a FIN read as 12 346), and
+    # each data connection here ends with the sender's FIN: at its stop the sender shuts down the
+    # write side of every stream and waits for the sink to acknowledge every record and close
+    # (src/sender/tcp/run_loop.rs), so the sink's socket has taken the FIN before it is freed. A
+    # connection reset without one would make the sum come out one short, and resets are 0 above.
+    # The control channel shares the data port; its connections are the peers the sink logged
+    # as saying hello, and are left out. A socket freed during the run shows as a destroy event,
+    # one still open at the end in the last listing (with the same figures: nothing more arrives);
+    # the event wins when both hold it. Every data connection the sender opened must be there.
+    control = set(re.findall(r"said hello from (\S+)", open(args.sink_log).read()))
+    conns = {}
+    for f in args.sockets:
+        for local, peer, info in ss_sockets(f):
+            if local.rsplit(":", 1)[-1] != str(args.port) or peer.endswith(":*") or peer in control:
+                continue
+            if "bytes_received" in info and (local, peer) not in conns:
+                conns[(local, peer)] = int(info["bytes_received"])
+    received = sum(b - 1 for b in conns.values())
+    check(len(conns) == s.get("connects") and len(control) >= 1,
+          f"{name}: the kernel shows {len(conns)} data connections at the sink's port {args.port}, the sender "
+          f"made {s.get('connects')} (control connections left out: {sorted(control)})")
+    check(received == tx_bytes,
+          f"{name}: kernel bytes_received at the sink, less one FIN per connection, {received} == sent {tx_bytes} "
+          f"({', '.join(f'{p}={b}' for (_, p), b in sorted(conns.items()))})")
+    print(f"figures: {name}:tcp_records={tx_records},tcp_bytes={tx_bytes},kernel_bytes_received={received},"
+          f"data_conns={len(conns)},retransmits={s.get('retransmits')}")
 
 
 def main():
@@ -191,8 +323,16 @@ def main():
     ex.add_argument("--prom", required=True)
     ex.add_argument("--summary", action="append", required=True)
     ex.add_argument("--timeout", type=float, default=30)
+    ex.add_argument("--snmp", help="the sink network namespace's /proc/net/snmp, read after the senders stopped")
+    tc = sub.add_parser("tcp")
+    tc.add_argument("--prom", required=True)
+    tc.add_argument("--summary", required=True, help="NAME=FILE: the TCP sender's output")
+    tc.add_argument("--port", type=int, required=True, help="the TCP sink's data (and control) port")
+    tc.add_argument("--sink-log", required=True, help="the TCP sink's log (its control hellos)")
+    tc.add_argument("--sockets", action="append", required=True, help="`ss -H -t -i` output in the sink's namespace")
+    tc.add_argument("--timeout", type=float, default=30)
     args = p.parse_args()
-    (live if args.cmd == "live" else exact)(args)
+    {"live": live, "exact": exact, "tcp": tcp}[args.cmd](args)
     if FAILURES:
         print(f"{len(FAILURES)} check(s) failed")
         return 1
