@@ -47,13 +47,19 @@ pub(crate) enum Link {
         share: bool,
     },
     /// A sender talking to a sink.
-    Connect {
-        addr: SocketAddr,
-        secret: Option<Arc<Secret>>,
-        name: String,
-    },
+    Connect(SenderLink),
     /// A sender with `--control off`.
     Off,
+}
+
+/// Where a sender's control channel goes, and how it introduces itself (either protocol).
+pub(crate) struct SenderLink {
+    /// The sink's control address: `--control ADDR:PORT`, or the sink's own (`--to`).
+    pub(crate) addr: SocketAddr,
+    /// The shared secret from `--secret-file`, if any.
+    pub(crate) secret: Option<Arc<Secret>>,
+    /// `--name`, checked, or the hostname and the queue plan.
+    pub(crate) name: String,
 }
 
 /// Where a sender's verdict comes from: the sink's books for this sender run.
@@ -155,7 +161,7 @@ pub(crate) fn start(
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
             started.verdict = VerdictSource::Parts(part_link::start(Box::new(sink), part_books(s)));
         }
-        (Link::Connect { addr, secret, name }, Some(s), _) if s.schedule.is_some() => {
+        (Link::Connect(SenderLink { addr, secret, name }), Some(s), _) if s.schedule.is_some() => {
             let mut config = ClientConfig::new(addr);
             config.secret = secret;
             let sink = part_link::Remote {
@@ -209,7 +215,7 @@ pub(crate) fn start(
             });
             started.server = Some(server.start(books, Box::new(|line| say!("{line}"))));
         }
-        (Link::Connect { addr, secret, name }, Some(s), _) => {
+        (Link::Connect(SenderLink { addr, secret, name }), Some(s), _) => {
             let view = Arc::new(View {
                 name,
                 epoch: s.epoch,

@@ -352,7 +352,7 @@ fn send(args: SendArgs) -> Result<(), Error> {
     if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::send(args);
     }
-    let common = args.common;
+    let common = &args.common;
     let configs = sender_configs(
         args.to,
         &args.traffic,
@@ -362,25 +362,18 @@ fn send(args: SendArgs) -> Result<(), Error> {
         common.hugepages,
     )?;
     let mut notes = String::new();
-    let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
+    let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
     let target = roles::target_pps(&configs);
     let metrics = common.metrics;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
-    let link = match args.control {
-        ControlTarget::Off => control_link::Link::Off,
-        target => control_link::Link::Connect {
-            addr: match target {
-                ControlTarget::At(addr) => addr,
-                _ => args.to,
-            },
-            secret: read_secret(args.secret_file.as_deref())?,
-            name: sender_name(args.name, common.queues, flows)?,
-        },
+    let link = match sender_link(&args, flows)? {
+        Some(link) => control_link::Link::Connect(link),
+        None => control_link::Link::Off,
     };
     run_spec(RunSpec {
         senders: Some((queues, configs, target)),
         sinks: None,
-        output: Output::of(&common),
+        output: Output::of(common),
         metrics,
         max_senders: 0,
         link,
@@ -483,11 +476,7 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
     let target = roles::target_pps(&configs);
-    let metrics = if args.no_metrics {
-        None
-    } else {
-        Some(common.metrics.unwrap_or(DEFAULT_METRICS))
-    };
+    let metrics = pair_metrics(args.no_metrics, &common);
     let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);
     run_spec(RunSpec {
         senders: Some((send_queues, configs, target)),
@@ -503,7 +492,32 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     })
 }
 
-/// Refuses TCP-only options on a UDP run.
+/// Where a sender's control channel goes: `--control ADDR:PORT`, or the sink's own address.
+fn control_addr(to: SocketAddr, target: &ControlTarget) -> SocketAddr {
+    match target {
+        ControlTarget::At(addr) => *addr,
+        ControlTarget::Auto | ControlTarget::Off => to,
+    }
+}
+
+/// A sender's control channel from its arguments (none with `--control off`), for either
+/// protocol: the address, the secret and the name (`flows`: the plan the default name tells).
+fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<control_link::SenderLink>, Error> {
+    if matches!(args.control, ControlTarget::Off) {
+        return Ok(None);
+    }
+    Ok(Some(control_link::SenderLink {
+        addr: control_addr(args.to, &args.control),
+        secret: read_secret(args.secret_file.as_deref())?,
+        name: sender_name(args.name.clone(), args.common.queues, flows)?,
+    }))
+}
+
+/// `pair`'s exporter: on by default at the documented port, off with `--no-metrics`.
+fn pair_metrics(no_metrics: bool, common: &CommonArgs) -> Option<SocketAddr> {
+    (!no_metrics).then(|| common.metrics.unwrap_or(DEFAULT_METRICS))
+}
+
 /// The shared secret from `--secret-file`, if given.
 fn read_secret(
     path: Option<&std::path::Path>,

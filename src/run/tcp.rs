@@ -1,5 +1,7 @@
-//! TCP runs (`--proto tcp` on `send`, `sink` and `pair`): checks the TCP options once, plans the
-//! queues as UDP runs do, starts the TCP workers and hands them to the TCP reporter.
+//! TCP runs (`--proto tcp` on `send`, `sink` and `pair`): each entry point checks the TCP
+//! options once, plans the queues as UDP runs do, and describes its run as plain data (a
+//! `TcpRunSpec`: a sending side, a receiving side or both); one `run` starts whatever the spec
+//! holds, links the control channel and hands the groups to the TCP reporter.
 //!
 //! The control channel runs on the sink's data port (see `tcp_control`): a sender's
 //! `--control auto` reaches it at `--to`, and `pair --proto tcp` uses it over loopback.
@@ -7,14 +9,16 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    PAIR_DEFAULT_DURATION, link_state, placement_args, plan_pair, planned,
-    tcp_control::{self, HANDOFF_SLOTS, SenderLink},
+    PAIR_DEFAULT_DURATION,
+    control_link::SenderLink,
+    link_state, placement_args, plan_pair, planned,
+    tcp_control::{self, HANDOFF_SLOTS},
     tcp_groups::{start_senders, start_sinks},
     tcp_report::Reporter,
 };
 use crate::{
     cli::tcp::{Pattern, TcpSendArgs},
-    cli::{ControlTarget, PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
+    cli::{PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
     error::Error,
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
     say,
@@ -167,21 +171,66 @@ fn sink_config(
     })
 }
 
+/// What one TCP invocation runs: senders, sinks or both, and how it reports. Built by
+/// [`send`], [`sink`] and [`pair`] from their arguments; run by [`run`].
+struct TcpRunSpec {
+    senders: Option<SendSide>,
+    sinks: Option<SinkSide>,
+    output: super::Output,
+    metrics: Option<std::net::SocketAddr>,
+    /// The placement plan, printed once the workers are set up.
+    notes: String,
+}
+
+/// The sending side of a TCP run.
+struct SendSide {
+    queues: Vec<crate::report::QueueView>,
+    configs: Vec<TcpSendConfig>,
+    target: Option<f64>,
+    /// The sink's data address, and the record size the start-up line names.
+    to: std::net::SocketAddr,
+    record: usize,
+    /// The control channel (none with `--control off`).
+    link: Option<SenderLink>,
+}
+
+/// The receiving side of a TCP run.
+struct SinkSide {
+    queues: Vec<crate::report::QueueView>,
+    config: TcpSinkConfig,
+    max_senders: usize,
+    /// A sink-only run's `--duration`.
+    duration: Option<Duration>,
+    /// Its control server on the data port, with the secret (none: not served).
+    serve: Option<Option<Arc<crate::control::auth::Secret>>>,
+}
+
+impl TcpRunSpec {
+    /// Descriptors the run holds: each connection's socket (both ends in a pair), each sink
+    /// queue's connection cap, and a ring per queue.
+    fn fds(&self) -> (u64, u64) {
+        let conns: u64 = self
+            .senders
+            .iter()
+            .flat_map(|s| &s.configs)
+            .map(|c| u64::from(c.conns))
+            .sum();
+        let ends = if self.sinks.is_some() { 2 } else { 1 };
+        let sink_conns = self
+            .sinks
+            .as_ref()
+            .map_or(0, |s| u64::from(s.config.max_conns) * s.queues.len() as u64);
+        let queues = self.senders.as_ref().map_or(0, |s| s.queues.len())
+            + self.sinks.as_ref().map_or(0, |s| s.queues.len());
+        (conns * ends + sink_conns, queues as u64)
+    }
+}
+
 /// `ringblast send --proto tcp`.
 pub(crate) fn send(args: SendArgs) -> Result<(), Error> {
-    let common = args.common;
+    let common = &args.common;
     let conns_per_queue = args.tcp.conns.unwrap_or(1);
-    let link = match args.control {
-        ControlTarget::Off => None,
-        target => Some(SenderLink {
-            addr: match target {
-                ControlTarget::At(addr) => addr,
-                _ => args.to,
-            },
-            secret: super::read_secret(args.secret_file.as_deref())?,
-            name: super::sender_name(args.name, common.queues, conns_per_queue as usize)?,
-        }),
-    };
+    let link = super::sender_link(&args, conns_per_queue as usize)?;
     let (configs, target) = send_configs(
         args.to,
         &args.traffic,
@@ -190,112 +239,60 @@ pub(crate) fn send(args: SendArgs) -> Result<(), Error> {
         None,
         common.hugepages,
     )?;
-    let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
-    ensure_fds(conns, common.queues as u64)?;
-    let (epoch, size) = (configs[0].epoch, configs[0].size);
     let mut notes = String::new();
-    let queues = planned("send", &placement_args(&common, args.to, &[]), &mut notes)?;
-    let signal = super::session::install_signals()?;
-    let metrics = install_metrics(common.metrics, common.max_series)?;
-    let control = Arc::new(Control::default());
-    let senders = start_senders(&control, queues, configs, target)?;
-    super::print_plan(&notes);
-    crate::output::human_text(&senders.memory_text());
-    say!(
-        "tcp send to {}: {conns_per_queue} connection(s) per queue, {}-byte records, control channel {}",
-        args.to,
-        record_size(&args.traffic),
-        link.as_ref()
-            .map_or("off".to_string(), |l| format!("to tcp {}", l.addr))
-    );
-    let (ask, refused) = match link {
-        Some(l) => {
-            let (ask, refused) =
-                tcp_control::connect(l, epoch, size, target, senders.shared.clone());
-            (ask, Some(refused))
-        }
-        None => (tcp_control::off(), None),
-    };
-    let result = Reporter::new(
-        common.json,
-        common.interval,
-        Some(senders),
-        None,
-        control,
-        None,
-    )
-    .with_metrics(metrics)
-    .with_control(None, Some(ask))
-    .with_link(refused.clone())
-    .run(&signal);
-    linger(metrics, common.metrics_linger, &signal);
-    link_state::refused_means_exit_3(result, refused.as_deref())
+    let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
+    run(TcpRunSpec {
+        senders: Some(SendSide {
+            queues,
+            configs,
+            target,
+            to: args.to,
+            record: record_size(&args.traffic),
+            link,
+        }),
+        sinks: None,
+        output: super::Output::of(common),
+        metrics: common.metrics,
+        notes,
+    })
 }
 
 /// `ringblast sink --proto tcp`.
 pub(crate) fn sink(args: SinkArgs) -> Result<(), Error> {
-    let common = args.common;
+    let common = &args.common;
     let secret = super::read_secret(args.secret_file.as_deref())?;
     let serve_control = secret.is_some() || args.listen.ip().is_loopback() || args.insecure_control;
-    let mut config = sink_config(
+    let config = sink_config(
         args.listen,
         args.tcp.max_conns,
         &args.tuning,
         common.hugepages,
     )?;
-    ensure_fds(
-        u64::from(config.max_conns) * common.queues as u64,
-        common.queues as u64,
-    )?;
     let mut notes = String::new();
     let queues = planned(
         "sink",
-        &placement_args(&common, args.listen, &[]),
+        &placement_args(common, args.listen, &[]),
         &mut notes,
     )?;
     notes.push_str(config.recv.note());
-    let signal = super::session::install_signals()?;
-    let metrics = install_metrics(common.metrics, common.max_series)?;
-    let handoff = serve_control.then(|| Arc::new(ControlHandoff::new(HANDOFF_SLOTS)));
-    config.control.clone_from(&handoff);
-    let control = Arc::new(Control::default());
-    let sinks = start_sinks(&control, queues, config)?;
-    let books = Arc::new(TcpBooks::new(sinks.shared.clone(), args.tuning.max_senders));
-    super::print_plan(&notes);
-    crate::output::human_text(&sinks.memory_text());
-    say!("tcp sink listening on {}", args.listen);
-    let server = match handoff {
-        Some(h) => Some(tcp_control::serve(args.listen, secret, books.clone(), h)),
-        None => {
-            say!(
-                "control: off: the sink listens on {} (not loopback) without --secret-file; give it --secret-file FILE or --insecure-control to serve senders their verdicts",
-                args.listen
-            );
-            None
-        }
-    };
-    let result = Reporter::new(
-        common.json,
-        common.interval,
-        None,
-        Some(sinks),
-        Arc::new(Control::default()),
-        Some((control, args.duration)),
-    )
-    .with_metrics(metrics)
-    .with_control(Some(books), None)
-    .with_control_stats(server.as_ref().map(|s| s.stats()))
-    .run(&signal);
-    if let Some(s) = server {
-        s.stop();
-    }
-    linger(metrics, common.metrics_linger, &signal);
-    result
+    run(TcpRunSpec {
+        senders: None,
+        sinks: Some(SinkSide {
+            queues,
+            config,
+            max_senders: args.tuning.max_senders,
+            duration: args.duration,
+            serve: serve_control.then_some(secret),
+        }),
+        output: super::Output::of(common),
+        metrics: common.metrics,
+        notes,
+    })
 }
 
 /// `ringblast pair --proto tcp`.
 pub(crate) fn pair(args: PairArgs) -> Result<(), Error> {
-    let common = args.common;
+    let common = &args.common;
     let probe = std::net::TcpListener::bind((args.address, 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| Error::Usage(format!("cannot bind {}: {e}", args.address)))?;
@@ -307,64 +304,158 @@ pub(crate) fn pair(args: PairArgs) -> Result<(), Error> {
         Some(PAIR_DEFAULT_DURATION),
         common.hugepages,
     )?;
-    let conns: u64 = configs.iter().map(|c| u64::from(c.conns)).sum();
-    let (epoch, size) = (configs[0].epoch, configs[0].size);
-    let handoff = Arc::new(ControlHandoff::new(HANDOFF_SLOTS));
-    let mut sink_cfg = sink_config(probe, 1024, &args.tuning, common.hugepages)?;
-    sink_cfg.control = Some(Arc::clone(&handoff));
-    ensure_fds(
-        conns * 2 + 1024 * common.queues as u64,
-        2 * common.queues as u64,
-    )?;
+    let sink_cfg = sink_config(probe, 1024, &args.tuning, common.hugepages)?;
     let mut notes = String::new();
-    let (send_queues, sink_queues) = plan_pair(&common, probe, &mut notes)?;
+    let (send_queues, sink_queues) = plan_pair(common, probe, &mut notes)?;
     notes.push_str(sink_cfg.recv.note());
+    run(TcpRunSpec {
+        senders: Some(SendSide {
+            queues: send_queues,
+            configs,
+            target,
+            to: probe,
+            record: record_size(&args.traffic),
+            link: Some(SenderLink {
+                addr: probe,
+                secret: None,
+                name: "pair".into(),
+            }),
+        }),
+        sinks: Some(SinkSide {
+            queues: sink_queues,
+            config: sink_cfg,
+            max_senders: args.tuning.max_senders,
+            duration: None,
+            serve: Some(None),
+        }),
+        output: super::Output::of(common),
+        metrics: super::pair_metrics(args.no_metrics, common),
+        notes,
+    })
+}
+
+/// Runs a TCP invocation: its sinks first (in a pair also serving the control channel, and
+/// released before the senders start, so that their connections find them working), then its
+/// senders, the start plan, the control channel, and the reporter until the end.
+fn run(spec: TcpRunSpec) -> Result<(), Error> {
+    let (sockets, queues) = spec.fds();
+    ensure_fds(sockets, queues)?;
+    let is_pair = spec.senders.is_some() && spec.sinks.is_some();
     let signal = super::session::install_signals()?;
-    let metrics_addr = if args.no_metrics {
-        None
-    } else {
-        Some(common.metrics.unwrap_or(crate::cli::DEFAULT_METRICS))
-    };
-    let metrics = install_metrics(metrics_addr, common.max_series)?;
+    let metrics = install_metrics(spec.metrics, spec.output.max_series)?;
     let sink_control = Arc::new(Control::default());
-    let sinks = start_sinks(&sink_control, sink_queues, sink_cfg)?;
-    let books = Arc::new(TcpBooks::new(sinks.shared.clone(), args.tuning.max_senders));
-    let server = tcp_control::serve(probe, None, books.clone(), handoff);
-    sinks.group.release();
-    let send_control = Arc::new(Control::default());
-    let senders = match start_senders(&send_control, send_queues, configs, target) {
-        Ok(s) => s,
-        Err(e) => {
-            sink_control.request_stop();
-            sinks.group.join();
-            return Err(e);
+    let mut server = None;
+    let mut sinks = None;
+    // A sink-only run starts its control server once its plan is printed.
+    let mut serve_later = None;
+    if let Some(side) = spec.sinks {
+        let handoff = side
+            .serve
+            .is_some()
+            .then(|| Arc::new(ControlHandoff::new(HANDOFF_SLOTS)));
+        let mut config = side.config;
+        config.control.clone_from(&handoff);
+        let listen = config.listen;
+        let group = start_sinks(&sink_control, side.queues, config)?;
+        let books = Arc::new(TcpBooks::new(group.shared.clone(), side.max_senders));
+        let serve = side.serve.zip(handoff);
+        if is_pair {
+            server = serve.map(|(secret, h)| tcp_control::serve(listen, secret, books.clone(), h));
+            group.group.release();
+        } else {
+            serve_later = Some((listen, serve));
         }
+        sinks = Some((group, books, side.duration));
+    }
+    let send_control = Arc::new(Control::default());
+    let mut senders = None;
+    let mut start_line = None;
+    if let Some(side) = spec.senders {
+        let (epoch, size, conns) = (
+            side.configs[0].epoch,
+            side.configs[0].size,
+            side.configs[0].conns,
+        );
+        if !is_pair {
+            start_line = Some(format!(
+                "tcp send to {}: {conns} connection(s) per queue, {}-byte records, control channel {}",
+                side.to,
+                side.record,
+                side.link
+                    .as_ref()
+                    .map_or("off".to_string(), |l| format!("to tcp {}", l.addr))
+            ));
+        }
+        let group = match start_senders(&send_control, side.queues, side.configs, side.target) {
+            Ok(g) => g,
+            Err(e) => {
+                if let Some((group, _, _)) = sinks {
+                    sink_control.request_stop();
+                    group.group.join();
+                }
+                return Err(e);
+            }
+        };
+        senders = Some((group, side.link, side.target, epoch, size));
+    }
+    super::print_plan(&spec.notes);
+    let memory: String = senders
+        .iter()
+        .map(|s| s.0.memory_text())
+        .chain(sinks.iter().map(|s| s.0.memory_text()))
+        .collect();
+    crate::output::human_text(&memory);
+    if let Some(line) = start_line {
+        say!("{line}");
+    }
+    if let (Some((_, books, _)), Some((listen, serve))) = (&sinks, serve_later) {
+        say!("tcp sink listening on {listen}");
+        server = match serve {
+            Some((secret, h)) => Some(tcp_control::serve(listen, secret, books.clone(), h)),
+            None => {
+                say!(
+                    "control: off: the sink listens on {listen} (not loopback) without --secret-file; give it --secret-file FILE or --insecure-control to serve senders their verdicts"
+                );
+                None
+            }
+        };
+    }
+    let (sender_group, ask, refused) = match senders {
+        Some((group, Some(link), target, epoch, size)) => {
+            let (ask, refused) =
+                tcp_control::connect(link, epoch, size, target, group.shared.clone());
+            (Some(group), Some(ask), Some(refused))
+        }
+        Some((group, None, ..)) => (Some(group), Some(tcp_control::off()), None),
+        None => (None, None, None),
     };
-    super::print_plan(&notes);
-    crate::output::human_text(&(senders.memory_text() + &sinks.memory_text()));
-    let link = SenderLink {
-        addr: probe,
-        secret: None,
-        name: "pair".into(),
+    let (sink_group, books, duration) = match sinks {
+        Some((group, books, duration)) => (Some(group), Some(books), duration),
+        None => (None, None, None),
     };
-    let (ask, refused) = tcp_control::connect(link, epoch, size, target, senders.shared.clone());
-    let result = Reporter::new(
-        common.json,
-        common.interval,
-        Some(senders),
-        Some(sinks),
+    let sink = sink_group.as_ref().map(|_| (sink_control, duration));
+    let mut reporter = Reporter::new(
+        spec.output.json,
+        spec.output.interval,
+        sender_group,
+        sink_group,
         send_control,
-        Some((sink_control, None)),
-    )
-    .pair_released()
-    .with_metrics(metrics)
-    .with_control(Some(books), Some(ask))
-    .with_link(Some(Arc::clone(&refused)))
-    .with_control_stats(Some(server.stats()))
-    .run(&signal);
-    server.stop();
-    linger(metrics, common.metrics_linger, &signal);
-    link_state::refused_means_exit_3(result, Some(&refused))
+        sink,
+    );
+    if is_pair {
+        reporter = reporter.pair_released();
+    }
+    let result = reporter
+        .with_metrics(metrics)
+        .with_control(books, ask)
+        .with_link(refused.clone())
+        .with_control_stats(server.as_ref().map(|s| s.stats()))
+        .run(&signal);
+    if let Some(s) = server {
+        s.stop();
+    }
+    linger(metrics, spec.output.metrics_linger, &signal);
+    link_state::refused_means_exit_3(result, refused.as_deref())
 }
 
 /// Starts the metrics endpoint when asked (before any worker); says whether it runs.

@@ -11,7 +11,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use serde_json::{Map, Value, json};
 
 use super::{
-    control_link,
+    control_link::{self, SenderLink},
     link_state::{self, LinkState},
     verdict::{self, GOODBYE_WAIT},
 };
@@ -173,16 +173,6 @@ impl SenderView for View {
             flows: queue_progress(&self.shared),
         }
     }
-}
-
-/// What a TCP sender needs to reach its sink's control channel.
-pub(crate) struct SenderLink {
-    /// The sink's control address (its data port unless `--control ADDR:PORT`).
-    pub(crate) addr: SocketAddr,
-    /// Shared secret, if any.
-    pub(crate) secret: Option<Arc<Secret>>,
-    /// The name this sender gives.
-    pub(crate) name: String,
 }
 
 /// Starts the sender's control thread; returns how to ask for the verdict and what the channel

@@ -150,10 +150,7 @@ impl TrialSender {
         let exporter = common
             .metrics
             .map(|_| exporting::register(Some(&senders), None, 0, (arena_bytes, 0)));
-        let mut config = ClientConfig::new(match args.control {
-            crate::cli::ControlTarget::At(addr) => addr,
-            _ => args.to,
-        });
+        let mut config = ClientConfig::new(super::control_addr(args.to, &args.control));
         config.secret = super::read_secret(args.secret_file.as_deref())?;
         let state = Arc::new(LinkState::default());
         let books = control_link::part_books(&senders);
