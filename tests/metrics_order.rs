@@ -1,5 +1,6 @@
 //! The metrics endpoint serves families and series in one sorted order, the same on every
-//! scrape, so that `curl | diff` between two scrapes shows only values that changed.
+//! scrape, so that `curl | diff` between two scrapes shows only values that changed; and it keeps
+//! serving a run's final values for `--metrics-linger` also when a signal stopped the run.
 
 mod common;
 
@@ -173,4 +174,62 @@ fn two_scrapes_serve_the_same_sorted_order() {
         .map(|l| l.parse().unwrap())
         .collect();
     assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{les:?}");
+}
+
+/// The sink's packets in a scrape, summed over its series.
+fn scraped_rx_packets(body: &str) -> u64 {
+    body.lines()
+        .filter(|l| l.starts_with("ringblast_rx_packets_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_run_stopped_by_sigint_lingers_and_the_next_signal_ends_the_linger() {
+    let _traffic = traffic_lock();
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut run = Proc::ringblast(
+        None,
+        &[
+            "pair",
+            "--duration",
+            "60s",
+            "--rate",
+            "1kpps",
+            "--json",
+            "--interval",
+            "0",
+            "--metrics",
+            &addr,
+            "--metrics-linger",
+            "60s",
+        ],
+    );
+    // The event for the interrupt: the sink has counted traffic (the endpoint says so).
+    let until = Instant::now() + Duration::from_secs(20);
+    while scrape(port).is_none_or(|b| scraped_rx_packets(&b) == 0) {
+        assert!(Instant::now() < until, "no traffic counted within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    run.interrupt();
+    run.wait_line(
+        "metrics: serving final values for 60s",
+        Duration::from_secs(10),
+    );
+    // After the summaries the endpoint still answers, with the final count.
+    let body = scrape(port).expect("the endpoint answers during the linger");
+    let scraped = scraped_rx_packets(&body);
+    // A second signal ends the linger at once, cleanly.
+    let asked = Instant::now();
+    run.interrupt();
+    let (status, out, err) = run.finish();
+    assert!(status.success(), "{status}: {err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the linger outlived its signal by {:?}",
+        asked.elapsed()
+    );
+    let sink = common::last_summary(&out, "sink");
+    assert_eq!(common::u(&sink, "rx_packets"), scraped, "{sink}");
 }

@@ -101,13 +101,17 @@ pub(crate) fn register(
     })
 }
 
-/// Keeps the process (and its endpoint) alive for `linger`, or until a signal.
+/// Keeps the process (and its endpoint) alive for `linger`, or until a signal that comes during
+/// it. A run stopped by SIGINT or SIGTERM lingers too (its final values are what a scrape should
+/// see): the signal that ended the run is forgotten here, so the next one ends the linger
+/// cleanly, where a second signal during the run exits at once.
 pub(crate) fn linger(linger: Duration, signal: &AtomicBool) {
     if linger.is_zero() {
         return;
     }
+    signal.store(false, Ordering::SeqCst);
     say!(
-        "metrics: serving final values for {}s",
+        "metrics: serving final values for {}s (a signal ends it)",
         linger.as_secs_f64()
     );
     let until = std::time::Instant::now() + linger;
