@@ -8,6 +8,7 @@ pub(crate) mod fds;
 pub(crate) mod judge;
 pub(crate) mod link_state;
 pub(crate) mod part_link;
+pub(crate) mod pipeline;
 pub(crate) mod placement;
 pub(crate) mod roles;
 pub(crate) mod search;
@@ -28,7 +29,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use self::{
     placement::{PlacementArgs, discover, plan_queues},
     roles::{sender_configs, sink_config, start_senders, start_sinks},
-    session::{Session, install_signals},
+    session::Session,
 };
 use crate::{
     cli::{
@@ -144,12 +145,14 @@ fn print_plan(notes: &str) {
 /// Sender queues, their configs with flow ids, and the total target rate.
 type SenderSpec = (Vec<QueueView>, Vec<(SenderConfig, Vec<u32>)>, Option<f64>);
 
-/// What one invocation runs: senders, sinks or both, and how it reports.
+/// What one UDP invocation runs: senders, sinks or both, and how they link and report.
 struct RunSpec {
     senders: Option<SenderSpec>,
-    sinks: Option<(Vec<QueueView>, SinkConfig, usize)>,
+    /// The sink's queues and config.
+    sinks: Option<(Vec<QueueView>, SinkConfig)>,
+    /// Sink flows with series of their own (`--metrics-flows`, capped by the flow table).
+    exported_flows: usize,
     output: Output,
-    metrics: Option<SocketAddr>,
     /// Senders with their own series and JSON entry at the sink.
     max_senders: usize,
     /// How the sender and the sink talk.
@@ -158,10 +161,10 @@ struct RunSpec {
     min_rate_ratio: Option<f64>,
     /// Live lines show the L1 wire rate.
     wire_rate: bool,
-    /// The placement plan, printed once the workers are set up.
-    notes: String,
     /// Let the sink share its UDP port with another process (`--share-port`).
     share_port: bool,
+    /// Each role's packet memory per worker, for the exporter (set as the groups start).
+    arena_bytes: (u64, u64),
 }
 
 /// How a run reports: plain data taken from the command line's common options.
@@ -185,53 +188,58 @@ impl Output {
             metrics_linger: common.metrics_linger,
         }
     }
+
+    /// What the pipeline needs of it, with the exporter's address and the placement plan.
+    fn reporting(&self, metrics: Option<SocketAddr>, notes: String) -> pipeline::Reporting {
+        pipeline::Reporting {
+            metrics,
+            max_series: self.max_series,
+            metrics_linger: self.metrics_linger,
+            notes,
+        }
+    }
 }
 
-fn run_spec(spec: RunSpec) -> Result<(), Error> {
-    fds::ensure(&fds::Needs {
-        sender_flows: spec
-            .senders
-            .as_ref()
-            .map_or(0, |s| s.1.iter().map(|(_, f)| f.len() as u64).sum::<u64>()),
-        sender_queues: spec.senders.as_ref().map_or(0, |s| s.0.len() as u64),
-        sink_queues: spec.sinks.as_ref().map_or(0, |s| s.0.len() as u64),
-        // The control server accepts up to its connection cap, whatever --max-senders says.
-        sink_senders: spec.sinks.as_ref().map_or(0, |_| {
-            crate::control::server::ServerConfig::new(([127, 0, 0, 1], 0).into(), "")
-                .max_connections as u64
-        }),
-        exporter: spec.metrics.is_some(),
-    })?;
-    let signal = install_signals()?;
-    let exported_flows = spec.sinks.as_ref().map_or(0, |s| s.2);
-    let arena_bytes = (
-        spec.senders
-            .as_ref()
-            .and_then(|s| s.1.first())
-            .map_or(0, |(c, _)| SenderWorker::arena_bytes(c)),
-        spec.sinks
-            .as_ref()
-            .map_or(0, |s| SinkWorker::arena_bytes(&s.1)),
-    );
-    if let Some(addr) = spec.metrics {
-        let shape = Shape {
-            tx_flows_per_queue: spec
+impl pipeline::Transport for RunSpec {
+    type Senders = roles::SenderSet;
+    type Sinks = roles::SinkSet;
+
+    fn fd_needs(&self) -> fds::Needs {
+        fds::Needs {
+            sender_flows: self
+                .senders
+                .as_ref()
+                .map_or(0, |s| s.1.iter().map(|(_, f)| f.len() as u64).sum::<u64>()),
+            sender_queues: self.senders.as_ref().map_or(0, |s| s.0.len() as u64),
+            sink_queues: self.sinks.as_ref().map_or(0, |s| s.0.len() as u64),
+            // The control server accepts up to its connection cap, whatever --max-senders says.
+            sink_senders: self.sinks.as_ref().map_or(0, |_| {
+                crate::control::server::ServerConfig::new(([127, 0, 0, 1], 0).into(), "")
+                    .max_connections as u64
+            }),
+            exporter: false,
+        }
+    }
+
+    fn exporter_shape(&self) -> Result<Shape, Error> {
+        Ok(Shape {
+            tx_flows_per_queue: self
                 .senders
                 .as_ref()
                 .map(|s| s.1.iter().map(|(_, f)| f.len()).collect())
                 .unwrap_or_default(),
-            rx_queues: spec.sinks.as_ref().map_or(0, |s| s.0.len()),
-            rx_exported_flows: exported_flows,
-            rx_senders: if spec.sinks.is_some() {
-                spec.max_senders + 1
+            rx_queues: self.sinks.as_ref().map_or(0, |s| s.0.len()),
+            rx_exported_flows: self.exported_flows,
+            rx_senders: if self.sinks.is_some() {
+                self.max_senders + 1
             } else {
                 0
             },
-            nodes: spec
+            nodes: self
                 .senders
                 .iter()
                 .flat_map(|s| &s.0)
-                .chain(spec.sinks.iter().flat_map(|s| &s.0))
+                .chain(self.sinks.iter().flat_map(|s| &s.0))
                 .map(|q| q.node)
                 .collect::<std::collections::BTreeSet<_>>()
                 .len(),
@@ -239,112 +247,110 @@ fn run_spec(spec: RunSpec) -> Result<(), Error> {
                 .map_err(|e| Error::Unsupported(e.to_string()))?
                 .nodes
                 .len(),
-        };
-        exporting::install(&exporting::Plan {
-            addr,
-            max_series: spec.output.max_series,
-            shape,
-        })?;
-    }
-    let send_control = Arc::new(Control::default());
-    let sink_control = Arc::new(Control::default());
-    let sinks = spec
-        .sinks
-        .map(|(queues, config, _)| {
-            start_sinks(
-                &sink_control,
-                queues,
-                config,
-                spec.max_senders,
-                spec.share_port,
-            )
         })
-        .transpose()?;
-    let senders = match spec
-        .senders
-        .map(|(queues, configs, target)| start_senders(&send_control, queues, configs, target))
-        .transpose()
-    {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(sinks) = sinks {
+    }
+
+    fn start_sinks(&mut self, control: &Arc<Control>) -> Result<Option<roles::SinkSet>, Error> {
+        let Some((queues, config)) = self.sinks.take() else {
+            return Ok(None);
+        };
+        self.arena_bytes.1 = SinkWorker::arena_bytes(&config);
+        start_sinks(control, queues, config, self.max_senders, self.share_port).map(Some)
+    }
+
+    fn start_senders(&mut self, control: &Arc<Control>) -> Result<Option<roles::SenderSet>, Error> {
+        let Some((queues, configs, target)) = self.senders.take() else {
+            return Ok(None);
+        };
+        self.arena_bytes.0 = configs
+            .first()
+            .map_or(0, |(c, _)| SenderWorker::arena_bytes(c));
+        start_senders(control, queues, configs, target).map(Some)
+    }
+
+    fn abandon_sinks(&self, sinks: roles::SinkSet) {
+        sinks.group.release();
+        sinks.group.join();
+    }
+
+    fn memory_text(senders: Option<&roles::SenderSet>, sinks: Option<&roles::SinkSet>) -> String {
+        let send = senders.map(|s| report::memory_text("send", &s.queues, s.group.memory()));
+        let sink = sinks.map(|s| report::memory_text("sink", &s.queues, s.group.memory()));
+        send.into_iter().chain(sink).collect()
+    }
+
+    fn link_and_report(
+        self,
+        run: pipeline::Started<roles::SenderSet, roles::SinkSet>,
+        signal: &std::sync::atomic::AtomicBool,
+    ) -> Result<pipeline::Reported, Error> {
+        let pipeline::Started {
+            senders,
+            sinks,
+            send_control,
+            sink_control,
+            exporting,
+        } = run;
+        if let (Some(s), Some(k)) = (&senders, &sinks) {
+            say!(
+                "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",
+                k.queues.len(),
+                s.queues.len(),
+                s.epoch
+            );
+        }
+        let link = match control_link::start(self.link, senders.as_ref(), sinks.as_ref()) {
+            Ok(link) => link,
+            Err(e) => {
+                send_control.request_stop();
                 sink_control.request_stop();
-                sinks.group.release();
-                sinks.group.join();
+                if let Some(s) = senders.as_ref() {
+                    s.group.release();
+                }
+                if let Some(s) = sinks.as_ref() {
+                    s.group.release();
+                }
+                return Err(e);
             }
-            return Err(e);
+        };
+        let server_stats = link.server.as_ref().map(|s| s.stats());
+        let mut exporter = exporting.then(|| {
+            exporting::register(
+                senders.as_ref(),
+                sinks.as_ref(),
+                self.exported_flows,
+                self.arena_bytes,
+            )
+        });
+        let session = Session {
+            send_control,
+            sink_control,
+            prefix_roles: senders.is_some() && sinks.is_some(),
+            senders,
+            sinks,
+            json: self.output.json,
+            interval: self.output.interval,
+            verdict: link.verdict,
+            min_rate_ratio: self.min_rate_ratio,
+            wire_rate: self.wire_rate,
+            link: Arc::clone(&link.state),
+        };
+        let result = session.run(signal, &mut |force| {
+            if let Some(e) = exporter.as_mut() {
+                if let Some(stats) = &server_stats {
+                    control_link::export_server_stats(stats);
+                }
+                e.tick(force);
+            }
+        });
+        if let Some(server) = link.server {
+            server.stop();
         }
-    };
-    print_plan(&spec.notes);
-    if let Some(s) = &senders {
-        crate::output::human_text(&report::memory_text("send", &s.queues, s.group.memory()));
+        Ok(pipeline::Reported {
+            result,
+            link: Some(link.state),
+        })
     }
-    if let Some(s) = &sinks {
-        crate::output::human_text(&report::memory_text("sink", &s.queues, s.group.memory()));
-    }
-    if let (Some(s), Some(k)) = (&senders, &sinks) {
-        say!(
-            "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",
-            k.queues.len(),
-            s.queues.len(),
-            s.epoch
-        );
-    }
-    let link = match control_link::start(spec.link, senders.as_ref(), sinks.as_ref()) {
-        Ok(link) => link,
-        Err(e) => {
-            send_control.request_stop();
-            sink_control.request_stop();
-            for group in [senders.as_ref().map(|s| &s.group)].into_iter().flatten() {
-                group.release();
-            }
-            if let Some(s) = sinks.as_ref() {
-                s.group.release();
-            }
-            return Err(e);
-        }
-    };
-    let server_stats = link.server.as_ref().map(|s| s.stats());
-    let mut exporter = spec.metrics.map(|_| {
-        exporting::register(
-            senders.as_ref(),
-            sinks.as_ref(),
-            exported_flows,
-            arena_bytes,
-        )
-    });
-    let session = Session {
-        send_control,
-        sink_control,
-        prefix_roles: senders.is_some() && sinks.is_some(),
-        senders,
-        sinks,
-        json: spec.output.json,
-        interval: spec.output.interval,
-        verdict: link.verdict,
-        min_rate_ratio: spec.min_rate_ratio,
-        wire_rate: spec.wire_rate,
-        link: Arc::clone(&link.state),
-    };
-    let result = session.run(&signal, &mut |force| {
-        if let Some(e) = exporter.as_mut() {
-            if let Some(stats) = &server_stats {
-                control_link::export_server_stats(stats);
-            }
-            e.tick(force);
-        }
-    });
-    if let Some(server) = link.server {
-        server.stop();
-    }
-    if result.is_ok() {
-        // A refused sender ends at once, without lingering for a scrape.
-        link_state::refused_means_exit_3(Ok(()), Some(&link.state))?;
-    }
-    if exporter.is_some() {
-        exporting::linger(spec.output.metrics_linger, &signal);
-    }
-    result
 }
 
 fn send(args: SendArgs) -> Result<(), Error> {
@@ -370,18 +376,23 @@ fn send(args: SendArgs) -> Result<(), Error> {
         Some(link) => control_link::Link::Connect(link),
         None => control_link::Link::Off,
     };
-    run_spec(RunSpec {
-        senders: Some((queues, configs, target)),
-        sinks: None,
-        output: Output::of(common),
-        metrics,
-        max_senders: 0,
-        link,
-        min_rate_ratio: args.traffic.min_rate_ratio,
-        wire_rate: args.traffic.wire_rate,
-        notes,
-        share_port: false,
-    })
+    let output = Output::of(common);
+    let reporting = output.reporting(metrics, notes);
+    pipeline::run(
+        RunSpec {
+            senders: Some((queues, configs, target)),
+            sinks: None,
+            exported_flows: 0,
+            output,
+            max_senders: 0,
+            link,
+            min_rate_ratio: args.traffic.min_rate_ratio,
+            wire_rate: args.traffic.wire_rate,
+            share_port: false,
+            arena_bytes: (0, 0),
+        },
+        reporting,
+    )
 }
 
 fn sink(args: SinkArgs) -> Result<(), Error> {
@@ -418,22 +429,27 @@ fn sink(args: SinkArgs) -> Result<(), Error> {
             args.listen
         )));
     }
-    run_spec(RunSpec {
-        senders: None,
-        sinks: Some((queues, config, exported)),
-        output: Output::of(&common),
-        metrics,
-        max_senders: args.tuning.max_senders,
-        link: control_link::Link::Serve {
-            listen: args.listen,
-            secret,
-            share: args.share_port,
+    let output = Output::of(&common);
+    let reporting = output.reporting(metrics, notes);
+    pipeline::run(
+        RunSpec {
+            senders: None,
+            sinks: Some((queues, config)),
+            exported_flows: exported,
+            output,
+            max_senders: args.tuning.max_senders,
+            link: control_link::Link::Serve {
+                listen: args.listen,
+                secret,
+                share: args.share_port,
+            },
+            min_rate_ratio: None,
+            wire_rate: false,
+            share_port: args.share_port,
+            arena_bytes: (0, 0),
         },
-        min_rate_ratio: None,
-        wire_rate: false,
-        notes,
-        share_port: args.share_port,
-    })
+        reporting,
+    )
 }
 
 /// A free UDP port on `ip`, found by binding port 0.
@@ -478,18 +494,23 @@ fn pair(args: PairArgs) -> Result<(), Error> {
     let target = roles::target_pps(&configs);
     let metrics = pair_metrics(args.no_metrics, &common);
     let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);
-    run_spec(RunSpec {
-        senders: Some((send_queues, configs, target)),
-        sinks: Some((sink_queues, sink_cfg, exported)),
-        output: Output::of(&common),
-        metrics,
-        max_senders: args.tuning.max_senders,
-        link: control_link::Link::InProcess,
-        min_rate_ratio: args.traffic.min_rate_ratio,
-        wire_rate: args.traffic.wire_rate,
-        notes,
-        share_port: false,
-    })
+    let output = Output::of(&common);
+    let reporting = output.reporting(metrics, notes);
+    pipeline::run(
+        RunSpec {
+            senders: Some((send_queues, configs, target)),
+            sinks: Some((sink_queues, sink_cfg)),
+            exported_flows: exported,
+            output,
+            max_senders: args.tuning.max_senders,
+            link: control_link::Link::InProcess,
+            min_rate_ratio: args.traffic.min_rate_ratio,
+            wire_rate: args.traffic.wire_rate,
+            share_port: false,
+            arena_bytes: (0, 0),
+        },
+        reporting,
+    )
 }
 
 /// Where a sender's control channel goes: `--control ADDR:PORT`, or the sink's own address.

@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Duration};
 use super::{
     PAIR_DEFAULT_DURATION,
     control_link::SenderLink,
-    link_state, placement_args, plan_pair, planned,
+    placement_args, plan_pair, planned,
     tcp_control::{self, HANDOFF_SLOTS},
     tcp_groups::{start_senders, start_sinks},
     tcp_report::Reporter,
@@ -136,14 +136,6 @@ fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
     Ok(Some(shape))
 }
 
-fn ensure_fds(sockets: u64, queues: u64) -> Result<(), Error> {
-    super::fds::ensure(&super::fds::Needs {
-        sender_flows: sockets,
-        sender_queues: queues,
-        ..Default::default()
-    })
-}
-
 fn sink_config(
     listen: std::net::SocketAddr,
     max_conns: u32,
@@ -171,16 +163,42 @@ fn sink_config(
     })
 }
 
-/// What one TCP invocation runs: senders, sinks or both, and how it reports. Built by
-/// [`send`], [`sink`] and [`pair`] from their arguments; run by [`run`].
+/// What one TCP invocation runs: senders, sinks or both, and how they link and report. Built
+/// by [`send`], [`sink`] and [`pair`] from their arguments; the run pipeline starts it.
 struct TcpRunSpec {
     senders: Option<SendSide>,
     sinks: Option<SinkSide>,
     output: super::Output,
-    metrics: Option<std::net::SocketAddr>,
-    /// The placement plan, printed once the workers are set up.
-    notes: String,
+    /// What starting the groups set up for linking and reporting them.
+    started: TcpStarted,
 }
+
+/// What a TCP run's start leaves for its control channel and reporter.
+#[derive(Default)]
+struct TcpStarted {
+    /// The sink's per-sender books.
+    books: Option<Arc<TcpBooks>>,
+    /// A pair's control server, started before its senders.
+    server: Option<crate::control::server::RunningServer>,
+    /// A sink-only run's control server, started once the plan is printed: the address, and
+    /// the secret and handoff when it is served.
+    serve_later: Option<(std::net::SocketAddr, Option<ServeWith>)>,
+    /// A sink-only run's `--duration`.
+    sink_duration: Option<Duration>,
+    /// The sender's control channel, target, epoch and record size.
+    link: Option<SenderLink>,
+    target: Option<f64>,
+    epoch: u32,
+    size: usize,
+    /// A sender-only run's start-up line.
+    start_line: Option<String>,
+}
+
+/// A control server's secret and the handoff its sink's workers feed.
+type ServeWith = (
+    Option<Arc<crate::control::auth::Secret>>,
+    Arc<ControlHandoff>,
+);
 
 /// The sending side of a TCP run.
 struct SendSide {
@@ -206,6 +224,10 @@ struct SinkSide {
 }
 
 impl TcpRunSpec {
+    fn is_pair(&self) -> bool {
+        self.senders.is_some() && self.sinks.is_some()
+    }
+
     /// Descriptors the run holds: each connection's socket (both ends in a pair), each sink
     /// queue's connection cap, and a ring per queue.
     fn fds(&self) -> (u64, u64) {
@@ -241,20 +263,24 @@ pub(crate) fn send(args: SendArgs) -> Result<(), Error> {
     )?;
     let mut notes = String::new();
     let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
-    run(TcpRunSpec {
-        senders: Some(SendSide {
-            queues,
-            configs,
-            target,
-            to: args.to,
-            record: record_size(&args.traffic),
-            link,
-        }),
-        sinks: None,
-        output: super::Output::of(common),
-        metrics: common.metrics,
-        notes,
-    })
+    let output = super::Output::of(common);
+    let reporting = output.reporting(common.metrics, notes);
+    super::pipeline::run(
+        TcpRunSpec {
+            senders: Some(SendSide {
+                queues,
+                configs,
+                target,
+                to: args.to,
+                record: record_size(&args.traffic),
+                link,
+            }),
+            sinks: None,
+            output,
+            started: TcpStarted::default(),
+        },
+        reporting,
+    )
 }
 
 /// `ringblast sink --proto tcp`.
@@ -275,19 +301,23 @@ pub(crate) fn sink(args: SinkArgs) -> Result<(), Error> {
         &mut notes,
     )?;
     notes.push_str(config.recv.note());
-    run(TcpRunSpec {
-        senders: None,
-        sinks: Some(SinkSide {
-            queues,
-            config,
-            max_senders: args.tuning.max_senders,
-            duration: args.duration,
-            serve: serve_control.then_some(secret),
-        }),
-        output: super::Output::of(common),
-        metrics: common.metrics,
-        notes,
-    })
+    let output = super::Output::of(common);
+    let reporting = output.reporting(common.metrics, notes);
+    super::pipeline::run(
+        TcpRunSpec {
+            senders: None,
+            sinks: Some(SinkSide {
+                queues,
+                config,
+                max_senders: args.tuning.max_senders,
+                duration: args.duration,
+                serve: serve_control.then_some(secret),
+            }),
+            output,
+            started: TcpStarted::default(),
+        },
+        reporting,
+    )
 }
 
 /// `ringblast pair --proto tcp`.
@@ -308,47 +338,62 @@ pub(crate) fn pair(args: PairArgs) -> Result<(), Error> {
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(common, probe, &mut notes)?;
     notes.push_str(sink_cfg.recv.note());
-    run(TcpRunSpec {
-        senders: Some(SendSide {
-            queues: send_queues,
-            configs,
-            target,
-            to: probe,
-            record: record_size(&args.traffic),
-            link: Some(SenderLink {
-                addr: probe,
-                secret: None,
-                name: "pair".into(),
+    let output = super::Output::of(common);
+    let reporting = output.reporting(super::pair_metrics(args.no_metrics, common), notes);
+    super::pipeline::run(
+        TcpRunSpec {
+            senders: Some(SendSide {
+                queues: send_queues,
+                configs,
+                target,
+                to: probe,
+                record: record_size(&args.traffic),
+                link: Some(SenderLink {
+                    addr: probe,
+                    secret: None,
+                    name: "pair".into(),
+                }),
             }),
-        }),
-        sinks: Some(SinkSide {
-            queues: sink_queues,
-            config: sink_cfg,
-            max_senders: args.tuning.max_senders,
-            duration: None,
-            serve: Some(None),
-        }),
-        output: super::Output::of(common),
-        metrics: super::pair_metrics(args.no_metrics, common),
-        notes,
-    })
+            sinks: Some(SinkSide {
+                queues: sink_queues,
+                config: sink_cfg,
+                max_senders: args.tuning.max_senders,
+                duration: None,
+                serve: Some(None),
+            }),
+            output,
+            started: TcpStarted::default(),
+        },
+        reporting,
+    )
 }
 
-/// Runs a TCP invocation: its sinks first (in a pair also serving the control channel, and
-/// released before the senders start, so that their connections find them working), then its
-/// senders, the start plan, the control channel, and the reporter until the end.
-fn run(spec: TcpRunSpec) -> Result<(), Error> {
-    let (sockets, queues) = spec.fds();
-    ensure_fds(sockets, queues)?;
-    let is_pair = spec.senders.is_some() && spec.sinks.is_some();
-    let signal = super::session::install_signals()?;
-    let metrics = install_metrics(spec.metrics, spec.output.max_series)?;
-    let sink_control = Arc::new(Control::default());
-    let mut server = None;
-    let mut sinks = None;
-    // A sink-only run starts its control server once its plan is printed.
-    let mut serve_later = None;
-    if let Some(side) = spec.sinks {
+impl super::pipeline::Transport for TcpRunSpec {
+    type Senders = super::tcp_groups::TcpSenders;
+    type Sinks = super::tcp_groups::TcpSinks;
+
+    fn fd_needs(&self) -> super::fds::Needs {
+        let (sockets, queues) = self.fds();
+        super::fds::Needs {
+            sender_flows: sockets,
+            sender_queues: queues,
+            ..Default::default()
+        }
+    }
+
+    fn exporter_shape(&self) -> Result<crate::metrics::Shape, Error> {
+        // The TCP series are registered by the reporter, before it releases the workers.
+        Ok(crate::metrics::Shape::default())
+    }
+
+    /// The sinks, their books and their control server: in a pair the server starts now and
+    /// the sinks are released before the senders start, so that their connections find them
+    /// working; a sink alone serves once its plan is printed.
+    fn start_sinks(&mut self, control: &Arc<Control>) -> Result<Option<Self::Sinks>, Error> {
+        let is_pair = self.is_pair();
+        let Some(side) = self.sinks.take() else {
+            return Ok(None);
+        };
         let handoff = side
             .serve
             .is_some()
@@ -356,28 +401,30 @@ fn run(spec: TcpRunSpec) -> Result<(), Error> {
         let mut config = side.config;
         config.control.clone_from(&handoff);
         let listen = config.listen;
-        let group = start_sinks(&sink_control, side.queues, config)?;
-        let books = Arc::new(TcpBooks::new(group.shared.clone(), side.max_senders));
+        let sinks = start_sinks(control, side.queues, config)?;
+        let books = Arc::new(TcpBooks::new(sinks.shared.clone(), side.max_senders));
         let serve = side.serve.zip(handoff);
         if is_pair {
-            server = serve.map(|(secret, h)| tcp_control::serve(listen, secret, books.clone(), h));
-            group.group.release();
+            self.started.server =
+                serve.map(|(secret, h)| tcp_control::serve(listen, secret, books.clone(), h));
+            sinks.group.release();
         } else {
-            serve_later = Some((listen, serve));
+            self.started.serve_later = Some((listen, serve));
         }
-        sinks = Some((group, books, side.duration));
+        self.started.books = Some(books);
+        self.started.sink_duration = side.duration;
+        Ok(Some(sinks))
     }
-    let send_control = Arc::new(Control::default());
-    let mut senders = None;
-    let mut start_line = None;
-    if let Some(side) = spec.senders {
-        let (epoch, size, conns) = (
-            side.configs[0].epoch,
-            side.configs[0].size,
-            side.configs[0].conns,
-        );
+
+    fn start_senders(&mut self, control: &Arc<Control>) -> Result<Option<Self::Senders>, Error> {
+        let is_pair = self.is_pair();
+        let Some(side) = self.senders.take() else {
+            return Ok(None);
+        };
+        let first = &side.configs[0];
+        let (epoch, size, conns) = (first.epoch, first.size, first.conns);
         if !is_pair {
-            start_line = Some(format!(
+            self.started.start_line = Some(format!(
                 "tcp send to {}: {conns} connection(s) per queue, {}-byte records, control channel {}",
                 side.to,
                 side.record,
@@ -386,93 +433,89 @@ fn run(spec: TcpRunSpec) -> Result<(), Error> {
                     .map_or("off".to_string(), |l| format!("to tcp {}", l.addr))
             ));
         }
-        let group = match start_senders(&send_control, side.queues, side.configs, side.target) {
-            Ok(g) => g,
-            Err(e) => {
-                if let Some((group, _, _)) = sinks {
-                    sink_control.request_stop();
-                    group.group.join();
-                }
-                return Err(e);
-            }
-        };
-        senders = Some((group, side.link, side.target, epoch, size));
+        let senders = start_senders(control, side.queues, side.configs, side.target)?;
+        let started = &mut self.started;
+        (started.link, started.target, started.epoch, started.size) =
+            (side.link, side.target, epoch, size);
+        Ok(Some(senders))
     }
-    super::print_plan(&spec.notes);
-    let memory: String = senders
-        .iter()
-        .map(|s| s.0.memory_text())
-        .chain(sinks.iter().map(|s| s.0.memory_text()))
-        .collect();
-    crate::output::human_text(&memory);
-    if let Some(line) = start_line {
-        say!("{line}");
+
+    fn abandon_sinks(&self, sinks: Self::Sinks) {
+        // Only a pair has senders that can fail to start, and its sinks are released already.
+        sinks.group.join();
     }
-    if let (Some((_, books, _)), Some((listen, serve))) = (&sinks, serve_later) {
-        say!("tcp sink listening on {listen}");
-        server = match serve {
-            Some((secret, h)) => Some(tcp_control::serve(listen, secret, books.clone(), h)),
-            None => {
-                say!(
-                    "control: off: the sink listens on {listen} (not loopback) without --secret-file; give it --secret-file FILE or --insecure-control to serve senders their verdicts"
-                );
-                None
-            }
-        };
+
+    fn memory_text(senders: Option<&Self::Senders>, sinks: Option<&Self::Sinks>) -> String {
+        senders
+            .map(|s| s.memory_text())
+            .into_iter()
+            .chain(sinks.map(|s| s.memory_text()))
+            .collect()
     }
-    let (sender_group, ask, refused) = match senders {
-        Some((group, Some(link), target, epoch, size)) => {
-            let (ask, refused) =
-                tcp_control::connect(link, epoch, size, target, group.shared.clone());
-            (Some(group), Some(ask), Some(refused))
+
+    fn link_and_report(
+        self,
+        run: super::pipeline::Started<Self::Senders, Self::Sinks>,
+        signal: &std::sync::atomic::AtomicBool,
+    ) -> Result<super::pipeline::Reported, Error> {
+        let is_pair = run.senders.is_some() && run.sinks.is_some();
+        let mut started = self.started;
+        if let Some(line) = started.start_line.take() {
+            say!("{line}");
         }
-        Some((group, None, ..)) => (Some(group), Some(tcp_control::off()), None),
-        None => (None, None, None),
-    };
-    let (sink_group, books, duration) = match sinks {
-        Some((group, books, duration)) => (Some(group), Some(books), duration),
-        None => (None, None, None),
-    };
-    let sink = sink_group.as_ref().map(|_| (sink_control, duration));
-    let mut reporter = Reporter::new(
-        spec.output.json,
-        spec.output.interval,
-        sender_group,
-        sink_group,
-        send_control,
-        sink,
-    );
-    if is_pair {
-        reporter = reporter.pair_released();
-    }
-    let result = reporter
-        .with_metrics(metrics)
-        .with_control(books, ask)
-        .with_link(refused.clone())
-        .with_control_stats(server.as_ref().map(|s| s.stats()))
-        .run(&signal);
-    if let Some(s) = server {
-        s.stop();
-    }
-    linger(metrics, spec.output.metrics_linger, &signal);
-    link_state::refused_means_exit_3(result, refused.as_deref())
-}
-
-/// Starts the metrics endpoint when asked (before any worker); says whether it runs.
-fn install_metrics(addr: Option<std::net::SocketAddr>, max_series: usize) -> Result<bool, Error> {
-    let Some(addr) = addr else {
-        return Ok(false);
-    };
-    super::exporting::install(&super::exporting::Plan {
-        addr,
-        max_series,
-        shape: crate::metrics::Shape::default(),
-    })?;
-    Ok(true)
-}
-
-fn linger(metrics: bool, linger: Duration, signal: &std::sync::atomic::AtomicBool) {
-    if metrics {
-        super::exporting::linger(linger, signal);
+        if let (Some(books), Some((listen, serve))) = (&started.books, started.serve_later.take()) {
+            say!("tcp sink listening on {listen}");
+            started.server = match serve {
+                Some((secret, h)) => Some(tcp_control::serve(listen, secret, books.clone(), h)),
+                None => {
+                    say!(
+                        "control: off: the sink listens on {listen} (not loopback) without --secret-file; give it --secret-file FILE or --insecure-control to serve senders their verdicts"
+                    );
+                    None
+                }
+            };
+        }
+        let (ask, refused) = match (&run.senders, started.link.take()) {
+            (Some(senders), Some(link)) => {
+                let (ask, refused) = tcp_control::connect(
+                    link,
+                    started.epoch,
+                    started.size,
+                    started.target,
+                    senders.shared.clone(),
+                );
+                (Some(ask), Some(refused))
+            }
+            (Some(_), None) => (Some(tcp_control::off()), None),
+            (None, _) => (None, None),
+        };
+        let sink = run
+            .sinks
+            .as_ref()
+            .map(|_| (run.sink_control, started.sink_duration));
+        let mut reporter = Reporter::new(
+            self.output.json,
+            self.output.interval,
+            run.senders,
+            run.sinks,
+            run.send_control,
+            sink,
+        );
+        if is_pair {
+            reporter = reporter.pair_released();
+        }
+        let result = reporter
+            .with_metrics(run.exporting)
+            .with_control(started.books, ask)
+            .with_link(refused.clone())
+            .with_control_stats(started.server.as_ref().map(|s| s.stats()))
+            .run(signal);
+        if let Some(s) = started.server {
+            s.stop();
+        }
+        Ok(super::pipeline::Reported {
+            result,
+            link: refused,
+        })
     }
 }

@@ -1,0 +1,117 @@
+//! The one run pipeline of `send`, `sink` and `pair`, for both protocols: check the descriptor
+//! budget, install the signal handlers and the exporter, start the sinks, then the senders
+//! (stopping the sinks again if the senders cannot start), print the start plan and where the
+//! packet memory is, link the control channel and report until the end, then linger for the
+//! last scrape. What differs between UDP and TCP is the [`Transport`] a run is given: how its
+//! groups start, how its control channel links them, and how its reporter reads them.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use super::{exporting, fds, link_state::LinkState, session::install_signals};
+use crate::{error::Error, metrics::Shape, worker::Control};
+
+/// What one protocol brings to a run.
+pub(crate) trait Transport {
+    /// The started sending side.
+    type Senders;
+    /// The started receiving side.
+    type Sinks;
+
+    /// The descriptors the run's groups and control channel will hold (the exporter's are
+    /// added by the pipeline).
+    fn fd_needs(&self) -> fds::Needs;
+    /// The series the exporter registers before the workers start.
+    fn exporter_shape(&self) -> Result<Shape, Error>;
+    /// Starts the sinks, if the run has any.
+    fn start_sinks(&mut self, control: &Arc<Control>) -> Result<Option<Self::Sinks>, Error>;
+    /// Starts the senders, if the run has any.
+    fn start_senders(&mut self, control: &Arc<Control>) -> Result<Option<Self::Senders>, Error>;
+    /// Ends sinks whose senders could not start (their stop is already requested).
+    fn abandon_sinks(&self, sinks: Self::Sinks);
+    /// The start-up lines saying where each queue's packet memory is.
+    fn memory_text(senders: Option<&Self::Senders>, sinks: Option<&Self::Sinks>) -> String;
+    /// Links the control channel, reports until the run ends and prints the summaries (an
+    /// error: the control channel could not start, and the groups were told to stop).
+    fn link_and_report(
+        self,
+        run: Started<Self::Senders, Self::Sinks>,
+        signal: &std::sync::atomic::AtomicBool,
+    ) -> Result<Reported, Error>;
+}
+
+/// How a run that started ended.
+pub(crate) struct Reported {
+    /// The run's own result.
+    pub(crate) result: Result<(), Error>,
+    /// What a sender's control channel found out (whether the sink refused it).
+    pub(crate) link: Option<Arc<LinkState>>,
+}
+
+/// The groups of a run as the pipeline started them, with their stop flags.
+pub(crate) struct Started<S, K> {
+    pub(crate) senders: Option<S>,
+    pub(crate) sinks: Option<K>,
+    pub(crate) send_control: Arc<Control>,
+    pub(crate) sink_control: Arc<Control>,
+    /// The exporter is installed (its series are registered and flushed by the reporter).
+    pub(crate) exporting: bool,
+}
+
+/// How a run reports and what it prints first: plain data from the common options.
+pub(crate) struct Reporting {
+    /// Serve Prometheus metrics here.
+    pub(crate) metrics: Option<SocketAddr>,
+    /// The exporter's series cap.
+    pub(crate) max_series: usize,
+    /// How long `/metrics` stays up after the run.
+    pub(crate) metrics_linger: Duration,
+    /// The placement plan, printed once the workers are set up.
+    pub(crate) notes: String,
+}
+
+/// Runs `transport` to its end.
+pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Result<(), Error> {
+    fds::ensure(&fds::Needs {
+        exporter: reporting.metrics.is_some(),
+        ..transport.fd_needs()
+    })?;
+    let signal = install_signals()?;
+    if let Some(addr) = reporting.metrics {
+        exporting::install(&exporting::Plan {
+            addr,
+            max_series: reporting.max_series,
+            shape: transport.exporter_shape()?,
+        })?;
+    }
+    let send_control = Arc::new(Control::default());
+    let sink_control = Arc::new(Control::default());
+    let sinks = transport.start_sinks(&sink_control)?;
+    let senders = match transport.start_senders(&send_control) {
+        Ok(senders) => senders,
+        Err(e) => {
+            if let Some(sinks) = sinks {
+                sink_control.request_stop();
+                transport.abandon_sinks(sinks);
+            }
+            return Err(e);
+        }
+    };
+    super::print_plan(&reporting.notes);
+    crate::output::human_text(&T::memory_text(senders.as_ref(), sinks.as_ref()));
+    let started = Started {
+        senders,
+        sinks,
+        send_control,
+        sink_control,
+        exporting: reporting.metrics.is_some(),
+    };
+    let Reported { result, link } = transport.link_and_report(started, &signal)?;
+    if result.is_ok() {
+        // A sender the sink refused ends at once, without lingering for a scrape.
+        super::link_state::refused_means_exit_3(Ok(()), link.as_deref())?;
+    }
+    if reporting.metrics.is_some() {
+        exporting::linger(reporting.metrics_linger, &signal);
+    }
+    result
+}
