@@ -123,7 +123,9 @@ podman import -q "$tar" "localhost/$C:latest" >/dev/null
 # kernel counts is ringblast's.
 podman run -d -q --name "$C" --hostname "$C" --privileged --systemd=always --network none \
   "localhost/$C:latest" sh -c 'mount --make-rshared / && exec /sbin/init' >/dev/null
-in_c() { podman exec "$C" "$@"; }
+# Every command in the container is bounded too: a podman exec that hangs (a host saturated by
+# the sender under test) fails the step that waited on it instead of stalling the test command.
+in_c() { timeout "${EXEC_TIMEOUT:-60}" podman exec "$C" "$@"; }
 # Until PID 1 answers on its socket, systemctl fails at once; then --wait waits for the boot's end.
 booted() {
   state=$(timeout 60 podman exec "$C" systemctl is-system-running --wait 2>/dev/null) || true
