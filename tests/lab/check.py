@@ -234,9 +234,15 @@ def hosts(run):
             est = lc.get("offset_ns")
             check(lc.get("kind") == "offset_corrected" and est is not None and abs(est / 1e9 - offset) < 1.5,
                   f"{name}: the {side} estimates the clock offset as about {offset:+.0f} s", lc)
-            p50, p99 = lat.get("p50_ns_at_most"), lat.get("p99_ns_at_most")
-            check(p50 is not None and p99 is not None and 1000 < p50 and p99 < 1e9,
-                  f"{name}: the {side}'s one-way latency carries no offset (1 us < p50, p99 < 1 s)", lat)
+            # No offset is left in the latency (p99 < 1 s), and none was taken off twice or with
+            # the wrong sign (then every sample would come out negative and be clamped to 0, so
+            # p99 would be <= 1 us). Half or more of the samples may be clamped: a sample comes out
+            # negative when the guests' one-way delay is below the estimate's error bound (half
+            # the control channel's round trip), which QEMU's TCG often makes it.
+            p99 = lat.get("p99_ns_at_most")
+            check(p99 is not None and 1000 < p99 < 1e9,
+                  f"{name}: the {side}'s one-way latency carries no offset (1 us < p99 < 1 s)",
+                  dict(latency=lat, clock=lc))
         check(s.get("control_rtt_ns") is not None and 0 < s["control_rtt_ns"] < 1e9,
               f"{name}: the sender reports the control channel's round trip", s.get("control_rtt_ns"))
     # The sender's clock stepped exactly 10 s between the two runs, so the two estimates differ
