@@ -14,44 +14,44 @@ use std::{
     path::Path,
 };
 
-use crate::{cli::ReportArgs, error::Error};
+use crate::error::Error;
 
 /// Reads the input, renders the page and writes it.
-pub(crate) fn command(args: &ReportArgs) -> Result<(), Error> {
-    let stdin = args.input.as_os_str() == "-";
+pub(crate) fn command(input: &Path, output: &Path, title: Option<&str>) -> Result<(), Error> {
+    let stdin = input.as_os_str() == "-";
     let name = if stdin {
         "standard input".to_string()
     } else {
-        args.input.display().to_string()
+        input.display().to_string()
     };
-    let text = read_input(&args.input, stdin, &name)?;
+    let text = read_input(input, stdin, &name)?;
     let run = model::parse(&text, &name)?;
-    let title = args.title.clone().unwrap_or_else(|| {
+    let title = title.map(str::to_string).unwrap_or_else(|| {
         let file = if stdin {
             "stdin".to_string()
         } else {
-            Path::new(&args.input)
+            input
                 .file_name()
                 .map_or_else(|| name.clone(), |f| f.to_string_lossy().into_owned())
         };
         format!("ringblast {}: {file}", run.kind())
     });
     let html = page::render(&run, &title, &name);
-    if args.output.as_os_str() == "-" {
+    if output.as_os_str() == "-" {
         crate::output::document(&html);
     } else {
-        std::fs::write(&args.output, html.as_bytes()).map_err(|e| {
+        std::fs::write(output, html.as_bytes()).map_err(|e| {
             Error::io(
                 format!(
                     "report: writing {} (give -o a writable path)",
-                    args.output.display()
+                    output.display()
                 ),
                 e,
             )
         })?;
         crate::output::error_line(format_args!(
             "report: wrote {} ({} intervals, {} steps, {} trials)",
-            args.output.display(),
+            output.display(),
             run.send_intervals.len() + run.sink_intervals.len(),
             run.steps.len(),
             run.trials.len()

@@ -2,7 +2,7 @@
 //! pinned and grouped by NUMA node, node-local registered packet memory, exact sequence
 //! accounting at the sink and a Prometheus exporter.
 //!
-//! The binary is a thin shell over [`run::execute`]; everything is reachable from tests.
+//! The binary is a thin shell over [`cli::execute`]; everything is reachable from tests.
 
 pub mod cli;
 pub mod clock;
@@ -32,7 +32,7 @@ pub mod proto {
 }
 pub(crate) mod report;
 pub(crate) mod ring;
-pub mod run;
+pub(crate) mod run;
 pub(crate) mod schedule;
 pub(crate) mod sender;
 pub mod sink;

@@ -18,7 +18,7 @@ fn main() {
     let argv =
         ringblast::cli::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
     let cli = ringblast::cli::Cli::parse_from(argv);
-    if let Err(err) = ringblast::run::execute(cli) {
+    if let Err(err) = ringblast::cli::execute(cli) {
         fail(err);
     }
     if output::closed() {

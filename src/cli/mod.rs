@@ -1,13 +1,15 @@
 //! The command line: the clap definitions of each subcommand (what it accepts, its defaults and
 //! help text), the configuration file that supplies defaults for them (`file`), the TCP options
-//! (`tcp`), and the files `generate` writes from them. Turning these into validated run
-//! configurations happens in `run`.
+//! (`tcp`), which flags belong to one protocol (`protocols`), the files `generate` writes from
+//! them, and the one resolve step (`resolve`) that turns a parsed command into the plain-data
+//! plan `run` carries out. [`execute`] is the whole program after parsing.
 
 pub mod file;
 #[cfg(test)]
 mod fuzz;
 pub(crate) mod generate;
 pub(crate) mod protocols;
+mod resolve;
 pub(crate) mod tcp;
 
 use std::{net::SocketAddr, time::Duration};
@@ -33,6 +35,31 @@ pub struct Cli {
     /// What to run.
     #[command(subcommand)]
     pub(crate) command: Command,
+}
+
+/// Runs one parsed command to completion: resolves it into a plan and carries the plan out
+/// (`report` and `generate` need no run).
+pub fn execute(cli: Cli) -> Result<(), crate::error::Error> {
+    let json = match &cli.command {
+        Command::Send(a) => a.common.json,
+        Command::Sink(a) => a.common.json,
+        Command::Pair(a) => a.common.json,
+        Command::Search(a) => a.json,
+        Command::Topo(_) | Command::Generate(_) | Command::Report(_) => false,
+    };
+    crate::output::json_on_stdout(json);
+    let plan = match cli.command {
+        Command::Send(args) => resolve::send(args)?,
+        Command::Sink(args) => resolve::sink(args)?,
+        Command::Pair(args) => resolve::pair(args)?,
+        Command::Search(args) => resolve::search(args)?,
+        Command::Topo(args) => resolve::topo(args),
+        Command::Report(args) => {
+            return crate::html_report::command(&args.input, &args.output, args.title.as_deref());
+        }
+        Command::Generate(args) => return generate::run(args.kind, args.dir.as_deref()),
+    };
+    crate::run::execute(plan)
 }
 
 /// Subcommands.

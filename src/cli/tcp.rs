@@ -1,6 +1,6 @@
 //! Command-line definitions for the TCP modes (clap derive), flattened into `send`, `sink` and
 //! `pair`: the protocol switch, connections per queue and the request/response pattern.
-//! Checking them against each other happens in `run::tcp`.
+//! Checking them against each other happens in the resolve step (`resolve::tcp`).
 
 use clap::{Args, ValueEnum};
 

@@ -5,9 +5,9 @@
 //! last scrape. What differs between UDP and TCP is the [`Transport`] a run is given: how its
 //! groups start, how its control channel links them, and how its reporter reads them.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use super::{exporting, fds, link_state::LinkState, session::install_signals};
+use super::{exporting, fds, link_state::LinkState, plan::Reporting, session::install_signals};
 use crate::{error::Error, metrics::Shape, worker::Control};
 
 /// What one protocol brings to a run.
@@ -55,18 +55,6 @@ pub(crate) struct Started<S, K> {
     pub(crate) sink_control: Arc<Control>,
     /// The exporter is installed (its series are registered and flushed by the reporter).
     pub(crate) exporting: bool,
-}
-
-/// How a run reports and what it prints first: plain data from the common options.
-pub(crate) struct Reporting {
-    /// Serve Prometheus metrics here.
-    pub(crate) metrics: Option<SocketAddr>,
-    /// The exporter's series cap.
-    pub(crate) max_series: usize,
-    /// How long `/metrics` stays up after the run.
-    pub(crate) metrics_linger: Duration,
-    /// The placement plan, printed once the workers are set up.
-    pub(crate) notes: String,
 }
 
 /// Runs `transport` to its end.

@@ -51,31 +51,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::trials::{Trial, TrialSender};
+use super::{
+    plan::{SearchPlan, TrialSendPlan},
+    trials::{Trial, TrialSender},
+};
 use crate::{error::Error, say};
-
-/// What the search is asked.
-#[derive(Clone, Debug)]
-pub(crate) struct SearchPlan {
-    /// The sender arguments every trial gets (`--to`, `--size`, ...), before its rate.
-    pub(crate) send_args: Vec<String>,
-    /// Loss ratios to find the highest rate for, ascending.
-    pub(crate) loss_ratios: Vec<f64>,
-    /// Lowest rate searched (pps).
-    pub(crate) min_rate: f64,
-    /// Highest rate searched (pps); `None`: measure the unpaced rate in a first trial.
-    pub(crate) max_rate: Option<f64>,
-    /// Relative width of the final interval.
-    pub(crate) precision: f64,
-    /// Short trial length.
-    pub(crate) trial: Duration,
-    /// Final trial length.
-    pub(crate) final_trial: Duration,
-    /// Give up after this long.
-    pub(crate) max_time: Duration,
-    /// JSON Lines on stdout.
-    pub(crate) json: bool,
-}
 
 impl Trial {
     fn ratio(&self) -> f64 {
@@ -456,15 +436,22 @@ impl Found {
     }
 }
 
-/// Runs the search; `Ok(true)` when every ratio converged, `Ok(false)` when `--max-time` ran
-/// out (the caller exits 1).
-pub(crate) fn run(plan: &SearchPlan) -> Result<bool, Error> {
-    let sender = TrialSender::start(&plan.send_args, trial_capacity(plan))?;
+/// `ringblast search`: runs the search on `sender`, and fails (exit 1) when `--max-time` ran out
+/// before every ratio converged.
+pub(crate) fn execute(plan: &SearchPlan, sender: TrialSendPlan) -> Result<(), Error> {
+    let sender = TrialSender::start(sender, trial_capacity(plan))?;
     let (searcher, found) = search(plan, sender, Vec::new())?;
     searcher
         .measurer
         .stop(&std::sync::atomic::AtomicBool::new(false));
-    Ok(found.iter().all(|f| f.converged))
+    if found.iter().all(|f| f.converged) {
+        Ok(())
+    } else {
+        Err(Error::io(
+            "the search did not converge",
+            std::io::Error::other("--max-time ran out; give it more time or a coarser --precision"),
+        ))
+    }
 }
 
 /// Room for every trial `--max-time` can hold: each lasts at least `--trial`.
@@ -559,59 +546,6 @@ fn search<'a, M: Measurer>(
     Ok((s, found))
 }
 
-/// `ringblast search`: checks the sender's options once, then runs the search.
-pub(super) fn command(args: crate::cli::SearchArgs) -> Result<(), Error> {
-    // Check the sender's options once here, so a bad one is one line, not a failed trial.
-    let size: crate::sender::mix::SizeSpec = args.size.parse().map_err(Error::Usage)?;
-    let sizes = crate::sender::mix::SizePlan::resolve(&size, None, args.to)?;
-    let pps = |r: crate::config::units::Rate, what: &str| {
-        r.packets_per_second_at(sizes.mean_payload())
-            .ok_or_else(|| Error::Usage(format!("{what} needs a packet or bit rate, not max")))
-    };
-    let mut ratios = args.loss_ratios.clone();
-    ratios.sort_by(f64::total_cmp);
-    ratios.dedup();
-    let mut send_args = vec![
-        "--to".to_string(),
-        args.to.to_string(),
-        "--size".into(),
-        args.size.clone(),
-        "--queues".into(),
-        args.queues.to_string(),
-    ];
-    if let Some(secret) = &args.secret_file {
-        send_args.push("--secret-file".into());
-        send_args.push(secret.display().to_string());
-    }
-    if let Some(metrics) = args.metrics {
-        send_args.extend([
-            "--metrics".to_string(),
-            metrics.to_string(),
-            "--metrics-linger".into(),
-            format!("{}ms", args.metrics_linger.as_millis()),
-        ]);
-    }
-    let plan = SearchPlan {
-        send_args,
-        loss_ratios: ratios,
-        min_rate: pps(args.min_rate, "--min-rate")?,
-        max_rate: args.max_rate.map(|r| pps(r, "--max-rate")).transpose()?,
-        precision: args.precision,
-        trial: args.trial,
-        final_trial: args.final_trial,
-        max_time: args.max_time,
-        json: args.json,
-    };
-    if run(&plan)? {
-        Ok(())
-    } else {
-        Err(Error::io(
-            "the search did not converge",
-            std::io::Error::other("--max-time ran out; give it more time or a coarser --precision"),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -681,7 +615,6 @@ mod tests {
 
     fn plan(trial: f64, final_trial: f64, max_time: f64) -> SearchPlan {
         SearchPlan {
-            send_args: Vec::new(),
             loss_ratios: vec![0.0, 0.005],
             min_rate: 1000.0,
             max_rate: None,

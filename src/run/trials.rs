@@ -12,10 +12,9 @@ use std::{
 
 use super::{
     control_link, exporting, link_state::LinkState, part_link, part_link::PartSink,
-    roles::SenderSet,
+    plan::TrialSendPlan, roles::SenderSet,
 };
 use crate::{
-    cli::{Cli, Command, SendArgs},
     control::client::ClientConfig,
     error::Error,
     metrics::{Exporter, Shape},
@@ -60,36 +59,17 @@ pub(crate) struct TrialSender {
 }
 
 impl TrialSender {
-    /// Parses `send_args` as `ringblast send` would and starts its workers, idle until the
-    /// first trial, with room for `capacity` trials.
-    pub(crate) fn start(send_args: &[String], capacity: usize) -> Result<TrialSender, Error> {
+    /// Starts the workers of `plan`, idle until the first trial, with room for `capacity`
+    /// trials.
+    pub(crate) fn start(plan: TrialSendPlan, capacity: usize) -> Result<TrialSender, Error> {
         let started = Instant::now();
-        let argv = ["ringblast", "send"]
-            .into_iter()
-            .map(String::from)
-            .chain(send_args.iter().cloned());
-        let args = match <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.command) {
-            Ok(Command::Send(args)) => args,
-            Ok(_) => return Err(Error::Usage("a search's trials are sends".into())),
-            Err(e) => {
-                let text = e.to_string();
-                return Err(Error::Usage(text.lines().next().unwrap_or("").to_string()));
-            }
-        };
-        Self::start_with(args, capacity, started)
-    }
-
-    fn start_with(args: SendArgs, capacity: usize, started: Instant) -> Result<TrialSender, Error> {
-        let common = args.common;
-        let queues = common.queues;
-        let mut configs = super::roles::sender_configs(
-            args.to,
-            &args.traffic,
-            queues,
-            None,
-            super::random_epoch(),
-            common.hugepages,
-        )?;
+        let TrialSendPlan {
+            queues: planned,
+            mut configs,
+            link,
+            reporting,
+        } = plan;
+        let queues = planned.len();
         let board = Arc::new(TrialBoard::new(capacity, queues));
         let epoch = configs.first().map_or(1, |(c, _)| c.epoch);
         let epochs = crate::sender::parts::part_epochs(epoch, capacity);
@@ -106,15 +86,9 @@ impl TrialSender {
             sender_queues: queues as u64,
             sink_queues: 0,
             sink_senders: 0,
-            exporter: common.metrics.is_some(),
+            exporter: reporting.metrics.is_some(),
         })?;
-        let mut notes = String::new();
-        let planned = super::planned(
-            "send",
-            &super::placement_args(&common, args.to, &[]),
-            &mut notes,
-        )?;
-        if let Some(addr) = common.metrics {
+        if let Some(addr) = reporting.metrics {
             let shape = Shape {
                 tx_flows_per_queue: configs.iter().map(|(_, f)| f.len()).collect(),
                 rx_queues: 0,
@@ -132,7 +106,7 @@ impl TrialSender {
             };
             exporting::install(&exporting::Plan {
                 addr,
-                max_series: common.max_series,
+                max_series: reporting.max_series,
                 shape,
             })?;
         }
@@ -141,22 +115,22 @@ impl TrialSender {
             .map_or(0, |(c, _)| SenderWorker::arena_bytes(c));
         let control = Arc::new(Control::default());
         let senders = super::roles::start_senders(&control, planned, configs, None)?;
-        super::print_plan(&notes);
+        super::print_plan(&reporting.notes);
         crate::output::human_text(&report::memory_text(
             "send",
             &senders.queues,
             senders.group.memory(),
         ));
-        let exporter = common
+        let exporter = reporting
             .metrics
             .map(|_| exporting::register(Some(&senders), None, 0, (arena_bytes, 0)));
-        let mut config = ClientConfig::new(super::control_addr(args.to, &args.control));
-        config.secret = super::read_secret(args.secret_file.as_deref())?;
+        let mut config = ClientConfig::new(link.addr);
+        config.secret = link.secret;
         let state = Arc::new(LinkState::default());
         let books = control_link::part_books(&senders);
         let sink = part_link::OneConnection::new(
             config,
-            super::sender_name(args.name, queues, flows)?,
+            link.name,
             books.clone(),
             u32::try_from(senders.size).unwrap_or(u32::MAX),
             state,
@@ -169,7 +143,7 @@ impl TrialSender {
             sink,
             books,
             exporter,
-            metrics_linger: common.metrics_linger,
+            metrics_linger: reporting.metrics_linger,
             started,
         })
     }

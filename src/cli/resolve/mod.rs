@@ -1,0 +1,336 @@
+//! The one resolve step, as ripgrep's `HiArgs` is: turns a parsed command line into the
+//! plain-data [`Plan`] that `run` carries out. Every option is checked here, once, before
+//! anything starts; the queues are placed, the workers' configs made and the secret read, so a
+//! bad option is one line naming the fix and no clap type reaches `run`. `udp` and `tcp` make
+//! each protocol's configs, `shape` checks the traffic shape, and `search` makes a search's
+//! trial sender from the same steps as `send`.
+
+mod search;
+mod shape;
+mod tcp;
+mod udp;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use self::udp::{sender_configs, sink_config};
+use super::{CommonArgs, ControlTarget, DEFAULT_METRICS, PairArgs, SendArgs, SinkArgs, TopoArgs};
+use crate::{
+    error::Error,
+    report::QueueView,
+    run::{
+        control_link,
+        placement::{PlacementArgs, plan_queues},
+        plan::{Output, Plan, Reporting, TopoPlan, UdpPlan},
+        roles,
+    },
+};
+
+pub(crate) use self::search::search;
+
+/// `pair`'s default run length when neither --duration nor --count is given.
+const PAIR_DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// A sender run's epoch: random and never 0, so a restarted sender is a new run at the sink.
+fn random_epoch() -> u32 {
+    rand::random::<u32>().max(1)
+}
+
+/// The placement inputs of a role that sends to or listens on `address`, staying off `avoid`.
+fn placement_args<'a>(
+    common: &'a CommonArgs,
+    address: SocketAddr,
+    avoid: &'a [u32],
+) -> PlacementArgs<'a> {
+    PlacementArgs {
+        queues: common.queues,
+        cpus: common.cpus.as_deref(),
+        node: common.node,
+        address: Some(address),
+        avoid_cpus: avoid,
+        from_top: false,
+    }
+}
+
+/// Plans the sender's and then the sink's queues of a `pair` run towards `addr`: the sink takes
+/// other CPUs than the sender (an explicit `--cpus` applies to the sender only).
+fn plan_pair(
+    common: &CommonArgs,
+    addr: SocketAddr,
+    notes: &mut String,
+) -> Result<(Vec<QueueView>, Vec<QueueView>), Error> {
+    let send_queues = planned("send", &placement_args(common, addr, &[]), notes)?;
+    let send_cpus: Vec<u32> = send_queues.iter().map(|q| q.cpu).collect();
+    let sink_common = CommonArgs {
+        cpus: None,
+        ..common.clone()
+    };
+    let sink_queues = planned(
+        "sink",
+        &placement_args(&sink_common, addr, &send_cpus),
+        notes,
+    )?;
+    Ok((send_queues, sink_queues))
+}
+
+/// Plans a role's queues and adds the plan to `notes`, which the run prints once its workers
+/// are set up (placement is never silent, and a run that cannot start prints one line only).
+fn planned(
+    role: &str,
+    args: &PlacementArgs<'_>,
+    notes: &mut String,
+) -> Result<Vec<QueueView>, Error> {
+    // Separate processes on one host stay apart: a sink counts CPUs from the top.
+    let args = PlacementArgs {
+        from_top: role == "sink",
+        ..args.clone()
+    };
+    let (queues, mut text) = plan_queues(role, &args)?;
+    if args.cpus.is_none() {
+        text.push_str(if args.from_top {
+            "  (a sink takes CPUs from the top of each node's list and a sender from the bottom, so separate processes stay apart; --cpus overrides)\n"
+        } else {
+            "  (a sender takes CPUs from the bottom of each node's list and a sink from the top, so separate processes stay apart; --cpus overrides)\n"
+        });
+    }
+    notes.push_str(&text);
+    Ok(queues)
+}
+
+/// `ringblast send`.
+pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
+    crate::cli::protocols::check(&args.traffic, &args.tcp).map_err(Error::Usage)?;
+    if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
+        return tcp::send(args);
+    }
+    let common = &args.common;
+    let mut notes = String::new();
+    let (queues, configs, link) = udp_sender(&args, &mut notes)?;
+    let target = roles::target_pps(&configs);
+    let metrics = common.metrics;
+    let link = match link {
+        Some(link) => control_link::Link::Connect(link),
+        None => control_link::Link::Off,
+    };
+    Ok(Plan::Udp(
+        UdpPlan {
+            senders: Some((queues, configs, target)),
+            sinks: None,
+            exported_flows: 0,
+            output: output(common),
+            max_senders: 0,
+            link,
+            min_rate_ratio: args.traffic.min_rate_ratio,
+            wire_rate: args.traffic.wire_rate,
+            share_port: false,
+        },
+        reporting(common, metrics, notes),
+    ))
+}
+
+/// A UDP sender's queues (their plan added to `notes`), its per-queue configs with their flows,
+/// and its control channel (none with `--control off`).
+fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
+    let common = &args.common;
+    let configs = sender_configs(
+        args.to,
+        &args.traffic,
+        common.queues,
+        None,
+        random_epoch(),
+        common.hugepages,
+    )?;
+    let queues = planned("send", &placement_args(common, args.to, &[]), notes)?;
+    let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
+    let link = sender_link(args, flows)?;
+    Ok((queues, configs, link))
+}
+
+/// What [`udp_sender`] resolves.
+type UdpSender = (
+    Vec<QueueView>,
+    Vec<(crate::sender::SenderConfig, Vec<u32>)>,
+    Option<control_link::SenderLink>,
+);
+
+/// `ringblast sink`.
+pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
+    if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
+        return tcp::sink(args);
+    }
+    let common = args.common;
+    let secret = read_secret(args.secret_file.as_deref())?;
+    // With a secret, only senders that said an authenticated hello are counted by default,
+    // once those that were sending before this sink started have had time to reconnect.
+    let refuse_from = if secret.is_some() && !args.accept_unannounced {
+        crate::clock::monotonic_ns().saturating_add(args.unannounced_grace.as_nanos() as u64)
+    } else {
+        u64::MAX
+    };
+    let config = sink_config(
+        args.listen,
+        &args.tuning,
+        args.duration,
+        common.hugepages,
+        refuse_from,
+    )?;
+    let mut notes = String::new();
+    let queues = planned(
+        "sink",
+        &placement_args(&common, args.listen, &[]),
+        &mut notes,
+    )?;
+    let exported = args.tuning.metrics_flows.min(config.max_flows);
+    let metrics = common.metrics;
+    if secret.is_none() && !args.listen.ip().is_loopback() && !args.insecure_control {
+        return Err(Error::Unsupported(format!(
+            "the sink listens on {} (not loopback) but has no secret for its control channel; give it --secret-file FILE (make one with `head -c32 /dev/urandom | base64 > FILE`) or accept unauthenticated senders with --insecure-control",
+            args.listen
+        )));
+    }
+    Ok(Plan::Udp(
+        UdpPlan {
+            senders: None,
+            sinks: Some((queues, config)),
+            exported_flows: exported,
+            output: output(&common),
+            max_senders: args.tuning.max_senders,
+            link: control_link::Link::Serve {
+                listen: args.listen,
+                secret,
+                share: args.share_port,
+            },
+            min_rate_ratio: None,
+            wire_rate: false,
+            share_port: args.share_port,
+        },
+        reporting(&common, metrics, notes),
+    ))
+}
+
+/// A free UDP port on `ip`, found by binding port 0.
+fn free_udp_port(ip: std::net::IpAddr) -> Result<SocketAddr, Error> {
+    let probe = std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).map_err(|e| {
+        Error::Usage(format!(
+            "cannot bind {ip}: {e}; pair needs a loopback address such as 127.0.0.1"
+        ))
+    })?;
+    probe.local_addr().map_err(|e| Error::io("getsockname", e))
+}
+
+/// `ringblast pair`.
+pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
+    crate::cli::protocols::check(&args.traffic, &args.tcp).map_err(Error::Usage)?;
+    if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
+        return tcp::pair(args);
+    }
+    if !args.address.is_loopback() {
+        return Err(Error::Usage(format!(
+            "pair runs over loopback only; {} is not a loopback address",
+            args.address
+        )));
+    }
+    let common = args.common;
+    let addr = free_udp_port(args.address)?;
+    let configs = sender_configs(
+        addr,
+        &args.traffic,
+        common.queues,
+        Some(PAIR_DEFAULT_DURATION),
+        random_epoch(),
+        common.hugepages,
+    )?;
+    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX)?;
+    // The sink's classes of the mix's lengths are claimed now, so their series exist from the
+    // first scrape.
+    for class in configs.iter().take(1).flat_map(|(c, _)| &c.sizes.classes) {
+        sink_cfg.sizes.class_of(class.payload);
+    }
+    let mut notes = String::new();
+    let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
+    let target = roles::target_pps(&configs);
+    let metrics = pair_metrics(args.no_metrics, &common);
+    let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);
+    Ok(Plan::Udp(
+        UdpPlan {
+            senders: Some((send_queues, configs, target)),
+            sinks: Some((sink_queues, sink_cfg)),
+            exported_flows: exported,
+            output: output(&common),
+            max_senders: args.tuning.max_senders,
+            link: control_link::Link::InProcess,
+            min_rate_ratio: args.traffic.min_rate_ratio,
+            wire_rate: args.traffic.wire_rate,
+            share_port: false,
+        },
+        reporting(&common, metrics, notes),
+    ))
+}
+
+/// Where a sender's control channel goes: `--control ADDR:PORT`, or the sink's own address.
+fn control_addr(to: SocketAddr, target: &ControlTarget) -> SocketAddr {
+    match target {
+        ControlTarget::At(addr) => *addr,
+        ControlTarget::Auto | ControlTarget::Off => to,
+    }
+}
+
+/// A sender's control channel from its arguments (none with `--control off`), for either
+/// protocol: the address, the secret and the name (`flows`: the plan the default name tells).
+fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<control_link::SenderLink>, Error> {
+    if matches!(args.control, ControlTarget::Off) {
+        return Ok(None);
+    }
+    Ok(Some(control_link::SenderLink {
+        addr: control_addr(args.to, &args.control),
+        secret: read_secret(args.secret_file.as_deref())?,
+        name: sender_name(args.name.clone(), args.common.queues, flows)?,
+    }))
+}
+
+/// `pair`'s exporter: on by default at the documented port, off with `--no-metrics`.
+fn pair_metrics(no_metrics: bool, common: &CommonArgs) -> Option<SocketAddr> {
+    (!no_metrics).then(|| common.metrics.unwrap_or(DEFAULT_METRICS))
+}
+
+/// The shared secret from `--secret-file`, if given.
+fn read_secret(
+    path: Option<&std::path::Path>,
+) -> Result<Option<Arc<crate::control::auth::Secret>>, Error> {
+    path.map(|p| crate::control::auth::Secret::from_file(p).map(Arc::new))
+        .transpose()
+}
+
+/// `--name`, checked, or the hostname and the queue plan.
+fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<String, Error> {
+    let name = name.unwrap_or_else(|| control_link::default_sender_name(queues, flows));
+    crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
+    Ok(name)
+}
+
+/// The live lines a run's common options ask for.
+fn output(common: &CommonArgs) -> Output {
+    Output {
+        json: common.json,
+        interval: common.interval,
+    }
+}
+
+/// How a run reports, with the exporter's address and the placement plan to print.
+fn reporting(common: &CommonArgs, metrics: Option<SocketAddr>, notes: String) -> Reporting {
+    Reporting {
+        metrics,
+        max_series: common.max_series,
+        metrics_linger: common.metrics_linger,
+        notes,
+    }
+}
+
+/// `ringblast topo`.
+pub(crate) fn topo(args: TopoArgs) -> Plan {
+    Plan::Topo(TopoPlan {
+        to: args.to,
+        queues: args.queues,
+        cpus: args.cpus,
+        node: args.node,
+    })
+}

@@ -1,0 +1,268 @@
+//! TCP's runs from the command line (`--proto tcp` on `send`, `sink` and `pair`): the TCP
+//! options checked once, the queues planned as UDP's are, and the run described as a [`TcpPlan`]:
+//! a sending side, a receiving side or both.
+
+use std::time::Duration;
+
+use super::{
+    PAIR_DEFAULT_DURATION, output, pair_metrics, placement_args, plan_pair, planned, read_secret,
+    reporting, sender_link, udp::rx_buffers,
+};
+use crate::{
+    cli::tcp::{Pattern, TcpSendArgs},
+    cli::{PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
+    error::Error,
+    proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
+    run::control_link::SenderLink,
+    run::plan::{Plan, TcpPlan, TcpSendSide, TcpSinkSide},
+    sender::{
+        mix::SizeSpec,
+        tcp::{RrShape, TcpSendConfig},
+    },
+    sink::tcp::{RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpWait},
+};
+
+/// The record size a TCP run was given (a mix is refused before a run starts).
+fn record_size(traffic: &TrafficArgs) -> usize {
+    match &traffic.size {
+        SizeSpec::Payload(bytes) => *bytes,
+        SizeSpec::Frames(_) => 0,
+    }
+}
+
+/// Per-queue configs of a TCP sender, and the total records/s target.
+fn send_configs(
+    to: std::net::SocketAddr,
+    traffic: &TrafficArgs,
+    tcp: &TcpSendArgs,
+    queues: usize,
+    default_duration: Option<Duration>,
+    hugepages: bool,
+) -> Result<(Vec<TcpSendConfig>, Option<f64>), Error> {
+    let rr = rr_shape(tcp)?;
+    let conns = tcp.conns.unwrap_or(1);
+    if conns == 0 || conns as usize * queues > 65_536 {
+        return Err(Error::Usage(format!(
+            "--conns {conns} × --queues {queues} must be between 1 and 65536 connections (flow ids are 16 bits)"
+        )));
+    }
+    let record = match &traffic.size {
+        SizeSpec::Payload(bytes) => *bytes,
+        SizeSpec::Frames(_) => {
+            return Err(Error::Usage(
+                "size mixes (imix, FRAME:WEIGHT) apply to UDP only; give one --size for --proto tcp"
+                    .into(),
+            ));
+        }
+    };
+    if record > MAX_RECORD {
+        return Err(Error::Usage(format!(
+            "--size {record} exceeds the largest TCP record ({MAX_RECORD} bytes)"
+        )));
+    }
+    let size = rr.map_or(record, |r| r.request);
+    let target = traffic.rate.packets_per_second(size);
+    let epoch = rand::random::<u32>().max(1);
+    let duration = traffic.duration.or(if traffic.count.is_none() {
+        default_duration
+    } else {
+        None
+    });
+    let configs = (0..queues)
+        .map(|q| TcpSendConfig {
+            to,
+            size,
+            conns,
+            first_flow: (q as u32 * conns) as u16,
+            rate_rps: target.map(|r| r / queues as f64),
+            count: traffic
+                .count
+                .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64)),
+            duration,
+            op: traffic
+                .send_op
+                .map_or(crate::sender::SendOp::WriteFixed, Into::into),
+            epoch,
+            hugepages,
+            rr,
+        })
+        .collect();
+    Ok((configs, target))
+}
+
+/// The request/response shape from `--pattern rr` and its sizes, checked.
+fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
+    if tcp.pattern != Pattern::Rr {
+        if tcp.request_size.is_some() || tcp.response_size.is_some() || tcp.depth.is_some() {
+            return Err(Error::Usage(
+                "--request-size, --response-size and --depth need --pattern rr".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let shape = RrShape {
+        request: tcp.request_size.unwrap_or(64),
+        response: tcp.response_size.unwrap_or(64),
+        depth: tcp.depth.unwrap_or(1),
+    };
+    if !(REQUEST_HEADER_LEN..=MAX_RECORD).contains(&shape.request) {
+        return Err(Error::Usage(format!(
+            "--request-size {} must be {REQUEST_HEADER_LEN} to {MAX_RECORD} bytes (a request carries the 32-byte header and the response length)",
+            shape.request
+        )));
+    }
+    if !(RECORD_HEADER_LEN..=MAX_RESPONSE).contains(&shape.response) {
+        return Err(Error::Usage(format!(
+            "--response-size {} must be {RECORD_HEADER_LEN} to {MAX_RESPONSE} bytes",
+            shape.response
+        )));
+    }
+    if !(1..=64).contains(&shape.depth) {
+        return Err(Error::Usage(format!(
+            "--depth {} must be 1 to 64 requests outstanding per connection",
+            shape.depth
+        )));
+    }
+    Ok(Some(shape))
+}
+
+fn sink_config(
+    listen: std::net::SocketAddr,
+    max_conns: u32,
+    tuning: &SinkTuning,
+    hugepages: bool,
+) -> Result<TcpSinkConfig, Error> {
+    let rx_buffers = rx_buffers(tuning.rx_buffers, TCP_RX_BUFFERS)?;
+    let wait = TcpWait::from_rx_wait(tuning.rx_wait.into()).ok_or_else(|| {
+        Error::Usage(
+            "--rx-wait inline is for UDP sinks; give a TCP sink batch (the default), spin or sleep"
+                .into(),
+        )
+    })?;
+    if max_conns == 0 {
+        return Err(Error::Usage("--max-conns must be at least 1".into()));
+    }
+    Ok(TcpSinkConfig {
+        listen,
+        max_conns,
+        rx_buffers,
+        hugepages,
+        control: None,
+        recv: RecvMode::choose()?,
+        wait,
+    })
+}
+
+/// `ringblast send --proto tcp`.
+pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
+    let common = &args.common;
+    let conns_per_queue = args.tcp.conns.unwrap_or(1);
+    let link = sender_link(&args, conns_per_queue as usize)?;
+    let (configs, target) = send_configs(
+        args.to,
+        &args.traffic,
+        &args.tcp,
+        common.queues,
+        None,
+        common.hugepages,
+    )?;
+    let mut notes = String::new();
+    let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
+    let reporting = reporting(common, common.metrics, notes);
+    Ok(Plan::Tcp(
+        TcpPlan {
+            senders: Some(TcpSendSide {
+                queues,
+                configs,
+                target,
+                to: args.to,
+                record: record_size(&args.traffic),
+                link,
+            }),
+            sinks: None,
+            output: output(common),
+        },
+        reporting,
+    ))
+}
+
+/// `ringblast sink --proto tcp`.
+pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
+    let common = &args.common;
+    let secret = read_secret(args.secret_file.as_deref())?;
+    let serve_control = secret.is_some() || args.listen.ip().is_loopback() || args.insecure_control;
+    let config = sink_config(
+        args.listen,
+        args.tcp.max_conns,
+        &args.tuning,
+        common.hugepages,
+    )?;
+    let mut notes = String::new();
+    let queues = planned(
+        "sink",
+        &placement_args(common, args.listen, &[]),
+        &mut notes,
+    )?;
+    notes.push_str(config.recv.note());
+    let reporting = reporting(common, common.metrics, notes);
+    Ok(Plan::Tcp(
+        TcpPlan {
+            senders: None,
+            sinks: Some(TcpSinkSide {
+                queues,
+                config,
+                max_senders: args.tuning.max_senders,
+                duration: args.duration,
+                serve: serve_control.then_some(secret),
+            }),
+            output: output(common),
+        },
+        reporting,
+    ))
+}
+
+/// `ringblast pair --proto tcp`.
+pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
+    let common = &args.common;
+    let probe = std::net::TcpListener::bind((args.address, 0))
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Usage(format!("cannot bind {}: {e}", args.address)))?;
+    let (configs, target) = send_configs(
+        probe,
+        &args.traffic,
+        &args.tcp,
+        common.queues,
+        Some(PAIR_DEFAULT_DURATION),
+        common.hugepages,
+    )?;
+    let sink_cfg = sink_config(probe, 1024, &args.tuning, common.hugepages)?;
+    let mut notes = String::new();
+    let (send_queues, sink_queues) = plan_pair(common, probe, &mut notes)?;
+    notes.push_str(sink_cfg.recv.note());
+    let reporting = reporting(common, pair_metrics(args.no_metrics, common), notes);
+    Ok(Plan::Tcp(
+        TcpPlan {
+            senders: Some(TcpSendSide {
+                queues: send_queues,
+                configs,
+                target,
+                to: probe,
+                record: record_size(&args.traffic),
+                link: Some(SenderLink {
+                    addr: probe,
+                    secret: None,
+                    name: "pair".into(),
+                }),
+            }),
+            sinks: Some(TcpSinkSide {
+                queues: sink_queues,
+                config: sink_cfg,
+                max_senders: args.tuning.max_senders,
+                duration: None,
+                serve: Some(None),
+            }),
+            output: output(common),
+        },
+        reporting,
+    ))
+}
