@@ -26,7 +26,9 @@
 # Knobs: ROUNDS (3), DURATION (5), WRITE (65000: bytes per stream write, every tool),
 # SEND_CPU (0), SINK_CPU (1), NICE (-20), TOOLS (all of
 # "ringblast ringblast_sleep iperf3 sockperf nuttcp"; ringblast_sleep is ringblast with the sink
-# at --rx-wait sleep, which wakes per completion as the peers' receivers do), RINGBLAST (default: cargo build --release).
+# at --rx-wait sleep, which wakes per completion as the peers' receivers do), RINGBLAST (default: cargo build --release),
+# BASELINE (path to an older ringblast binary: adds a `baseline` tool run with ringblast's arguments to
+# every round, and prints ringblast / baseline per workload, for before/after ratios from the same run).
 # Raw rows: target/bench/compare_tcp.tsv; tool output of the last run: target/bench/raw_tcp/.
 # Exit: 0 every run produced a figure, 1 a run failed, 2 bad settings or missing prerequisite.
 set -euo pipefail
@@ -45,6 +47,8 @@ SINK_CPU="${SINK_CPU:-1}"
 NICE="${NICE:--20}"
 TOOLS="${TOOLS:-ringblast ringblast_sleep iperf3 sockperf nuttcp}"
 RINGBLAST="${RINGBLAST:-}"
+BASELINE="${BASELINE:-}"
+if [[ -n "$BASELINE" && " $TOOLS " != *" baseline "* ]]; then TOOLS="$TOOLS baseline"; fi
 LO="rbt-lo-$$" TX="rbt-tx-$$" RX="rbt-rx-$$"
 NET=231 PORT=$((21000 + $$ % 9000)) FAILURES=0
 declare -A LIVE=()
@@ -92,6 +96,9 @@ setup() {
         fi
         "$RINGBLAST" send --help | grep -q -- '--proto' ||
             die "$RINGBLAST has no --proto (TCP); build a ringblast with TCP or leave it out of TOOLS"
+    fi
+    if wants baseline; then
+        [[ -x "$BASELINE" ]] || die "BASELINE=$BASELINE is not an executable ringblast"
     fi
     ip netns add "$LO" && ip -n "$LO" link set lo up
     ip netns add "$TX" && ip netns add "$RX"
@@ -147,21 +154,24 @@ run_one() {
     local b0 c0 b1 c1 status=ok value="" unit=gbps bytes=0 tx=0 crc=0
     b0="$(busy_ticks)" c0="$(machine_ctxt)"
     case "$w:$tool" in
-    stream_*:ringblast | stream_*:ringblast_sleep)
-        local q=1
+    stream_*:ringblast | stream_*:ringblast_sleep | stream_*:baseline)
+        local q=1 bin="$RINGBLAST"
+        [[ "$tool" == baseline ]] && bin="$BASELINE"
         [[ "$w" == stream_veth ]] && q=2
-        start "$sns" "$SINK_CPU" "$dir/s" "$RINGBLAST" sink --listen "$host:$port" --proto tcp --queues "$q" \
+        start "$sns" "$SINK_CPU" "$dir/s" "$bin" sink --listen "$host:$port" --proto tcp --queues "$q" \
             --rx-wait "$(rx_wait "$tool")" --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
-        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
+        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$bin" send --to "$host:$port" --proto tcp \
             --queues "$q" --conns 1 --size "$WRITE" --duration "${DURATION}s" --json || crc=$?; }
         kill -INT "$SERVER" 2>/dev/null || true ;;
-    rr_lo:ringblast | rr_lo:ringblast_sleep)
+    rr_lo:ringblast | rr_lo:ringblast_sleep | rr_lo:baseline)
         unit=tps
-        start "$sns" "$SINK_CPU" "$dir/s" "$RINGBLAST" sink --listen "$host:$port" --proto tcp \
+        local bin="$RINGBLAST"
+        [[ "$tool" == baseline ]] && bin="$BASELINE"
+        start "$sns" "$SINK_CPU" "$dir/s" "$bin" sink --listen "$host:$port" --proto tcp \
             --rx-wait "$(rx_wait "$tool")" --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
-        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$RINGBLAST" send --to "$host:$port" --proto tcp \
+        [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$bin" send --to "$host:$port" --proto tcp \
             --pattern rr --request-size 36 --response-size 32 --conns 1 --duration "${DURATION}s" --json || crc=$?; }
         kill -INT "$SERVER" 2>/dev/null || true ;;
     stream_*:iperf3)
@@ -194,9 +204,9 @@ run_one() {
     ((crc == 0)) || status="fail:client-exit-$crc"
     if [[ "$status" == ok ]]; then
         case "$w:$tool" in
-        stream_*:ringblast*) read -r value bytes < <(grep -h '"role":"sink"' "$dir/s" | tail -n 1 |
+        stream_*:ringblast* | stream_*:baseline) read -r value bytes < <(grep -h '"role":"sink"' "$dir/s" | tail -n 1 |
             jq -r 'select(.type == "summary") | "\(.bps / 1e9) \(.rx_bytes)"') || true ;;
-        rr_lo:ringblast*) read -r value tx < <(tail -n 1 "$dir/c" | jq -r '"\(.tps) \(.transactions)"') || true ;;
+        rr_lo:ringblast* | rr_lo:baseline) read -r value tx < <(tail -n 1 "$dir/c" | jq -r '"\(.tps) \(.transactions)"') || true ;;
         stream_*:iperf3) read -r value bytes < <(jq -r '.end.sum_received | "\(.bits_per_second / 1e9) \(.bytes)"' "$dir/c") || true ;;
         stream_lo:sockperf) read -r value bytes < <(awk '/BandWidth is/ { for (i = 1; i <= NF; i++) if ($i ~ /^\(/) { v = substr($i, 2) / 1000 } }
             /Total of/ { m = $4 } END { if (v != "") printf "%.3f %.0f\n", v, m * w }' w="$SOCKPERF_WRITE" "$dir/c.err" "$dir/c") || true ;;
@@ -243,9 +253,19 @@ summarize() {
                 n = 0
                 for (r = 1; r <= rounds; r++) {
                     if (!((r, w SUBSEP rb) in v)) continue
-                    best = 0; for (t in ts) if (t !~ /^ringblast/ && (r, w SUBSEP t) in v && v[r, w SUBSEP t] > best) best = v[r, w SUBSEP t]
+                    best = 0; for (t in ts) if (t !~ /^(ringblast|baseline)/ && (r, w SUBSEP t) in v && v[r, w SUBSEP t] > best) best = v[r, w SUBSEP t]
                     if (best > 0) q[++n] = v[r, w SUBSEP rb] / best
                 }
+                if (n) { lo = q[1]; hi = q[1]; for (i = 2; i <= n; i++) { if (q[i] < lo) lo = q[i]; if (q[i] > hi) hi = q[i] }
+                    printf "  %-12s %.2f (%.2f-%.2f) over %d rounds\n", w, median(q, n), lo, hi, n }
+            }
+        }
+        if ("baseline" in ts) {
+            printf "\nringblast / baseline of the same round (median over rounds, min-max):\n"
+            for (w in ws) {
+                n = 0
+                for (r = 1; r <= rounds; r++) if ((r, w SUBSEP "ringblast") in v && (r, w SUBSEP "baseline") in v && v[r, w SUBSEP "baseline"] > 0)
+                    q[++n] = v[r, w SUBSEP "ringblast"] / v[r, w SUBSEP "baseline"]
                 if (n) { lo = q[1]; hi = q[1]; for (i = 2; i <= n; i++) { if (q[i] < lo) lo = q[i]; if (q[i] > hi) hi = q[i] }
                     printf "  %-12s %.2f (%.2f-%.2f) over %d rounds\n", w, median(q, n), lo, hi, n }
             }

@@ -11,7 +11,6 @@ pub(crate) mod config {
     pub(crate) mod units;
 }
 pub(crate) mod control;
-pub(crate) mod counters;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;

@@ -1,11 +1,11 @@
-//! Counters a worker owns and the reporter reads.
+//! Counters a worker owns and the reporter reads: the one counter system of both protocols.
 //!
 //! A worker keeps plain `u64` counters on its own stack and, once per loop iteration batch,
 //! publishes them into a shared mirror of relaxed atomics with plain stores (one writer, so no
 //! read-modify-write and no lock). The reporter loads the mirror for interval lines, the
-//! exporter and the final summary. Counters are 64-bit and only grow.
-
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! exporter and the final summary. Counters are 64-bit and only grow. `counter_set!` defines
+//! each set, UDP's here (per flow and per session) and TCP's beside its workers
+//! (`sender::tcp`, `sink::tcp`), with the histogram cells of each as array fields.
 
 /// `errno` classes kept apart in error counters (also the `errno` metric label values).
 pub(crate) const ERRNO_LABELS: [&str; 7] = [
@@ -76,45 +76,81 @@ pub(crate) fn latency_cell(ns: u64) -> usize {
         .unwrap_or(LATENCY_BOUNDS_NS.len())
 }
 
+/// `counter_set! { #[doc] Plain / Shared { #[doc] field:, #[doc] cells: N, ... } }` defines a
+/// worker's plain counters `Plain` (a `u64` per field, a `[u64; N]` per array field), their
+/// shared atomic mirror `Shared` with `publish` and `load`, and `Plain::add` for totals. With
+/// `json;` first, `Plain::json` also gives the scalar fields as JSON keys named after them (the
+/// arrays are histograms, reported by their owners). The one counter system of both protocols.
 macro_rules! counter_set {
+    (json; $(#[$m:meta])* $name:ident / $shared:ident { $($(#[$fm:meta])* $field:ident : $($n:literal)?),* $(,)? }) => {
+        $crate::stats::counter_set! { $(#[$m])* $name / $shared { $($(#[$fm])* $field : $($n)?),* } }
+
+        impl $name {
+            /// The scalar counters as JSON keys named after them.
+            pub(crate) fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+                let mut map = serde_json::Map::new();
+                $($crate::stats::counter_set!(@json map, $field, self.$field $(, $n)?);)*
+                map
+            }
+        }
+    };
     ($(#[$m:meta])* $name:ident / $shared:ident { $($(#[$fm:meta])* $field:ident : $($n:literal)?),* $(,)? }) => {
         $(#[$m])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub(crate) struct $name { $($(#[$fm])* pub $field: counter_set!(@plain $($n)?)),* }
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) struct $name { $($(#[$fm])* pub $field: $crate::stats::counter_set!(@plain $($n)?)),* }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $($field: $crate::stats::counter_set!(@zero $($n)?)),* }
+            }
+        }
 
         #[doc = concat!("Shared atomic mirror of [`", stringify!($name), "`].")]
-        #[derive(Debug, Default)]
-        pub(crate) struct $shared { $($field: counter_set!(@atomic $($n)?)),* }
+        #[derive(Debug)]
+        pub(crate) struct $shared { $($field: $crate::stats::counter_set!(@atomic $($n)?)),* }
+
+        impl Default for $shared {
+            fn default() -> Self {
+                $shared { $($field: $crate::stats::counter_set!(@atomic_zero $($n)?)),* }
+            }
+        }
 
         impl $shared {
             /// Stores every counter (single writer: plain relaxed stores).
             pub(crate) fn publish(&self, v: &$name) {
-                $(counter_set!(@store self.$field, v.$field $(, $n)?);)*
+                $($crate::stats::counter_set!(@store self.$field, v.$field $(, $n)?);)*
             }
             /// Loads every counter.
             pub(crate) fn load(&self) -> $name {
-                $name { $($field: counter_set!(@load self.$field $(, $n)?)),* }
+                $name { $($field: $crate::stats::counter_set!(@load self.$field $(, $n)?)),* }
             }
         }
 
         impl $name {
             /// Adds `other` field by field (for totals across workers).
             pub(crate) fn add(&mut self, other: &$name) {
-                $(counter_set!(@add self.$field, other.$field $(, $n)?);)*
+                $($crate::stats::counter_set!(@add self.$field, other.$field $(, $n)?);)*
             }
         }
     };
     (@plain) => { u64 };
     (@plain $n:literal) => { [u64; $n] };
-    (@atomic) => { AtomicU64 };
-    (@atomic $n:literal) => { [AtomicU64; $n] };
-    (@store $a:expr, $v:expr) => { $a.store($v, Relaxed) };
-    (@store $a:expr, $v:expr, $n:literal) => { for (a, v) in $a.iter().zip($v.iter()) { a.store(*v, Relaxed) } };
-    (@load $a:expr) => { $a.load(Relaxed) };
-    (@load $a:expr, $n:literal) => { std::array::from_fn(|i| $a[i].load(Relaxed)) };
+    (@zero) => { 0 };
+    (@zero $n:literal) => { [0; $n] };
+    (@atomic) => { ::std::sync::atomic::AtomicU64 };
+    (@atomic $n:literal) => { [::std::sync::atomic::AtomicU64; $n] };
+    (@atomic_zero) => { ::std::sync::atomic::AtomicU64::new(0) };
+    (@atomic_zero $n:literal) => { std::array::from_fn(|_| ::std::sync::atomic::AtomicU64::new(0)) };
+    (@store $a:expr, $v:expr) => { $a.store($v, ::std::sync::atomic::Ordering::Relaxed) };
+    (@store $a:expr, $v:expr, $n:literal) => { for (a, v) in $a.iter().zip($v.iter()) { a.store(*v, ::std::sync::atomic::Ordering::Relaxed) } };
+    (@load $a:expr) => { $a.load(::std::sync::atomic::Ordering::Relaxed) };
+    (@load $a:expr, $n:literal) => { std::array::from_fn(|i| $a[i].load(::std::sync::atomic::Ordering::Relaxed)) };
     (@add $a:expr, $b:expr) => { $a += $b };
     (@add $a:expr, $b:expr, $n:literal) => { for (a, b) in $a.iter_mut().zip($b.iter()) { *a += *b } };
+    (@json $map:ident, $field:ident, $v:expr) => { $map.insert(stringify!($field).to_string(), serde_json::Value::from($v)); };
+    (@json $map:ident, $field:ident, $v:expr, $n:literal) => {};
 }
+pub(crate) use counter_set;
 
 counter_set! {
     /// Per-flow sender counters.

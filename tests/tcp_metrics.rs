@@ -57,6 +57,16 @@ fn scraped_tcp_series_equal_the_summaries() {
     );
     pair.wait_line("sink summary:", WAIT);
     let text = common::in_netns(&ns.0, move || scrape_local(port));
+    // The process series come with TCP runs too: the open-file limit they state is the one the
+    // kernel holds for the process (read while it lingers).
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", pair.pid())).unwrap();
+    let max_open_files: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|soft| soft.parse().ok())
+        .unwrap_or_else(|| panic!("no open-file limit in\n{limits}"));
+    assert_eq!(series(&text, "process_max_fds"), max_open_files, "{text}");
     pair.interrupt();
     let (status, out, err) = pair.finish();
     assert!(status.success(), "{err}");

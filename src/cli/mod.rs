@@ -175,7 +175,8 @@ pub(crate) struct CommonArgs {
     #[arg(long, default_value_t = 10_000, env = "RINGBLAST_MAX_SERIES")]
     pub(crate) max_series: usize,
     /// Keep serving metrics this long after the run ends, so the final values get scraped (also
-    /// after a SIGINT or SIGTERM stopped the run; a signal during the linger ends it).
+    /// after a SIGINT or SIGTERM stopped the run; a signal during the linger ends it, and one
+    /// that comes as a run ends on its own means no linger).
     #[arg(long, value_parser = parse_duration_or_zero, default_value = "0", env = "RINGBLAST_METRICS_LINGER")]
     pub(crate) metrics_linger: Duration,
     /// Seconds between report lines (0 = only the summary).

@@ -20,10 +20,7 @@ use std::net::SocketAddr;
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
-use self::{
-    handles::Handles,
-    names::{Kind, latency_buckets},
-};
+use self::names::{Kind, latency_buckets};
 use crate::{
     clock,
     error::Error,
@@ -209,35 +206,54 @@ pub(crate) fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlace
     }
 }
 
-/// The live exporter side of a run: handles plus the flush cadence.
-pub(crate) struct Exporter {
-    handles: Handles,
+/// A run's registered series, set from what its workers publish: UDP's [`handles::Handles`]
+/// or TCP's [`tcp::TcpSeries`].
+pub(crate) trait Series {
+    /// Copies the published values into the series (reporter thread).
+    fn flush(&mut self);
+}
+
+impl Series for handles::Handles {
+    fn flush(&mut self) {
+        handles::Handles::flush(self);
+    }
+}
+
+/// The live exporter side of a run, for both protocols: its series plus the one flush cadence
+/// (every 20 ms, and once more at the end) and the process metrics (every second).
+pub(crate) struct Exporter<S: Series> {
+    series: S,
     process: metrics_process::Collector,
     last_flush: u64,
     last_process: u64,
 }
 
-impl Exporter {
-    /// Wraps registered handles; collects process metrics too.
-    pub(crate) fn new(handles: Handles) -> Exporter {
+impl<S: Series> Exporter<S> {
+    /// Wraps registered series; collects process metrics too.
+    pub(crate) fn new(series: S) -> Exporter<S> {
         let process = metrics_process::Collector::default();
         process.describe();
         process.collect();
         let mut exporter = Exporter {
-            handles,
+            series,
             process,
             last_flush: 0,
             last_process: clock::monotonic_ns(),
         };
-        exporter.handles.flush();
+        exporter.series.flush();
         exporter
+    }
+
+    /// The series, for what the reporter samples itself (TCP_INFO).
+    pub(crate) fn series_mut(&mut self) -> &mut S {
+        &mut self.series
     }
 
     /// Flushes when 20 ms have passed, or always when `force` (the final flush).
     pub(crate) fn tick(&mut self, force: bool) {
         let now = clock::monotonic_ns();
         if force || now - self.last_flush >= FLUSH_EVERY_NS {
-            self.handles.flush();
+            self.series.flush();
             self.last_flush = now;
         }
         if force || now - self.last_process >= PROCESS_EVERY_NS {

@@ -15,19 +15,24 @@ use crate::{
     report::QueueView,
     sender::{
         rtt::quantile,
-        tcp::{TcpSendShared, TxCounter, info::QueueInfo},
+        tcp::{TcpSendShared, TxCounters, info::QueueInfo},
     },
-    sink::tcp::{RxCounter, TcpSinkShared},
+    sink::tcp::{RxCounters, TcpSinkShared},
 };
 
 const QUANTILES: [(f64, &str); 4] = [(0.5, "0.5"), (0.99, "0.99"), (0.999, "0.999"), (1.0, "1")];
-const INVALID: [(RxCounter, &str); 6] = [
-    (RxCounter::InvalidSequence, "sequence"),
-    (RxCounter::InvalidMagic, "magic"),
-    (RxCounter::InvalidVersion, "version"),
-    (RxCounter::InvalidLength, "length"),
-    (RxCounter::InvalidTruncated, "truncated"),
-    (RxCounter::InvalidDepth, "depth"),
+/// Which of a sender queue's counters a series shows.
+type TxField = fn(&TxCounters) -> u64;
+/// Which of a sink queue's counters a series shows.
+type RxField = fn(&RxCounters) -> u64;
+
+const INVALID: [(RxField, &str); 6] = [
+    (|c| c.invalid_sequence, "sequence"),
+    (|c| c.invalid_magic, "magic"),
+    (|c| c.invalid_version, "version"),
+    (|c| c.invalid_length, "length"),
+    (|c| c.invalid_truncated, "truncated"),
+    (|c| c.invalid_depth, "depth"),
 ];
 
 fn labels(q: &QueueView) -> Vec<Label> {
@@ -40,7 +45,7 @@ fn labels(q: &QueueView) -> Vec<Label> {
 
 struct TxQueue {
     shared: Arc<TcpSendShared>,
-    counters: Vec<(TxCounter, Counter)>,
+    counters: Vec<(TxField, Counter)>,
     conns: Gauge,
     rtt: Vec<(f64, Gauge)>,
     /// TCP_INFO: largest srtt, summed cwnd, retransmits.
@@ -51,11 +56,29 @@ struct TxQueue {
 
 struct RxQueue {
     shared: Arc<TcpSinkShared>,
-    counters: Vec<(RxCounter, Counter)>,
+    counters: Vec<(RxField, Counter)>,
     conns: Gauge,
 }
 
-/// Every TCP series of a run.
+/// Every TCP series of a run, with the reporter's last TCP_INFO sample per sender queue and the
+/// per-sender series of a sink: what [`super::Exporter`] flushes for a TCP run.
+pub(crate) struct TcpSeries {
+    pub(crate) handles: TcpHandles,
+    pub(crate) senders: Option<super::tcp_senders::TcpSenderSeries>,
+    pub(crate) info: Vec<QueueInfo>,
+}
+
+impl super::Series for TcpSeries {
+    fn flush(&mut self) {
+        self.handles.flush(&super::ctx::sample());
+        self.handles.flush_info(&self.info);
+        if let Some(senders) = self.senders.as_mut() {
+            senders.flush();
+        }
+    }
+}
+
+/// The per-queue and process-wide TCP series of a run.
 pub(crate) struct TcpHandles {
     tx: Vec<TxQueue>,
     rx: Vec<RxQueue>,
@@ -83,17 +106,17 @@ impl TcpHandles {
             .iter()
             .map(|(q, shared)| {
                 let l = labels(q);
-                let c = |name: &'static str, k: TxCounter| (k, counter!(name, l.clone()));
+                let c = |name: &'static str, k: TxField| (k, counter!(name, l.clone()));
                 TxQueue {
                     shared: shared.clone(),
                     counters: vec![
-                        c(TCP_TX_BYTES, TxCounter::Bytes),
-                        c(TCP_TX_RECORDS, TxCounter::Records),
-                        c(TCP_DELIVERED_RECORDS, TxCounter::DeliveredRecords),
-                        c(TCP_CONNECTS, TxCounter::Connects),
-                        c(TCP_CONNECT_FAILURES, TxCounter::ConnectFailures),
-                        c(TCP_TX_RESETS, TxCounter::Resets),
-                        c(RR_TRANSACTIONS, TxCounter::Transactions),
+                        c(TCP_TX_BYTES, |c| c.tx_bytes),
+                        c(TCP_TX_RECORDS, |c| c.tx_records),
+                        c(TCP_DELIVERED_RECORDS, |c| c.delivered_records),
+                        c(TCP_CONNECTS, |c| c.connects),
+                        c(TCP_CONNECT_FAILURES, |c| c.connect_failures),
+                        c(TCP_TX_RESETS, |c| c.resets),
+                        c(RR_TRANSACTIONS, |c| c.transactions),
                     ],
                     conns: gauge!(TCP_TX_CONNS_OPEN, l.clone()),
                     srtt: gauge!(TCP_SRTT, l.clone()),
@@ -114,13 +137,13 @@ impl TcpHandles {
             .iter()
             .map(|(q, shared)| {
                 let l = labels(q);
-                let mut counters = vec![
-                    (RxCounter::Bytes, counter!(TCP_RX_BYTES, l.clone())),
-                    (RxCounter::Records, counter!(TCP_RX_RECORDS, l.clone())),
-                    (RxCounter::Accepts, counter!(TCP_ACCEPTS, l.clone())),
-                    (RxCounter::Resets, counter!(TCP_RX_RESETS, l.clone())),
+                let mut counters: Vec<(RxField, Counter)> = vec![
+                    (|c| c.rx_bytes, counter!(TCP_RX_BYTES, l.clone())),
+                    (|c| c.rx_records, counter!(TCP_RX_RECORDS, l.clone())),
+                    (|c| c.accepts, counter!(TCP_ACCEPTS, l.clone())),
+                    (|c| c.resets, counter!(TCP_RX_RESETS, l.clone())),
                     (
-                        RxCounter::LatencyUnknown,
+                        |c| c.latency_unknown,
                         counter!(RX_LATENCY_UNKNOWN, l.clone()),
                     ),
                 ];
@@ -148,7 +171,7 @@ impl TcpHandles {
     }
 
     /// Sets the TCP_INFO series from the reporter's last sample (one entry per sender queue).
-    pub(crate) fn flush_info(&self, infos: &[QueueInfo]) {
+    fn flush_info(&self, infos: &[QueueInfo]) {
         for (q, info) in self.tx.iter().zip(infos) {
             q.srtt.set(info.srtt_us_max as f64 / 1e6);
             q.cwnd.set(info.cwnd_segments as f64);
@@ -157,24 +180,23 @@ impl TcpHandles {
     }
 
     /// Copies the published counters into the series (reporter thread).
-    pub(crate) fn flush(&self, ctx_now: &CtxSample) {
+    fn flush(&self, ctx_now: &CtxSample) {
         for q in &self.tx {
             let c = q.shared.counters.load();
-            for (k, h) in &q.counters {
-                h.absolute(c.get(*k));
+            for (field, h) in &q.counters {
+                h.absolute(field(&c));
             }
-            q.conns.set(c.get(TxCounter::ConnsUp) as f64);
-            let rtt = q.shared.rtt.load();
+            q.conns.set(c.conns_up as f64);
             for (x, g) in &q.rtt {
-                g.set(quantile(&rtt, *x) as f64 / 1e9);
+                g.set(quantile(&c.rtt_cells, *x) as f64 / 1e9);
             }
         }
         for q in &self.rx {
             let c = q.shared.counters.load();
-            for (k, h) in &q.counters {
-                h.absolute(c.get(*k));
+            for (field, h) in &q.counters {
+                h.absolute(field(&c));
             }
-            q.conns.set(c.get(RxCounter::ConnsOpen) as f64);
+            q.conns.set(c.conns_open as f64);
         }
         let (process, machine) = crate::metrics::ctx::delta(&self.ctx_start, ctx_now);
         for (h, v) in self.ctx.iter().zip([process, machine]) {

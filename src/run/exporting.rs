@@ -43,7 +43,7 @@ pub(crate) fn register(
     sinks: Option<&SinkSet>,
     exported_flows: usize,
     arena_bytes: (u64, u64),
-) -> Exporter {
+) -> Exporter<handles::Handles> {
     let mut roles = Vec::new();
     let mut by_node: BTreeMap<u32, u64> = BTreeMap::new();
     let mut tx = Vec::new();
@@ -102,11 +102,17 @@ pub(crate) fn register(
 }
 
 /// Keeps the process (and its endpoint) alive for `linger`, or until a signal that comes during
-/// it. A run stopped by SIGINT or SIGTERM lingers too (its final values are what a scrape should
-/// see): the signal that ended the run is forgotten here, so the next one ends the linger
-/// cleanly, where a second signal during the run exits at once.
-pub(crate) fn linger(linger: Duration, signal: &AtomicBool) {
+/// it. A run stopped by SIGINT or SIGTERM (`stopped_by_signal`: its reporting loop saw the
+/// flag) lingers too (its final values are what a scrape should see): the signal that ended the
+/// run is forgotten here, so the next one ends the linger cleanly, where a second signal during
+/// the run exits at once. A signal that came after the run had ended, while its summaries were
+/// printed, asks to stop: there is no linger.
+pub(crate) fn linger(linger: Duration, signal: &AtomicBool, stopped_by_signal: bool) {
     if linger.is_zero() {
+        return;
+    }
+    if signal.load(Ordering::SeqCst) && !stopped_by_signal {
+        say!("metrics: not serving final values: a signal came as the run ended");
         return;
     }
     signal.store(false, Ordering::SeqCst);
@@ -117,5 +123,37 @@ pub(crate) fn linger(linger: Duration, signal: &AtomicBool) {
     let until = std::time::Instant::now() + linger;
     while std::time::Instant::now() < until && !signal.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_after_the_run_means_no_linger_and_the_one_that_stopped_it_is_forgotten() {
+        let long = Duration::from_secs(600);
+        let started = std::time::Instant::now();
+        let late = AtomicBool::new(true);
+        linger(long, &late, false);
+        assert!(late.load(Ordering::SeqCst), "the late signal still stands");
+        // The run was stopped by the signal: the linger forgets it and waits for the next one,
+        // which this thread sends once it sees the flag cleared.
+        let flag = Arc::new(AtomicBool::new(true));
+        let next = {
+            let flag = Arc::clone(&flag);
+            std::thread::spawn(move || {
+                while flag.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                flag.store(true, Ordering::SeqCst);
+            })
+        };
+        linger(long, &flag, true);
+        next.join().unwrap();
+        assert!(
+            started.elapsed() < long / 2,
+            "neither linger ran its course"
+        );
     }
 }

@@ -216,7 +216,7 @@ impl pipeline::Transport for RunSpec {
             wire_rate: self.plan.wire_rate,
             link: Arc::clone(&link.state),
         };
-        let result = session.run(signal, &mut |force| {
+        let ended = session.run(signal, &mut |force| {
             if let Some(e) = exporter.as_mut() {
                 if let Some(stats) = &server_stats {
                     control_link::export_server_stats(stats);
@@ -228,7 +228,7 @@ impl pipeline::Transport for RunSpec {
             server.stop();
         }
         Ok(pipeline::Reported {
-            result,
+            ended,
             link: Some(link.state),
         })
     }

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use super::{exporting, fds, link_state::LinkState, plan::Reporting, session::install_signals};
+use super::{
+    exporting, fds, link_state::LinkState, plan::Reporting, session::install_signals, ticker::Ended,
+};
 use crate::{error::Error, metrics::Shape, worker::Control};
 
 /// What one protocol brings to a run.
@@ -41,8 +43,8 @@ pub(crate) trait Transport {
 
 /// How a run that started ended.
 pub(crate) struct Reported {
-    /// The run's own result.
-    pub(crate) result: Result<(), Error>,
+    /// The run's own result, and whether a signal or a closed stdout stopped it.
+    pub(crate) ended: Ended,
     /// What a sender's control channel found out (whether the sink refused it).
     pub(crate) link: Option<Arc<LinkState>>,
 }
@@ -93,13 +95,19 @@ pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Resul
         sink_control,
         exporting: reporting.metrics.is_some(),
     };
-    let Reported { result, link } = transport.link_and_report(started, &signal)?;
+    let Reported {
+        ended: Ended {
+            result,
+            interrupted,
+        },
+        link,
+    } = transport.link_and_report(started, &signal)?;
     if result.is_ok() {
         // A sender the sink refused ends at once, without lingering for a scrape.
         super::link_state::refused_means_exit_3(Ok(()), link.as_deref())?;
     }
     if reporting.metrics.is_some() {
-        exporting::linger(reporting.metrics_linger, &signal);
+        exporting::linger(reporting.metrics_linger, &signal, interrupted);
     }
     result
 }

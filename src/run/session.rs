@@ -15,7 +15,7 @@ use super::{
     judge::Judge,
     link_state::LinkState,
     roles::{SenderSet, SinkSet},
-    ticker::{self, Ticked},
+    ticker::{self, Ended, Ticked},
     verdict::{GOODBYE_WAIT, VerdictResult},
 };
 use crate::{
@@ -108,11 +108,7 @@ impl Session {
     }
 
     /// Releases the workers (sinks first) and reports until every worker has ended.
-    pub(crate) fn run(
-        mut self,
-        signal: &AtomicBool,
-        on_tick: &mut dyn FnMut(bool),
-    ) -> Result<(), Error> {
+    pub(crate) fn run(mut self, signal: &AtomicBool, on_tick: &mut dyn FnMut(bool)) -> Ended {
         if let Some(s) = &self.sinks {
             s.group.release();
         }
@@ -178,7 +174,7 @@ impl Session {
             now: Default::default(),
             before: (tx0, rx0),
         };
-        ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
+        let interrupted = ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
         let UdpTicks {
             in_process_verdict,
             mut part_verdicts,
@@ -211,12 +207,15 @@ impl Session {
             let sent = report::total_tx(&s.samples()).traffic.packets;
             s.tally.add(sent, v.as_ref().ok().map(|(_, v)| v));
         }
-        self.finish(
-            on_tick,
-            (verdict, part_verdicts),
-            judge,
-            wire.map_or(1, |w| w.1),
-        )
+        Ended {
+            result: self.finish(
+                on_tick,
+                (verdict, part_verdicts),
+                judge,
+                wire.map_or(1, |w| w.1),
+            ),
+            interrupted,
+        }
     }
 
     fn finish(

@@ -225,7 +225,7 @@ impl super::pipeline::Transport for TcpRunSpec {
         if is_pair {
             reporter = reporter.pair_released();
         }
-        let result = reporter
+        let ended = reporter
             .with_metrics(run.exporting)
             .with_control(started.books, ask)
             .with_link(refused.clone())
@@ -235,7 +235,7 @@ impl super::pipeline::Transport for TcpRunSpec {
             s.stop();
         }
         Ok(super::pipeline::Reported {
-            result,
+            ended,
             link: refused,
         })
     }

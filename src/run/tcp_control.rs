@@ -27,7 +27,7 @@ use crate::{
     },
     report::latency_clock_json,
     say,
-    sender::tcp::{TcpSendShared, TxCounter},
+    sender::tcp::TcpSendShared,
     sink::tcp::{
         books::{TcpBooks, TcpSenderRow},
         peers::ControlHandoff,
@@ -127,8 +127,8 @@ fn queue_progress(shared: &[Arc<TcpSendShared>]) -> Vec<FlowProgress> {
             let c = s.counters.load();
             FlowProgress {
                 flow: q as u32,
-                next_seq: c.get(TxCounter::Records),
-                failed: c.get(TxCounter::Resets) + c.get(TxCounter::SendErrors),
+                next_seq: c.tx_records,
+                failed: c.resets + c.send_errors,
             }
         })
         .collect()

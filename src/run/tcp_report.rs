@@ -17,15 +17,11 @@ mod summary;
 
 use super::tcp_control::AskTcpSink;
 use super::tcp_groups::{TcpSenders, TcpSinks};
-use super::ticker::{self, Ticked};
+use super::ticker::{self, Ended, Ticked};
+use crate::metrics::{Exporter, tcp::TcpSeries};
 use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::{
-    clock,
-    error::Error,
-    say,
-    sender::tcp::{TX_KEYS, TxCounter, TxCounters},
-    sink::tcp::{LatencyCells, RX_KEYS, RxCounter, RxCounters},
-    worker::Control,
+    clock, error::Error, say, sender::tcp::TxCounters, sink::tcp::RxCounters, worker::Control,
 };
 
 const DRAIN_BOUND_NS: u64 = 3_000_000_000;
@@ -42,10 +38,10 @@ pub(crate) struct Reporter {
     sinks_released: bool,
     target_rps: Option<f64>,
     rr: bool,
-    metrics: Option<crate::metrics::tcp::TcpHandles>,
-    /// The sink's per-sender books, and their series when metrics are on.
+    /// The run's series, when metrics are on.
+    exporter: Option<Exporter<TcpSeries>>,
+    /// The sink's per-sender books.
     books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
-    sender_series: Option<crate::metrics::tcp_senders::TcpSenderSeries>,
     /// Asks the sink for this sender run's verdict at the end.
     ask: Option<AskTcpSink>,
     /// TCP_INFO of the senders' connections, and the last sample per queue.
@@ -88,12 +84,11 @@ fn info_json(line: &mut Map<String, Value>, infos: &[QueueInfo]) {
     line.insert("retransmits".into(), json!(t.retransmits));
 }
 
+/// Every queue's counters summed, per role (the latency and RTT cells inside).
 #[derive(Clone, Default)]
 struct Snapshot {
     tx: TxCounters,
     rx: RxCounters,
-    latency: LatencyCells,
-    rtt: crate::sender::rtt::RttCells,
 }
 
 fn rate(n: u64, seconds: f64) -> f64 {
@@ -113,28 +108,16 @@ fn si(v: f64) -> String {
     }
 }
 
-fn counters_json<const N: usize>(
-    keys: &[&str],
-    values: &crate::counters::Counters<N>,
-) -> Map<String, Value> {
-    keys.iter()
-        .zip(values.0)
-        .map(|(k, v)| ((*k).to_string(), json!(v)))
-        .collect()
-}
-
 fn snapshot<'a>(
     tx: impl Iterator<Item = &'a Arc<crate::sender::tcp::TcpSendShared>>,
     rx: impl Iterator<Item = &'a Arc<crate::sink::tcp::TcpSinkShared>>,
 ) -> Snapshot {
     let mut s = Snapshot::default();
     for q in tx {
-        s.tx.merge(&q.counters.load());
-        s.rtt.merge(&q.rtt.load());
+        s.tx.add(&q.counters.load());
     }
     for q in rx {
-        s.rx.merge(&q.counters.load());
-        s.latency.merge(&q.latency.load());
+        s.rx.add(&q.counters.load());
     }
     s
 }
@@ -169,9 +152,8 @@ impl Reporter {
         Reporter {
             target_rps: senders.as_ref().and_then(|s| s.target_rps),
             rr: senders.as_ref().is_some_and(|s| s.rr),
-            metrics: None,
+            exporter: None,
             books: None,
-            sender_series: None,
             ask: None,
             info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
             last_info: Vec::new(),
@@ -209,11 +191,15 @@ impl Reporter {
                 .iter()
                 .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
                 .collect();
-            self.metrics = Some(crate::metrics::tcp::TcpHandles::register(
-                &tx,
-                &rx,
-                crate::metrics::ctx::sample(),
-            ));
+            self.exporter = Some(Exporter::new(TcpSeries {
+                handles: crate::metrics::tcp::TcpHandles::register(
+                    &tx,
+                    &rx,
+                    crate::metrics::ctx::sample(),
+                ),
+                senders: None,
+                info: Vec::new(),
+            }));
             if let Some(s) = &self.senders {
                 crate::metrics::set_memory("send", &s.queues, s.group.memory());
             }
@@ -230,8 +216,8 @@ impl Reporter {
         books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
         ask: Option<AskTcpSink>,
     ) -> Reporter {
-        if self.metrics.is_some() {
-            self.sender_series = books
+        if let Some(e) = self.exporter.as_mut() {
+            e.series_mut().senders = books
                 .clone()
                 .map(crate::metrics::tcp_senders::TcpSenderSeries::new);
         }
@@ -272,10 +258,10 @@ impl Reporter {
         let seconds = end_s - start_s;
         let label = format!("[{start_s:6.1}-{end_s:6.1}]");
         if self.senders.is_some() {
-            let bytes = now.tx.get(TxCounter::Bytes) - before.tx.get(TxCounter::Bytes);
-            let records = now.tx.get(TxCounter::Records) - before.tx.get(TxCounter::Records);
+            let bytes = now.tx.tx_bytes - before.tx.tx_bytes;
+            let records = now.tx.tx_records - before.tx.tx_records;
             if self.json {
-                let mut line = counters_json(TX_KEYS, &now.tx);
+                let mut line = now.tx.json();
                 info_json(&mut line, &self.last_info);
                 interval_json(line, "send", (start_s, end_s), rate(bytes * 8, seconds));
             }
@@ -284,29 +270,29 @@ impl Reporter {
                 "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}  srtt max {} us  cwnd {}  retrans {}",
                 rate(bytes * 8, seconds) / 1e9,
                 si(rate(records, seconds)),
-                now.tx.get(TxCounter::ConnsUp),
-                now.tx.get(TxCounter::Reconnects),
-                now.tx.get(TxCounter::Resets),
-                now.tx.get(TxCounter::ConnectFailures),
+                now.tx.conns_up,
+                now.tx.reconnects,
+                now.tx.resets,
+                now.tx.connect_failures,
                 info.srtt_us_max,
                 info.cwnd_segments,
                 info.retransmits,
             );
         }
         if self.sinks.is_some() {
-            let bytes = now.rx.get(RxCounter::Bytes) - before.rx.get(RxCounter::Bytes);
-            let records = now.rx.get(RxCounter::Records) - before.rx.get(RxCounter::Records);
+            let bytes = now.rx.rx_bytes - before.rx.rx_bytes;
+            let records = now.rx.rx_records - before.rx.rx_records;
             if self.json {
-                let line = counters_json(RX_KEYS, &now.rx);
+                let line = now.rx.json();
                 interval_json(line, "sink", (start_s, end_s), rate(bytes * 8, seconds));
             }
             say!(
                 "{label} sink {:>8.3} Gbit/s {:>8} rec/s  conns {} open  accepted {}  invalid {}",
                 rate(bytes * 8, seconds) / 1e9,
                 si(rate(records, seconds)),
-                now.rx.get(RxCounter::ConnsOpen),
-                now.rx.get(RxCounter::Accepts),
-                now.rx.get(RxCounter::Invalid),
+                now.rx.conns_open,
+                now.rx.accepts,
+                now.rx.rx_invalid,
             );
         }
     }
@@ -318,9 +304,9 @@ impl Reporter {
         seconds: f64,
         (process, machine): (Option<u64>, Option<u64>),
     ) {
-        let n = now.tx.get(TxCounter::Transactions) - before.tx.get(TxCounter::Transactions);
-        let mut cells = now.rtt;
-        for (c, b) in cells.0.iter_mut().zip(before.rtt.0) {
+        let n = now.tx.transactions - before.tx.transactions;
+        let mut cells = now.tx.rtt_cells;
+        for (c, b) in cells.iter_mut().zip(before.tx.rtt_cells) {
             *c -= b;
         }
         let per = |c: Option<u64>| {
@@ -341,7 +327,7 @@ impl Reporter {
     }
 
     /// Runs until the run ends, then prints the summaries.
-    pub(crate) fn run(mut self, signal: &AtomicBool) -> Result<(), Error> {
+    pub(crate) fn run(mut self, signal: &AtomicBool) -> Ended {
         if let Some(s) = &self.sinks
             && !self.sinks_released
         {
@@ -366,7 +352,7 @@ impl Reporter {
             prev_tick: start,
             last_info_at: 0,
         };
-        ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
+        let interrupted = ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
         let (rx_first, rx_last) = (ticks.rx_first, ticks.rx_last);
         let secs = |ns: u64| (ns - start) as f64 / 1e9;
         let end = clock::monotonic_ns();
@@ -391,18 +377,15 @@ impl Reporter {
             keep_open_samples(&mut self.last_info, fresh);
         }
         let snap = snapshot(tx_shared.iter(), rx_shared.iter());
-        if let Some(m) = &self.metrics {
-            m.flush(&crate::metrics::ctx::sample());
-            m.flush_info(&self.last_info);
-        }
-        if let Some(series) = self.sender_series.as_mut() {
-            series.flush();
+        if let Some(e) = self.exporter.as_mut() {
+            e.series_mut().info.clone_from(&self.last_info);
+            e.tick(true);
         }
         let verdict = self.ask.take().map(|ask| ask(&tx_shared));
         let mut result = Ok(());
         if let Some(span) = tx_span {
             self.send_summary(&snap, span, ctx, verdict.as_ref());
-            if snap.tx.get(TxCounter::Connects) == 0 {
+            if snap.tx.connects == 0 {
                 result = Err(Error::io(
                     "tcp send",
                     std::io::Error::other(
@@ -421,7 +404,10 @@ impl Reporter {
                 std::io::Error::other("a worker's ring failed"),
             ));
         }
-        result
+        Ended {
+            result,
+            interrupted,
+        }
     }
 }
 
@@ -497,19 +483,18 @@ impl Ticked for TcpTicks<'_> {
             let fresh = sampler.sample();
             keep_open_samples(&mut r.last_info, fresh);
             self.last_info_at = now;
+            if let Some(e) = r.exporter.as_mut() {
+                e.series_mut().info.clone_from(&r.last_info);
+            }
         }
         self.snap = r.snapshot();
-        if let Some(m) = &r.metrics {
-            m.flush(&crate::metrics::ctx::sample());
-            m.flush_info(&r.last_info);
+        if let Some(e) = r.exporter.as_mut() {
             if let Some(stats) = &r.control_stats {
                 super::control_link::export_server_stats(stats);
             }
+            e.tick(false);
         }
-        if let Some(series) = r.sender_series.as_mut() {
-            series.flush();
-        }
-        let rx_bytes = self.snap.rx.get(RxCounter::Bytes);
+        let rx_bytes = self.snap.rx.rx_bytes;
         if rx_bytes != self.rx_seen {
             self.rx_first.get_or_insert(self.prev_tick);
             self.rx_last = now;

@@ -56,23 +56,35 @@ impl TickClock for Monotonic {
     }
 }
 
+/// How a run's reporting ended.
+pub(crate) struct Ended {
+    /// The run's own result.
+    pub(crate) result: Result<(), crate::error::Error>,
+    /// A signal or a closed stdout stopped it (so a set signal flag is that stop, not a later
+    /// signal).
+    pub(crate) interrupted: bool,
+}
+
 /// Ticks `run` until every worker has ended; `start_ns` is when its workers were released.
-/// Intervals fall every `interval` from `start_ns` (none when it is zero).
+/// Intervals fall every `interval` from `start_ns` (none when it is zero). Returns whether a
+/// signal or a closed stdout stopped the run.
 pub(crate) fn drive(
     run: &mut dyn Ticked,
     clock: &dyn TickClock,
     stop: &AtomicBool,
     start_ns: u64,
     interval: Duration,
-) {
+) -> bool {
     let interval_ns = interval.as_nanos() as u64;
     let mut last_interval = start_ns;
     let mut ended = false;
+    let mut interrupted = false;
     loop {
         clock.sleep(TICK);
         // A closed stdout (`| head`) stops the run like SIGINT, quietly.
         if stop.load(Ordering::Relaxed) || crate::output::closed() {
             run.interrupt();
+            interrupted = true;
         }
         let senders_done = run.senders_finished();
         let sinks_done = run.sinks_finished();
@@ -87,7 +99,7 @@ pub(crate) fn drive(
             last_interval = now;
         }
         if senders_done && sinks_done {
-            break;
+            return interrupted;
         }
     }
 }
@@ -189,6 +201,35 @@ mod tests {
         let at = run.log.iter().position(|l| *l == "senders_ended").unwrap();
         assert_eq!(run.log[at + 1], "tick");
         assert!(!run.interrupted);
+    }
+
+    #[test]
+    fn the_loop_says_whether_a_signal_stopped_the_run() {
+        let clock = FakeClock(Cell::new(0));
+        let finished = &mut FakeRun {
+            sends: true,
+            send_ticks: 3,
+            ..FakeRun::default()
+        };
+        assert!(!drive(
+            finished,
+            &clock,
+            &AtomicBool::new(false),
+            0,
+            Duration::ZERO
+        ));
+        let stopped = &mut FakeRun {
+            sends: true,
+            send_ticks: u64::MAX,
+            ..FakeRun::default()
+        };
+        assert!(drive(
+            stopped,
+            &clock,
+            &AtomicBool::new(true),
+            0,
+            Duration::ZERO
+        ));
     }
 
     #[test]

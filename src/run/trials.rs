@@ -53,7 +53,7 @@ pub(crate) struct TrialSender {
     board: Arc<TrialBoard>,
     sink: part_link::OneConnection,
     books: part_link::PartBooks,
-    exporter: Option<Exporter>,
+    exporter: Option<Exporter<crate::metrics::handles::Handles>>,
     metrics_linger: Duration,
     started: Instant,
 }
@@ -224,7 +224,7 @@ impl TrialSender {
         self.senders.group.join();
         if let Some(mut e) = self.exporter {
             e.tick(true);
-            exporting::linger(self.metrics_linger, signal);
+            exporting::linger(self.metrics_linger, signal, false);
         }
     }
 }

@@ -2,17 +2,15 @@
 //! per power of two (at most 12.5 % above the true value), kept as plain counters in the worker
 //! and published like every other counter, so the hot path only increments one cell.
 
-use crate::counters::{Counters, SharedCounters};
-
 const SUB_BITS: u32 = 3;
 const SUB: u64 = 1 << SUB_BITS;
 /// Cells: values below 8 ns exactly, then 8 per power of two up to 2^64.
 pub(crate) const RTT_CELLS: usize = (SUB as usize) * (64 - SUB_BITS as usize + 1);
 
-/// A worker's RTT cells.
-pub(crate) type RttCells = Counters<RTT_CELLS>;
-/// The shared mirror.
-pub(crate) type SharedRtt = SharedCounters<RTT_CELLS>;
+/// A worker's RTT cells (the `rtt_cells` of a TCP sender queue's counters).
+pub(crate) type RttCells = [u64; RTT_CELLS];
+// The counters' `rtt_cells: 496` is this many.
+const _: () = assert!(RTT_CELLS == 496);
 
 /// The cell of a round trip of `ns` nanoseconds.
 #[inline]
@@ -39,13 +37,13 @@ pub(crate) fn cell_upper(cell: usize) -> u64 {
 
 /// The upper bound of the cell that holds quantile `q`; 0 when nothing was observed.
 pub(crate) fn quantile(cells: &RttCells, q: f64) -> u64 {
-    let total: u64 = cells.0.iter().sum();
+    let total: u64 = cells.iter().sum();
     if total == 0 {
         return 0;
     }
     let want = ((total as f64 * q).ceil() as u64).clamp(1, total);
     let mut seen = 0;
-    for (i, n) in cells.0.iter().enumerate() {
+    for (i, n) in cells.iter().enumerate() {
         seen += n;
         if seen >= want {
             return cell_upper(i);
@@ -74,12 +72,12 @@ mod tests {
 
     #[test]
     fn quantiles_come_from_the_cells() {
-        let mut cells = RttCells::default();
+        let mut cells: RttCells = [0; RTT_CELLS];
         for v in [10_000u64; 98].iter().chain(&[1_000_000, 2_000_000]) {
-            cells.add(rtt_cell(*v), 1);
+            cells[rtt_cell(*v)] += 1;
         }
         assert!((10_000..=11_250).contains(&quantile(&cells, 0.5)));
         assert!((1_000_000..=1_125_000).contains(&quantile(&cells, 0.99)));
-        assert_eq!(quantile(&RttCells::default(), 0.5), 0);
+        assert_eq!(quantile(&[0; RTT_CELLS], 0.5), 0);
     }
 }

@@ -3,12 +3,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Reporter, Snapshot, counters_json, rate, si};
+use super::{Reporter, Snapshot, rate, si};
 use crate::{
     run::tcp_control::{self, TcpVerdictResult},
     say,
-    sender::tcp::{TX_KEYS, TxCounter},
-    sink::tcp::{RX_KEYS, RxCounter},
     stats::{LATENCY_BOUNDS_NS, LATENCY_CELLS, latency_quantile_bound},
 };
 
@@ -21,9 +19,9 @@ impl Reporter {
         verdict: Option<&TcpVerdictResult>,
     ) {
         let tx = &snap.tx;
-        let bytes = tx.get(TxCounter::Bytes);
-        let records = tx.get(TxCounter::Records);
-        let mut line = counters_json(TX_KEYS, tx);
+        let bytes = tx.tx_bytes;
+        let records = tx.tx_records;
+        let mut line = tx.json();
         line.insert("type".into(), json!("summary"));
         line.insert("role".into(), json!("send"));
         line.insert("protocol".into(), json!("tcp"));
@@ -59,11 +57,11 @@ impl Reporter {
             "send summary: {bytes} bytes, {records} records in {seconds:.2} s = {:.3} Gbit/s, {} rec/s; connects {}, reconnects {}, connect failures {}, resets {}, short writes {}",
             rate(bytes * 8, seconds) / 1e9,
             si(rate(records, seconds)),
-            tx.get(TxCounter::Connects),
-            tx.get(TxCounter::Reconnects),
-            tx.get(TxCounter::ConnectFailures),
-            tx.get(TxCounter::Resets),
-            tx.get(TxCounter::ShortWrites),
+            tx.connects,
+            tx.reconnects,
+            tx.connect_failures,
+            tx.resets,
+            tx.short_writes,
         );
     }
 
@@ -74,9 +72,9 @@ impl Reporter {
         seconds: f64,
         (process, machine): (Option<u64>, Option<u64>),
     ) {
-        let n = snap.tx.get(TxCounter::Transactions);
+        let n = snap.tx.transactions;
         let per = |c: Option<u64>| c.filter(|_| n > 0).map(|c| c as f64 / n as f64);
-        let q = |x| crate::sender::rtt::quantile(&snap.rtt, x);
+        let q = |x| crate::sender::rtt::quantile(&snap.tx.rtt_cells, x);
         let fields = [
             ("tps", json!(rate(n, seconds).round() as u64)),
             ("rtt_p50_ns", json!(q(0.5))),
@@ -114,10 +112,10 @@ impl Reporter {
 
     pub(super) fn sink_summary(&self, snap: &Snapshot, active_s: f64, run_s: f64) {
         let rx = &snap.rx;
-        let bytes = rx.get(RxCounter::Bytes);
-        let records = rx.get(RxCounter::Records);
-        let cells: [u64; LATENCY_CELLS] = snap.latency.0;
-        let mut line = counters_json(RX_KEYS, rx);
+        let bytes = rx.rx_bytes;
+        let records = rx.rx_records;
+        let cells: [u64; LATENCY_CELLS] = snap.rx.latency_cells;
+        let mut line = rx.json();
         line.insert("type".into(), json!("summary"));
         line.insert("role".into(), json!("sink"));
         line.insert("protocol".into(), json!("tcp"));
@@ -152,14 +150,14 @@ impl Reporter {
         say!(
             "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}), refused {}",
             rate(bytes * 8, active_s) / 1e9,
-            rx.get(RxCounter::Accepts),
-            rx.get(RxCounter::Invalid),
-            rx.get(RxCounter::InvalidSequence),
-            rx.get(RxCounter::InvalidMagic),
-            rx.get(RxCounter::InvalidVersion),
-            rx.get(RxCounter::InvalidLength),
-            rx.get(RxCounter::InvalidTruncated),
-            rx.get(RxCounter::Refused),
+            rx.accepts,
+            rx.rx_invalid,
+            rx.invalid_sequence,
+            rx.invalid_magic,
+            rx.invalid_version,
+            rx.invalid_length,
+            rx.invalid_truncated,
+            rx.refused,
         );
     }
 }

@@ -5,10 +5,7 @@
 use std::time::Duration;
 
 use super::{SendOp, buffers::SendBuffers, rr};
-use crate::{
-    ring::{BufRingLayout, RingSize},
-    sender::rtt::SharedRtt,
-};
+use crate::ring::{BufRingLayout, RingSize};
 
 /// The most bytes one write carries: a little under two full 64 KiB GSO segments, so a write
 /// of many records never ends in a runt just past a full segment. Over loopback (MSS 65483)
@@ -19,38 +16,41 @@ const MAX_WRITE: usize = 128_000;
 /// shrink with many connections).
 const MAX_SLOT_MEMORY: usize = 16 << 20;
 
-crate::counter_array! {
+crate::stats::counter_set! {
+    json;
     /// Counters of one TCP sender queue.
-    TxCounter, TX_KEYS, TxCounters, TcpTxShared {
+    TxCounters / TcpTxShared {
         /// Application bytes the kernel accepted.
-        Bytes = "tx_bytes",
+        tx_bytes:,
         /// Records written completely.
-        Records = "tx_records",
+        tx_records:,
         /// Connections established.
-        Connects = "connects",
+        connects:,
         /// Connections established again after one had failed.
-        Reconnects = "reconnects",
+        reconnects:,
         /// Connects that failed (refused, reset, unreachable, socket creation).
-        ConnectFailures = "connect_failures",
+        connect_failures:,
         /// Established connections reset or broken by the peer (ECONNRESET, EPIPE).
-        Resets = "resets",
+        resets:,
         /// Writes that failed otherwise.
-        SendErrors = "send_errors",
+        send_errors:,
         /// Writes the kernel took only in part (continued).
-        ShortWrites = "short_writes",
+        short_writes:,
         /// Connections up now (a gauge).
-        ConnsUp = "conns_up",
+        conns_up:,
         /// rr: responses received in order (round trips completed).
-        Transactions = "transactions",
+        transactions:,
         /// rr: bytes of those responses.
-        ResponseBytes = "rx_response_bytes",
+        rx_response_bytes:,
         /// rr: responses out of order, not marked as responses, or with lost framing; streams:
         /// acknowledgements that went backwards or beyond what was sent.
-        BadResponses = "bad_responses",
+        bad_responses:,
         /// Stream records the sink acknowledged having counted (delivered to the application).
-        DeliveredRecords = "delivered_records",
+        delivered_records:,
         /// Bytes of those records.
-        DeliveredBytes = "delivered_bytes",
+        delivered_bytes:,
+        /// rr: round trips per cell of `sender::rtt` (`RTT_CELLS`).
+        rtt_cells: 496,
     }
 }
 
@@ -59,8 +59,6 @@ crate::counter_array! {
 pub(crate) struct TcpSendShared {
     /// Counters.
     pub(crate) counters: TcpTxShared,
-    /// rr: round-trip time cells.
-    pub(crate) rtt: SharedRtt,
     /// The connections' descriptors, for the reporter's TCP_INFO samples (see `info`).
     pub(crate) fds: super::info::ConnFds,
 }

@@ -18,9 +18,7 @@ pub(crate) mod info;
 mod rr;
 mod run_loop;
 
-pub(crate) use self::config::{
-    RrShape, TX_KEYS, TcpSendConfig, TcpSendOutcome, TcpSendShared, TxCounter, TxCounters,
-};
+pub(crate) use self::config::{RrShape, TcpSendConfig, TcpSendOutcome, TcpSendShared, TxCounters};
 
 use std::{os::fd::AsRawFd, sync::Arc};
 
@@ -37,7 +35,6 @@ use crate::{
         Completion, Engine, probe,
         token::{OpKind, Token},
     },
-    sender::rtt::RttCells,
 };
 
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
@@ -88,7 +85,6 @@ pub(crate) struct TcpSendWorker {
     buffers: SendBuffers,
     shared: Arc<TcpSendShared>,
     counters: TxCounters,
-    rtt: RttCells,
     completions: Vec<Completion>,
     next_conn: usize,
     writing: usize,
@@ -152,7 +148,6 @@ impl TcpSendWorker {
             buffers: config.send_buffers(),
             shared,
             counters: TxCounters::default(),
-            rtt: RttCells::default(),
             completions: vec![Completion::default(); size.cq_entries as usize],
             next_conn: 0,
             writing: 0,
@@ -175,7 +170,7 @@ impl TcpSendWorker {
             match stream_socket(self.config.to) {
                 Ok(s) => c.socket = Some(s),
                 Err(_) => {
-                    self.counters.add(TxCounter::ConnectFailures, 1);
+                    self.counters.connect_failures += 1;
                     Self::back_off(c, now);
                     continue;
                 }
@@ -204,7 +199,7 @@ impl TcpSendWorker {
         self.shared.fds.down(i, fd);
         let c = &mut self.conns[i];
         if c.state == State::Up {
-            self.counters.sub(TxCounter::ConnsUp, 1);
+            self.counters.conns_up = self.counters.conns_up.saturating_sub(1);
         }
         if c.write_len > 0 {
             self.writing -= 1;
@@ -302,7 +297,7 @@ impl TcpSendWorker {
 
     fn on_connect(&mut self, i: usize, result: i32, now: u64) {
         if result < 0 {
-            self.counters.add(TxCounter::ConnectFailures, 1);
+            self.counters.connect_failures += 1;
             let c = &mut self.conns[i];
             c.generation = c.generation.wrapping_add(1);
             Self::back_off(c, now);
@@ -316,10 +311,10 @@ impl TcpSendWorker {
         c.backoff_ns = BACKOFF_FIRST_NS;
         let again = c.ever_up;
         c.ever_up = true;
-        self.counters.add(TxCounter::Connects, 1);
-        self.counters.add(TxCounter::ConnsUp, 1);
+        self.counters.connects += 1;
+        self.counters.conns_up += 1;
         if again {
-            self.counters.add(TxCounter::Reconnects, 1);
+            self.counters.reconnects += 1;
         }
         self.arm_responses(i, now);
     }
@@ -327,22 +322,19 @@ impl TcpSendWorker {
     fn on_write(&mut self, i: usize, result: i32, now: u64) {
         if result <= 0 {
             let reset = matches!(-result, libc::ECONNRESET | libc::EPIPE) || result == 0;
-            self.counters.add(
-                if reset {
-                    TxCounter::Resets
-                } else {
-                    TxCounter::SendErrors
-                },
-                1,
-            );
+            if reset {
+                self.counters.resets += 1;
+            } else {
+                self.counters.send_errors += 1;
+            }
             self.fail(i, now);
             return;
         }
-        self.counters.add(TxCounter::Bytes, result as u64);
+        self.counters.tx_bytes += result as u64;
         let c = &mut self.conns[i];
         c.written += result as u32;
         if c.written < c.write_len {
-            self.counters.add(TxCounter::ShortWrites, 1);
+            self.counters.short_writes += 1;
             let buffer = c.turn.current();
             let (offset, rest) = (
                 self.buffers.offset(i, buffer) + c.written as usize,
@@ -352,12 +344,12 @@ impl TcpSendWorker {
             let fd = self.fd(i);
             if !push_write(&mut self.engine, self.config.op, fd, offset, rest, token) {
                 // The SQ is full: the stream cannot be continued in order, so it is reset.
-                self.counters.add(TxCounter::SendErrors, 1);
+                self.counters.send_errors += 1;
                 self.fail(i, now);
             }
             return;
         }
-        self.counters.add(TxCounter::Records, c.write_records);
+        self.counters.tx_records += c.write_records;
         c.write_len = 0;
         c.write_records = 0;
         self.writing -= 1;
@@ -404,7 +396,6 @@ impl TcpSendWorker {
 
     fn publish(&self) {
         self.shared.counters.publish(&self.counters);
-        self.shared.rtt.publish(&self.rtt);
     }
 
     fn outstanding(&self) -> u32 {

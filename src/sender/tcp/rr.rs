@@ -6,7 +6,7 @@
 //! since the request's timestamp, which the sink echoes, so the sender keeps no table of send
 //! times.
 
-use super::{TcpSendWorker, TxCounter};
+use super::TcpSendWorker;
 use crate::{
     clock,
     proto::record::{FLAG_ACK, FLAG_RESPONSE, Record},
@@ -34,7 +34,7 @@ impl TcpSendWorker {
             .map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         let token = Token::new(OpKind::Recv, c.generation, i as u32).user_data();
         if !self.engine.push_recv_multi(fd, token) {
-            self.counters.add(TxCounter::SendErrors, 1);
+            self.counters.send_errors += 1;
             self.fail(i, now);
         }
     }
@@ -45,7 +45,7 @@ impl TcpSendWorker {
         if let (true, Some(bid)) = (cqe.result > 0, bid) {
             let data = &self.engine.received_buffer(bid)[..cqe.result as usize];
             let now_real = clock::realtime_ns();
-            let (counters, rtt) = (&mut self.counters, &mut self.rtt);
+            let counters = &mut self.counters;
             let size = self.config.size as u64;
             let c = &mut self.conns[i];
             let (outstanding, acked, sent) = (&mut c.outstanding, &mut c.acked, c.next_seq);
@@ -53,24 +53,25 @@ impl TcpSendWorker {
                 if r.header.flags & FLAG_ACK != 0 {
                     let count = r.header.seq;
                     if count >= *acked && count <= sent {
-                        counters.add(TxCounter::DeliveredRecords, count - *acked);
-                        counters.add(TxCounter::DeliveredBytes, (count - *acked) * size);
+                        counters.delivered_records += count - *acked;
+                        counters.delivered_bytes += (count - *acked) * size;
                         *acked = count;
                     } else {
-                        counters.add(TxCounter::BadResponses, 1);
+                        counters.bad_responses += 1;
                     }
                 } else if r.in_sequence && r.header.flags & FLAG_RESPONSE != 0 && *outstanding > 0 {
                     *outstanding -= 1;
-                    counters.add(TxCounter::Transactions, 1);
-                    counters.add(TxCounter::ResponseBytes, u64::from(r.header.len));
-                    rtt.add(rtt_cell(now_real.saturating_sub(r.header.timestamp_ns)), 1);
+                    counters.transactions += 1;
+                    counters.rx_response_bytes += u64::from(r.header.len);
+                    counters.rtt_cells[rtt_cell(now_real.saturating_sub(r.header.timestamp_ns))] +=
+                        1;
                 } else {
-                    counters.add(TxCounter::BadResponses, 1);
+                    counters.bad_responses += 1;
                 }
             });
             self.engine.recycle_buffer(bid);
             if fed.is_err() {
-                self.counters.add(TxCounter::BadResponses, 1);
+                self.counters.bad_responses += 1;
                 self.fail(i, now);
                 return;
             }
@@ -88,7 +89,7 @@ impl TcpSendWorker {
             0 if self.draining => self.fail(i, now),
             // End of stream or an error: the sink went away or reset the connection.
             _ => {
-                self.counters.add(TxCounter::Resets, 1);
+                self.counters.resets += 1;
                 self.fail(i, now);
             }
         }

@@ -8,10 +8,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::{peers, recv_mode::RecvMode, respond};
 use crate::{
-    counters::Counters,
     error::Error,
     ring::{BufOrder, BufRingLayout, RingSize},
-    stats::LATENCY_CELLS,
 };
 
 /// Bytes of each provided receive buffer.
@@ -22,67 +20,64 @@ pub(crate) const TCP_BUFFER_BYTES: u32 = 32 * 1024;
 /// (16 MiB) cost the sink twice the CPU per byte and throttled a loopback stream.
 pub(crate) const TCP_RX_BUFFERS: u16 = 64;
 
-crate::counter_array! {
+crate::stats::counter_set! {
+    json;
     /// Counters of one TCP sink queue.
-    RxCounter, RX_KEYS, RxCounters, TcpRxShared {
+    RxCounters / TcpRxShared {
         /// Bytes of complete, in-sequence records.
-        Bytes = "rx_bytes",
+        rx_bytes:,
         /// Complete, in-sequence records.
-        Records = "rx_records",
+        rx_records:,
         /// Invalid events, every reason together.
-        Invalid = "rx_invalid",
+        rx_invalid:,
         /// Records out of sequence on their connection.
-        InvalidSequence = "invalid_sequence",
+        invalid_sequence:,
         /// Connections whose stream did not start a record with the magic.
-        InvalidMagic = "invalid_magic",
+        invalid_magic:,
         /// Connections with a wrong version or record flag.
-        InvalidVersion = "invalid_version",
+        invalid_version:,
         /// Connections with a record length out of bounds.
-        InvalidLength = "invalid_length",
+        invalid_length:,
         /// Connections that ended inside a record.
-        InvalidTruncated = "invalid_truncated",
+        invalid_truncated:,
         /// Data connections accepted (counted at their first bytes or end, so a control
         /// connection on the same port is not one; also those refused for want of a slot).
-        Accepts = "accepts",
+        accepts:,
         /// Connections closed at once because every slot was taken.
-        Refused = "refused",
+        refused:,
         /// Connections that ended (EOF, reset, or closed for lost framing).
-        Closed = "conns_closed",
+        conns_closed:,
         /// Connections that ended with an error (reset by the peer).
-        Resets = "resets",
+        resets:,
         /// Connections open now (a gauge).
-        ConnsOpen = "conns_open",
+        conns_open:,
         /// Receive re-arms after the buffer ring ran dry (ENOBUFS).
-        BufferStalls = "buffer_stalls",
+        buffer_stalls:,
         /// Connections closed for keeping more than 64 requests outstanding.
-        InvalidDepth = "invalid_depth",
+        invalid_depth:,
         /// Responses written completely (request/response pattern).
-        Responses = "responses",
+        responses:,
         /// Bytes of those responses.
-        ResponseBytes = "tx_response_bytes",
+        tx_response_bytes:,
         /// Acknowledgements written on streams.
-        Acks = "acks",
+        acks:,
         /// Connections that opened with a control frame, handed to the control server.
-        ControlConns = "control_conns",
+        control_conns:,
         /// Records that gave no latency sample: no clock correction for their sender run.
-        LatencyUnknown = "latency_unknown",
+        latency_unknown:,
         /// Latency samples whose negative corrected transit was taken as 0.
-        LatencyClamped = "latency_clamped",
+        latency_clamped:,
+        /// One-way latency of records per cell of `stats::LATENCY_BOUNDS_NS` (corrected by
+        /// the sender run's clock offset).
+        latency_cells: 20,
     }
 }
-
-/// Latency cells of one queue (corrected one-way delay per record, `stats::LATENCY_BOUNDS_NS`).
-pub(crate) type LatencyCells = Counters<LATENCY_CELLS>;
-/// Shared latency cells.
-pub(crate) type SharedLatency = crate::counters::SharedCounters<LATENCY_CELLS>;
 
 /// What one TCP sink queue shares with the reporter.
 #[derive(Debug, Default)]
 pub(crate) struct TcpSinkShared {
     /// Counters.
     pub(crate) counters: TcpRxShared,
-    /// One-way latency cells.
-    pub(crate) latency: SharedLatency,
     /// Per connection slot, the tally of the sender run on it (see [`peers`]).
     pub(crate) slots: Box<[peers::SlotBooks]>,
 }

@@ -30,8 +30,7 @@ mod respond;
 mod wait;
 
 pub(crate) use self::config::{
-    LatencyCells, RX_KEYS, RxCounter, RxCounters, TCP_BUFFER_BYTES, TCP_RX_BUFFERS, TcpSinkConfig,
-    TcpSinkShared, listener,
+    RxCounters, TCP_BUFFER_BYTES, TCP_RX_BUFFERS, TcpSinkConfig, TcpSinkShared, listener,
 };
 pub(crate) use self::recv_mode::RecvMode;
 pub(crate) use self::wait::TcpWait;
@@ -99,7 +98,6 @@ pub(crate) struct TcpSinkWorker {
     stopping: bool,
     shared: Arc<TcpSinkShared>,
     counters: RxCounters,
-    latency: LatencyCells,
     completions: Vec<Completion>,
     /// How the loop waits for completions (`--rx-wait`).
     wait: TcpWait,
@@ -154,7 +152,6 @@ impl TcpSinkWorker {
             stopping: false,
             shared,
             counters: RxCounters::default(),
-            latency: LatencyCells::default(),
             completions: vec![Completion::default(); size.cq_entries as usize],
         })
     }
@@ -163,8 +160,8 @@ impl TcpSinkWorker {
         if let Some(fd) = accepted {
             match self.free.pop() {
                 None => {
-                    self.counters.add(RxCounter::Accepts, 1);
-                    self.counters.add(RxCounter::Refused, 1);
+                    self.counters.accepts += 1;
+                    self.counters.refused += 1;
                     drop(fd);
                 }
                 Some(i) => {
@@ -177,7 +174,7 @@ impl TcpSinkWorker {
                     (c.first, c.tally) = (true, peers::ConnTally::default());
                     self.shared.slots[i as usize].open();
                     c.fd = Some(fd);
-                    self.counters.add(RxCounter::ConnsOpen, 1);
+                    self.counters.conns_open += 1;
                     self.rearm(i as usize);
                 }
             }
@@ -194,7 +191,7 @@ impl TcpSinkWorker {
             // Shut down first: the armed receive holds the socket open until it completes.
             let _ = nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Both);
             drop(fd);
-            self.counters.add(RxCounter::Closed, 1);
+            self.counters.conns_closed += 1;
             self.release(i);
         }
     }
@@ -205,7 +202,7 @@ impl TcpSinkWorker {
         c.generation = c.generation.wrapping_add(1);
         self.shared.slots[i].close(&c.tally);
         self.unbooked.push(i as u32);
-        self.counters.sub(RxCounter::ConnsOpen, 1);
+        self.counters.conns_open = self.counters.conns_open.saturating_sub(1);
     }
 
     /// Gives slot `i`'s connection, which opened with a control frame, to the control server.
@@ -213,31 +210,26 @@ impl TcpSinkWorker {
         if let (Some(fd), Some(control)) = (self.conns[i].fd.take(), &self.control) {
             let first = &self.engine.received_buffer(bid)[..len];
             let handed = control.hand(fd, first);
-            self.counters.add(
-                if handed {
-                    RxCounter::ControlConns
-                } else {
-                    RxCounter::Refused
-                },
-                1,
-            );
+            if handed {
+                self.counters.control_conns += 1;
+            } else {
+                self.counters.refused += 1;
+            }
             self.release(i);
         }
         self.engine.recycle_received(bid, len as i32);
     }
 
     fn broken(&mut self, i: usize, why: Broken) {
-        self.counters.add(RxCounter::Invalid, 1);
+        self.counters.rx_invalid += 1;
         self.conns[i].tally.invalid += 1;
-        self.counters.add(
-            match why {
-                Broken::Magic => RxCounter::InvalidMagic,
-                Broken::Version => RxCounter::InvalidVersion,
-                Broken::Length => RxCounter::InvalidLength,
-                Broken::Truncated => RxCounter::InvalidTruncated,
-            },
-            1,
-        );
+        let reason = match why {
+            Broken::Magic => &mut self.counters.invalid_magic,
+            Broken::Version => &mut self.counters.invalid_version,
+            Broken::Length => &mut self.counters.invalid_length,
+            Broken::Truncated => &mut self.counters.invalid_truncated,
+        };
+        *reason += 1;
         self.close(i);
     }
 
@@ -251,7 +243,7 @@ impl TcpSinkWorker {
             {
                 return self.hand_off(i, bid, c.result as usize);
             }
-            self.counters.add(RxCounter::Accepts, 1);
+            self.counters.accepts += 1;
         }
         if c.result > 0
             && let Some(bid) = bid
@@ -259,7 +251,6 @@ impl TcpSinkWorker {
             let len = c.result as usize;
             let conn = &mut self.conns[i];
             let counters = &mut self.counters;
-            let latency = &mut self.latency;
             let slot = &self.shared.slots[i];
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
             let tally = &mut conn.tally;
@@ -272,8 +263,8 @@ impl TcpSinkWorker {
                 }
                 tally.epoch = r.header.epoch;
                 if r.in_sequence {
-                    counters.add(RxCounter::Records, 1);
-                    counters.add(RxCounter::Bytes, u64::from(r.header.len));
+                    counters.rx_records += 1;
+                    counters.rx_bytes += u64::from(r.header.len);
                     tally.records += 1;
                     tally.bytes += u64::from(r.header.len);
                     match slot.correction(r.header.epoch) {
@@ -282,20 +273,20 @@ impl TcpSinkWorker {
                                 - i128::from(r.header.timestamp_ns)
                                 - i128::from(correction);
                             let ns = transit.clamp(0, i128::from(u64::MAX)) as u64;
-                            latency.add(latency_cell(ns), 1);
+                            counters.latency_cells[latency_cell(ns)] += 1;
                             if transit < 0 {
-                                counters.add(RxCounter::LatencyClamped, 1);
+                                counters.latency_clamped += 1;
                                 tally.latency_clamped += 1;
                             }
                         }
                         None => {
-                            counters.add(RxCounter::LatencyUnknown, 1);
+                            counters.latency_unknown += 1;
                             tally.latency_unknown += 1;
                         }
                     }
                 } else {
-                    counters.add(RxCounter::Invalid, 1);
-                    counters.add(RxCounter::InvalidSequence, 1);
+                    counters.rx_invalid += 1;
+                    counters.invalid_sequence += 1;
                     tally.invalid += 1;
                 }
             };
@@ -309,9 +300,9 @@ impl TcpSinkWorker {
                 return;
             }
             if overflow {
-                self.counters.add(RxCounter::Invalid, 1);
+                self.counters.rx_invalid += 1;
                 self.conns[i].tally.invalid += 1;
-                self.counters.add(RxCounter::InvalidDepth, 1);
+                self.counters.invalid_depth += 1;
                 self.close(i);
                 return;
             }
@@ -331,11 +322,11 @@ impl TcpSinkWorker {
                 }
             }
             r if -r == libc::ENOBUFS => {
-                self.counters.add(RxCounter::BufferStalls, 1);
+                self.counters.buffer_stalls += 1;
                 self.rearm(i);
             }
             _ => {
-                self.counters.add(RxCounter::Resets, 1);
+                self.counters.resets += 1;
                 if self.conns[i].parser.at_boundary() {
                     self.close(i);
                 } else {
@@ -420,7 +411,6 @@ impl TcpSinkWorker {
 
     fn publish(&mut self) {
         self.shared.counters.publish(&self.counters);
-        self.shared.latency.publish(&self.latency);
         for (c, slot) in self.conns.iter().zip(&self.shared.slots) {
             if c.fd.is_some() {
                 slot.publish(&c.tally);
@@ -451,7 +441,7 @@ impl Job for TcpSinkWorker {
         let mut last_busy = 0;
         loop {
             let now = clock::monotonic_ns();
-            let open = self.counters.get(RxCounter::ConnsOpen);
+            let open = self.counters.conns_open;
             if control.drain_requested() && open == 0 {
                 break;
             }

@@ -10,7 +10,7 @@
 //! flight per connection, as many responses per write as fit in the slot; short writes are
 //! continued. A connection marked `close_after_reply` is closed once nothing is left to send.
 
-use super::{RxCounter, TcpSinkWorker};
+use super::TcpSinkWorker;
 use crate::{
     clock,
     proto::record::{
@@ -97,7 +97,7 @@ impl TcpSinkWorker {
                 c.acked = c.counted;
                 let token = Token::new(OpKind::Send, c.generation, i as u32).user_data();
                 (c.reply_len, c.reply_written, c.reply_count) = (RECORD_HEADER_LEN as u32, 0, 0);
-                self.counters.add(RxCounter::Acks, 1);
+                self.counters.acks += 1;
                 if !self
                     .engine
                     .push_send(fd, offset, RECORD_HEADER_LEN as u32, token)
@@ -143,7 +143,7 @@ impl TcpSinkWorker {
     /// Handles a response write's completion on connection `i`.
     pub(super) fn on_reply(&mut self, i: usize, result: i32) {
         if result <= 0 {
-            self.counters.add(RxCounter::Resets, 1);
+            self.counters.resets += 1;
             self.close(i);
             return;
         }
@@ -160,10 +160,8 @@ impl TcpSinkWorker {
             return;
         }
         if c.reply_count > 0 {
-            self.counters
-                .add(RxCounter::Responses, u64::from(c.reply_count));
-            self.counters
-                .add(RxCounter::ResponseBytes, u64::from(c.reply_len));
+            self.counters.responses += u64::from(c.reply_count);
+            self.counters.tx_response_bytes += u64::from(c.reply_len);
         }
         c.reply_len = 0;
         c.reply_count = 0;
