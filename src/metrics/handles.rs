@@ -294,9 +294,9 @@ pub(crate) struct Handles {
     ),
 }
 
-impl Handles {
+impl super::Series for Handles {
     /// Copies every worker's published counters into the exporter.
-    pub(crate) fn flush(&mut self) {
+    fn flush(&mut self) {
         for w in &self.tx {
             w.flush();
         }

@@ -207,16 +207,10 @@ pub(crate) fn set_memory(role: &str, queues: &[QueueView], memory: &[MemoryPlace
 }
 
 /// A run's registered series, set from what its workers publish: UDP's [`handles::Handles`]
-/// or TCP's [`tcp::TcpSeries`].
+/// or TCP's [`tcp::TcpHandles`].
 pub(crate) trait Series {
     /// Copies the published values into the series (reporter thread).
     fn flush(&mut self);
-}
-
-impl Series for handles::Handles {
-    fn flush(&mut self) {
-        handles::Handles::flush(self);
-    }
 }
 
 /// The live exporter side of a run, for both protocols: its series plus the one flush cadence

@@ -62,28 +62,15 @@ struct RxQueue {
 
 /// Every TCP series of a run, with the reporter's last TCP_INFO sample per sender queue and the
 /// per-sender series of a sink: what [`super::Exporter`] flushes for a TCP run.
-pub(crate) struct TcpSeries {
-    pub(crate) handles: TcpHandles,
-    pub(crate) senders: Option<super::tcp_senders::TcpSenderSeries>,
-    pub(crate) info: Vec<QueueInfo>,
-}
-
-impl super::Series for TcpSeries {
-    fn flush(&mut self) {
-        self.handles.flush(&super::ctx::sample());
-        self.handles.flush_info(&self.info);
-        if let Some(senders) = self.senders.as_mut() {
-            senders.flush();
-        }
-    }
-}
-
-/// The per-queue and process-wide TCP series of a run.
 pub(crate) struct TcpHandles {
     tx: Vec<TxQueue>,
     rx: Vec<RxQueue>,
     ctx_start: CtxSample,
     ctx: [Counter; 2],
+    /// A sink's per-sender series.
+    pub(crate) senders: Option<super::tcp_senders::TcpSenderSeries>,
+    /// The reporter's last TCP_INFO sample, one entry per sender queue.
+    pub(crate) info: Vec<QueueInfo>,
 }
 
 impl TcpHandles {
@@ -167,20 +154,21 @@ impl TcpHandles {
                 counter!(CTX_SWITCHES, "scope" => "process"),
                 counter!(CTX_SWITCHES, "scope" => "machine"),
             ],
+            senders: None,
+            info: Vec::new(),
         }
     }
+}
 
-    /// Sets the TCP_INFO series from the reporter's last sample (one entry per sender queue).
-    fn flush_info(&self, infos: &[QueueInfo]) {
-        for (q, info) in self.tx.iter().zip(infos) {
+impl super::Series for TcpHandles {
+    /// Copies the published counters, the last TCP_INFO sample and the per-sender books into
+    /// the series (reporter thread).
+    fn flush(&mut self) {
+        for (q, info) in self.tx.iter().zip(&self.info) {
             q.srtt.set(info.srtt_us_max as f64 / 1e6);
             q.cwnd.set(info.cwnd_segments as f64);
             q.retransmits.absolute(info.retransmits);
         }
-    }
-
-    /// Copies the published counters into the series (reporter thread).
-    fn flush(&self, ctx_now: &CtxSample) {
         for q in &self.tx {
             let c = q.shared.counters.load();
             for (field, h) in &q.counters {
@@ -198,11 +186,15 @@ impl TcpHandles {
             }
             q.conns.set(c.conns_open as f64);
         }
-        let (process, machine) = crate::metrics::ctx::delta(&self.ctx_start, ctx_now);
+        let (process, machine) =
+            crate::metrics::ctx::delta(&self.ctx_start, &crate::metrics::ctx::sample());
         for (h, v) in self.ctx.iter().zip([process, machine]) {
             if let Some(v) = v {
                 h.absolute(v);
             }
+        }
+        if let Some(senders) = self.senders.as_mut() {
+            senders.flush();
         }
     }
 }

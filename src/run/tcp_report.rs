@@ -18,7 +18,7 @@ mod summary;
 use super::tcp_control::AskTcpSink;
 use super::tcp_groups::{TcpSenders, TcpSinks};
 use super::ticker::{self, Ended, Ticked};
-use crate::metrics::{Exporter, tcp::TcpSeries};
+use crate::metrics::{Exporter, tcp::TcpHandles};
 use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::{
     clock, error::Error, say, sender::tcp::TxCounters, sink::tcp::RxCounters, worker::Control,
@@ -39,7 +39,7 @@ pub(crate) struct Reporter {
     target_rps: Option<f64>,
     rr: bool,
     /// The run's series, when metrics are on.
-    exporter: Option<Exporter<TcpSeries>>,
+    exporter: Option<Exporter<TcpHandles>>,
     /// The sink's per-sender books.
     books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
     /// Asks the sink for this sender run's verdict at the end.
@@ -191,15 +191,11 @@ impl Reporter {
                 .iter()
                 .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
                 .collect();
-            self.exporter = Some(Exporter::new(TcpSeries {
-                handles: crate::metrics::tcp::TcpHandles::register(
-                    &tx,
-                    &rx,
-                    crate::metrics::ctx::sample(),
-                ),
-                senders: None,
-                info: Vec::new(),
-            }));
+            self.exporter = Some(Exporter::new(TcpHandles::register(
+                &tx,
+                &rx,
+                crate::metrics::ctx::sample(),
+            )));
             if let Some(s) = &self.senders {
                 crate::metrics::set_memory("send", &s.queues, s.group.memory());
             }
