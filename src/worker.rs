@@ -74,6 +74,22 @@ pub(crate) fn pin_to_cpu(cpu: u32) -> Result<(), Error> {
     })
 }
 
+/// What a worker's run returns, as far as the session judges it.
+pub(crate) trait Outcome {
+    /// The worker's io_uring failed during the run.
+    fn ring_failed(&self) -> bool;
+    /// When its traffic began and ended (monotonic ns): a sender's run, a sink's first and last
+    /// valid packet; `None` when it has none to tell.
+    fn span(&self) -> Option<(u64, u64)>;
+}
+
+/// The span of a group's traffic: its workers' earliest start and latest end (`None` when no
+/// worker tells one).
+pub(crate) fn span<O: Outcome>(outcomes: &[Option<O>]) -> Option<(u64, u64)> {
+    let spans = || outcomes.iter().flatten().filter_map(Outcome::span);
+    Some((spans().map(|s| s.0).min()?, spans().map(|s| s.1).max()?))
+}
+
 /// A group of started worker threads, waiting at their start barrier.
 pub(crate) struct Group<O> {
     handles: Vec<JoinHandle<Option<O>>>,
@@ -162,9 +178,9 @@ impl<O> Group<O> {
         self.handles.iter().all(|h| h.is_finished())
     }
 
-    /// Waits for every worker; a worker that panicked yields `None`.
-    pub(crate) fn join(self) -> Vec<Option<O>> {
-        self.handles
+    /// Waits for every worker; a worker that panicked yields `None`. A second join finds none.
+    pub(crate) fn join(&mut self) -> Vec<Option<O>> {
+        std::mem::take(&mut self.handles)
             .into_iter()
             .map(|h| h.join().ok().flatten())
             .collect()
@@ -200,7 +216,7 @@ mod tests {
         let control = Arc::new(Control::default());
         let workers: Vec<(u32, Setup)> =
             vec![(0, Box::new(|| count(1))), (0, Box::new(|| count(2)))];
-        let group = start("t", &control, workers).unwrap();
+        let mut group = start("t", &control, workers).unwrap();
         // Each worker's arena, in queue order: one and two pages, all resident on node 0.
         let pages: Vec<_> = group
             .memory()
@@ -228,5 +244,28 @@ mod tests {
     #[test]
     fn pinning_to_a_missing_cpu_is_a_usage_error() {
         assert_eq!(pin_to_cpu(100_000).unwrap_err().exit_code(), 2);
+    }
+
+    struct Spanned(Option<(u64, u64)>);
+
+    impl Outcome for Spanned {
+        fn ring_failed(&self) -> bool {
+            false
+        }
+        fn span(&self) -> Option<(u64, u64)> {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_groups_span_runs_from_its_earliest_start_to_its_latest_end() {
+        let outcomes = [
+            Some(Spanned(Some((5, 9)))),
+            None,
+            Some(Spanned(None)),
+            Some(Spanned(Some((3, 7)))),
+        ];
+        assert_eq!(span(&outcomes), Some((3, 9)));
+        assert_eq!(span(&[Some(Spanned(None)), None]), None);
     }
 }

@@ -23,6 +23,7 @@ pub(crate) mod tcp_groups;
 pub(crate) mod tcp_report;
 pub(crate) mod ticker;
 pub(crate) mod trials;
+pub(crate) mod udp_report;
 pub(crate) mod verdict;
 
 use crate::say;
@@ -33,6 +34,7 @@ use self::{
     plan::{Plan, TopoPlan, UdpPlan},
     roles::{start_senders, start_sinks},
     session::Session,
+    udp_report::UdpReport,
 };
 use crate::{
     error::Error, metrics::Shape, report, sender::SenderWorker, sink::SinkWorker, topology,
@@ -74,6 +76,7 @@ struct RunSpec {
 impl pipeline::Transport for RunSpec {
     type Senders = roles::SenderSet;
     type Sinks = roles::SinkSet;
+    type Report = UdpReport;
 
     fn fd_needs(&self) -> fds::Needs {
         fds::Needs {
@@ -149,7 +152,7 @@ impl pipeline::Transport for RunSpec {
         start_senders(control, queues, configs, target).map(Some)
     }
 
-    fn abandon_sinks(&self, sinks: roles::SinkSet) {
+    fn abandon_sinks(&self, mut sinks: roles::SinkSet) {
         sinks.group.release();
         sinks.group.join();
     }
@@ -160,11 +163,10 @@ impl pipeline::Transport for RunSpec {
         send.into_iter().chain(sink).collect()
     }
 
-    fn link_and_report(
+    fn link(
         self,
         run: pipeline::Started<roles::SenderSet, roles::SinkSet>,
-        signal: &std::sync::atomic::AtomicBool,
-    ) -> Result<pipeline::Reported, Error> {
+    ) -> Result<pipeline::Linked<UdpReport>, Error> {
         let pipeline::Started {
             senders,
             sinks,
@@ -195,7 +197,7 @@ impl pipeline::Transport for RunSpec {
             }
         };
         let server_stats = link.server.as_ref().map(|s| s.stats());
-        let mut exporter = exporting.then(|| {
+        let exporter = exporting.then(|| {
             exporting::register(
                 senders.as_ref(),
                 sinks.as_ref(),
@@ -203,32 +205,26 @@ impl pipeline::Transport for RunSpec {
                 self.arena_bytes,
             )
         });
-        let session = Session {
-            send_control,
-            sink_control,
+        let report = UdpReport {
             prefix_roles: senders.is_some() && sinks.is_some(),
             senders,
             sinks,
             json: self.plan.output.json,
-            interval: self.plan.output.interval,
             verdict: link.verdict,
             min_rate_ratio: self.plan.min_rate_ratio,
             wire_rate: self.plan.wire_rate,
             link: Arc::clone(&link.state),
+            state: Default::default(),
         };
-        let ended = session.run(signal, &mut |force| {
-            if let Some(e) = exporter.as_mut() {
-                if let Some(stats) = &server_stats {
-                    control_link::export_server_stats(stats);
-                }
-                e.tick(force);
-            }
-        });
-        if let Some(server) = link.server {
-            server.stop();
-        }
-        Ok(pipeline::Reported {
-            ended,
+        let session = Session::new(
+            report,
+            (send_control, sink_control),
+            self.plan.output.interval,
+        )
+        .exporting(exporter, server_stats);
+        Ok(pipeline::Linked {
+            session,
+            server: link.server,
             link: Some(link.state),
         })
     }

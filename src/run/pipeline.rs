@@ -1,16 +1,21 @@
 //! The one run pipeline of `send`, `sink` and `pair`, for both protocols: check the descriptor
 //! budget, install the signal handlers and the exporter, start the sinks, then the senders
 //! (stopping the sinks again if the senders cannot start), print the start plan and where the
-//! packet memory is, link the control channel and report until the end, then linger for the
-//! last scrape. What differs between UDP and TCP is the [`Transport`] a run is given: how its
-//! groups start, how its control channel links them, and how its reporter reads them.
+//! packet memory is, link the control channel, report until the end through the run's
+//! [`Session`], then linger for the last scrape. What differs between UDP and TCP is the
+//! [`Transport`] a run is given: how its groups start, how its control channel links them, and
+//! the [`Proto`] its session reports them with.
 
-use std::sync::Arc;
+use std::sync::{Arc, atomic::AtomicBool};
 
 use super::{
-    exporting, fds, link_state::LinkState, plan::Reporting, session::install_signals, ticker::Ended,
+    exporting, fds,
+    link_state::LinkState,
+    plan::Reporting,
+    session::{Proto, Session},
+    ticker::{self, Ended},
 };
-use crate::{error::Error, metrics::Shape, worker::Control};
+use crate::{control::server::RunningServer, error::Error, metrics::Shape, worker::Control};
 
 /// What one protocol brings to a run.
 pub(crate) trait Transport {
@@ -18,6 +23,8 @@ pub(crate) trait Transport {
     type Senders;
     /// The started receiving side.
     type Sinks;
+    /// How its session reports the groups.
+    type Report: Proto;
 
     /// The descriptors the run's groups and control channel will hold (the exporter's are
     /// added by the pipeline).
@@ -32,20 +39,18 @@ pub(crate) trait Transport {
     fn abandon_sinks(&self, sinks: Self::Sinks);
     /// The start-up lines saying where each queue's packet memory is.
     fn memory_text(senders: Option<&Self::Senders>, sinks: Option<&Self::Sinks>) -> String;
-    /// Links the control channel, reports until the run ends and prints the summaries (an
-    /// error: the control channel could not start, and the groups were told to stop).
-    fn link_and_report(
-        self,
-        run: Started<Self::Senders, Self::Sinks>,
-        signal: &std::sync::atomic::AtomicBool,
-    ) -> Result<Reported, Error>;
+    /// Links the control channel and makes the session that reports the run (an error: the
+    /// control channel could not start, and the groups were told to stop).
+    fn link(self, run: Started<Self::Senders, Self::Sinks>) -> Result<Linked<Self::Report>, Error>;
 }
 
-/// How a run that started ended.
-pub(crate) struct Reported {
-    /// The run's own result, and whether a signal or a closed stdout stopped it.
-    pub(crate) ended: Ended,
-    /// What a sender's control channel found out (whether the sink refused it).
+/// A run whose sender and sink are linked, ready to report.
+pub(crate) struct Linked<P: Proto> {
+    /// The session that reports the run to its end.
+    pub(crate) session: Session<P>,
+    /// The control server the run serves, stopped once the run has ended.
+    pub(crate) server: Option<RunningServer>,
+    /// What a sender's control channel finds out (whether the sink refused it).
     pub(crate) link: Option<Arc<LinkState>>,
 }
 
@@ -57,6 +62,17 @@ pub(crate) struct Started<S, K> {
     pub(crate) sink_control: Arc<Control>,
     /// The exporter is installed (its series are registered and flushed by the reporter).
     pub(crate) exporting: bool,
+}
+
+/// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
+fn install_signals() -> Result<Arc<AtomicBool>, Error> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&flag)))
+            .map_err(|e| Error::io("install signal handler", e))?;
+    }
+    Ok(flag)
 }
 
 /// Runs `transport` to its end.
@@ -95,13 +111,18 @@ pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Resul
         sink_control,
         exporting: reporting.metrics.is_some(),
     };
-    let Reported {
-        ended: Ended {
-            result,
-            interrupted,
-        },
+    let Linked {
+        session,
+        server,
         link,
-    } = transport.link_and_report(started, &signal)?;
+    } = transport.link(started)?;
+    let Ended {
+        result,
+        interrupted,
+    } = session.run(&signal, &ticker::Monotonic);
+    if let Some(server) = server {
+        server.stop();
+    }
     if result.is_ok() {
         // A sender the sink refused ends at once, without lingering for a scrape.
         super::link_state::refused_means_exit_3(Ok(()), link.as_deref())?;

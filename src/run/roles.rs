@@ -181,7 +181,7 @@ pub(crate) fn start_sinks(
         let (config, node) = (config.clone(), q.node);
         workers.push((q.cpu, move || SinkWorker::new(config, node, s)));
     }
-    let group = worker::start("sink", control, workers)?;
+    let mut group = worker::start("sink", control, workers)?;
     if let Err(e) = (!share_port)
         .then(|| claim::refuse_others(listen))
         .transpose()

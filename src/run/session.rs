@@ -1,505 +1,315 @@
-//! The reporting loop of a run: watches the worker groups, prints interval lines, turns
-//! SIGINT/SIGTERM into a clean stop, and prints the final summaries after every worker has
-//! ended and published its last counters (so nothing counted is lost).
+//! The one reporting session of every `send`, `sink` and `pair` run, UDP or TCP: releases the
+//! sinks before the senders, drives the reporting loop (`ticker`) with the workers' snapshots,
+//! flushes the exporter each tick, stops or drains the workers, and at the end joins every
+//! worker, flushes its last counters, and has the summaries printed from them. What differs
+//! between the protocols is a [`Proto`]: what a snapshot is, what a tick and an interval print,
+//! what the summaries say. The session is tested with a fake protocol and a fake clock, as
+//! hyperfine tests its loop with a mock executor.
 
-use crate::say;
 use std::{
     sync::{Arc, atomic::AtomicBool},
     time::Duration,
 };
 
-use serde_json::{Value, json};
-
-use super::{
-    control_link::VerdictSource,
-    judge::Judge,
-    link_state::LinkState,
-    roles::{SenderSet, SinkSet},
-    ticker::{self, Ended, Ticked},
-    verdict::{GOODBYE_WAIT, VerdictResult},
-};
+use super::ticker::{self, Ended, TickClock, Ticked};
 use crate::{
-    clock,
+    control::server::ServerStats,
     error::Error,
-    net::wire,
-    report::{self, RxSample, TxSample},
-    sink::registry::RunVerdict,
-    worker::Control,
+    metrics::{Exporter, Series},
+    worker::{Control, Group, Outcome},
 };
 
-mod interval;
-
-/// How often the sink's session starts and ends are looked for.
-const EVENTS_EVERY_NS: u64 = 500_000_000;
-/// How long a sender waits for its control channel's first answer before its first send:
-/// the connect timeout, so a sink that is simply down costs nothing (refused at once).
-const HELLO_WAIT: Duration = Duration::from_secs(2);
-
-/// A started run: senders, sinks or both.
-pub(crate) struct Session {
-    /// Stop flag of the senders.
-    pub(crate) send_control: Arc<Control>,
-    /// Stop and drain flags of the sinks.
-    pub(crate) sink_control: Arc<Control>,
-    /// Senders, if this run sends.
-    pub(crate) senders: Option<SenderSet>,
-    /// Sinks, if this run receives.
-    pub(crate) sinks: Option<SinkSet>,
-    /// JSON Lines on stdout.
-    pub(crate) json: bool,
-    /// Time between interval reports (zero = none).
-    pub(crate) interval: Duration,
-    /// Role names get a prefix in human lines (pair mode).
-    pub(crate) prefix_roles: bool,
-    /// Where the sender's verdict comes from.
-    pub(crate) verdict: VerdictSource,
-    /// A sender run below this share of its target fails (`--min-rate-ratio`).
-    pub(crate) min_rate_ratio: Option<f64>,
-    /// Live lines show the L1 wire rate (`--wire-rate`).
-    pub(crate) wire_rate: bool,
-    /// What the sender's control channel found out (its round trip, for the summary).
-    pub(crate) link: Arc<LinkState>,
+/// A started group of worker threads as the session sees it.
+pub(crate) trait Workers {
+    /// What each worker returns.
+    type Outcome: Outcome;
+    /// Releases the workers from their start barrier (once).
+    fn release(&self);
+    /// Whether every worker has ended.
+    fn finished(&self) -> bool;
+    /// Waits for every worker; one that panicked yields `None`.
+    fn join(&mut self) -> Vec<Option<Self::Outcome>>;
 }
 
-/// Installs SIGINT/SIGTERM handlers: the first asks for a clean stop, a second exits at once.
-pub(crate) fn install_signals() -> Result<Arc<AtomicBool>, Error> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
-            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&flag)))
-            .map_err(|e| Error::io("install signal handler", e))?;
+impl<O: Outcome> Workers for Group<O> {
+    type Outcome = O;
+
+    fn release(&self) {
+        Group::release(self);
     }
-    Ok(flag)
+
+    fn finished(&self) -> bool {
+        Group::finished(self)
+    }
+
+    fn join(&mut self) -> Vec<Option<O>> {
+        Group::join(self)
+    }
 }
 
-impl Session {
-    /// The in-process sender says goodbye to the in-process sink: its flows close with their
-    /// true ends, so a tail the sink never saw is counted (as kernel drops or loss).
-    fn in_process_goodbye(&self) -> Option<RunVerdict> {
-        let (Some(senders), Some(sinks)) = (&self.senders, &self.sinks) else {
-            return None;
-        };
-        Some(
-            sinks
-                .registry
-                .goodbye(senders.epoch, &senders.flow_reports(), GOODBYE_WAIT),
-        )
+/// The joined workers' outcomes of each role (`None`: the run has no such role).
+pub(crate) type Outcomes<P> = (
+    Option<Vec<Option<<<P as Proto>::Senders as Workers>::Outcome>>>,
+    Option<Vec<Option<<<P as Proto>::Sinks as Workers>::Outcome>>>,
+);
+
+/// An interval of the run: its start and end, and when the workers were released.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Span {
+    pub(crate) run_start_ns: u64,
+    pub(crate) from_ns: u64,
+    pub(crate) to_ns: u64,
+}
+
+impl Span {
+    /// Seconds from the workers' release to the interval's start.
+    pub(crate) fn start_s(&self) -> f64 {
+        (self.from_ns - self.run_start_ns) as f64 / 1e9
     }
 
-    /// Sessions the sink saw start (without a hello) or end since the last call: a line each,
-    /// and a `"type":"session"` record each with `--json`.
-    fn say_session_events(&self) {
-        for event in self.sinks.iter().flat_map(|s| s.registry.take_events()) {
-            say!("{}", event.line());
-            if self.json {
-                crate::output::json_line(&event.json());
+    /// Seconds from the workers' release to the interval's end.
+    pub(crate) fn end_s(&self) -> f64 {
+        (self.to_ns - self.run_start_ns) as f64 / 1e9
+    }
+
+    /// The interval's length in seconds.
+    pub(crate) fn seconds(&self) -> f64 {
+        (self.to_ns - self.from_ns) as f64 / 1e9
+    }
+}
+
+/// What one protocol brings to the session: its worker groups, what a tick reads of them, and
+/// what its lines say. The constants are the protocol's row of the session's table.
+pub(crate) trait Proto {
+    /// The started sender group.
+    type Senders: Workers;
+    /// The started sink group.
+    type Sinks: Workers;
+    /// What one tick reads of the workers' published counters.
+    type Snapshot: Default;
+    /// The exporter's series of the run.
+    type Series: Series;
+
+    /// After an interrupt a pair's sinks drain what is on the way (rather than stop at once),
+    /// so that the books close with every packet sent.
+    const DRAIN_AFTER_INTERRUPT: bool;
+    /// The sinks are stopped this long after the senders ended, if still draining.
+    const DRAIN_BOUND: Option<Duration>;
+
+    /// The sender group, if this run sends.
+    fn senders(&self) -> Option<&Self::Senders>;
+    /// The sender group, to join.
+    fn senders_mut(&mut self) -> Option<&mut Self::Senders>;
+    /// The sink group, if this run receives.
+    fn sinks(&self) -> Option<&Self::Sinks>;
+    /// The sink group, to join.
+    fn sinks_mut(&mut self) -> Option<&mut Self::Sinks>;
+
+    /// The sinks are released; the senders are next (a UDP sender waits for its sink's first
+    /// answer here).
+    fn before_senders(&mut self) {}
+    /// Every worker was released at `start_ns`: the start-up lines.
+    fn released(&mut self, _start_ns: u64) {}
+    /// The senders have all ended (called once, before that tick's [`Proto::tick`]); the
+    /// sinks are asked to drain right after.
+    fn senders_ended(&mut self, _now_ns: u64) {}
+    /// Reads every queue's published counters.
+    fn snapshot(&self) -> Self::Snapshot;
+    /// What the first interval is measured from, taken as the workers are released.
+    fn baseline(&self) -> Self::Snapshot;
+    /// The work of every tick, with this tick's snapshot: books, samples, events, warnings.
+    fn tick(&mut self, now_ns: u64, snapshot: &Self::Snapshot);
+    /// Prints one interval from the snapshots at its end and at its start.
+    fn interval(&mut self, span: Span, now: &Self::Snapshot, before: &Self::Snapshot);
+    /// Copies what the reporter sampled itself into the series, before a flush.
+    fn update_series(&self, _series: &mut Self::Series) {}
+    /// Every worker has been joined: the verdict and the last samples are taken here, before
+    /// the exporter's final flush.
+    fn conclude(&mut self) {}
+    /// Prints the summaries from the last snapshot and the workers' outcomes; an error is the
+    /// run's own failure (a failed verdict, no connection).
+    fn summaries(self, last: Self::Snapshot, outcomes: Outcomes<Self>) -> Result<(), Error>
+    where
+        Self: Sized;
+}
+
+/// A started run, ready to be reported to its end.
+pub(crate) struct Session<P: Proto> {
+    proto: P,
+    send_control: Arc<Control>,
+    sink_control: Arc<Control>,
+    sinks_released: bool,
+    interval: Duration,
+    exporter: Option<Exporter<P::Series>>,
+    /// The control server's counters, exported with the run's series.
+    server_stats: Option<Arc<ServerStats>>,
+}
+
+impl<P: Proto> Session<P> {
+    /// A session of `proto`'s groups, stopped through these controls, with interval lines every
+    /// `interval` (none when zero).
+    pub(crate) fn new(
+        proto: P,
+        (send_control, sink_control): (Arc<Control>, Arc<Control>),
+        interval: Duration,
+    ) -> Session<P> {
+        Session {
+            proto,
+            send_control,
+            sink_control,
+            sinks_released: false,
+            interval,
+            exporter: None,
+            server_stats: None,
+        }
+    }
+
+    /// The sinks were released already (a TCP pair starts them before its senders connect).
+    pub(crate) fn sinks_released(mut self) -> Session<P> {
+        self.sinks_released = true;
+        self
+    }
+
+    /// Flushes these series every tick and once at the end (with the control server's counters).
+    pub(crate) fn exporting(
+        mut self,
+        exporter: Option<Exporter<P::Series>>,
+        server_stats: Option<Arc<ServerStats>>,
+    ) -> Session<P> {
+        self.exporter = exporter;
+        self.server_stats = server_stats;
+        self
+    }
+
+    fn flush(&mut self, last: bool) {
+        if let Some(e) = self.exporter.as_mut() {
+            if let Some(stats) = &self.server_stats {
+                super::control_link::export_server_stats(stats);
             }
+            self.proto.update_series(e.series_mut());
+            e.tick(last);
         }
     }
 
-    fn samples(&self) -> (Vec<TxSample>, Vec<RxSample>) {
-        (
-            self.senders
-                .as_ref()
-                .map(|s| s.samples())
-                .unwrap_or_default(),
-            self.sinks.as_ref().map(|s| s.samples()).unwrap_or_default(),
-        )
-    }
-
-    /// Releases the workers (sinks first) and reports until every worker has ended.
-    pub(crate) fn run(mut self, signal: &AtomicBool, on_tick: &mut dyn FnMut(bool)) -> Ended {
-        if let Some(s) = &self.sinks {
-            s.group.release();
-        }
-        if let Some(s) = &self.senders {
-            if !self.link.wait_first_answer(HELLO_WAIT) {
-                say!(
-                    "control: no answer from the sink within {HELLO_WAIT:?}; sending anyway (a sink with a secret counts datagrams only after this sender's hello)"
-                );
-            }
-            s.group.release();
-        }
-        let start = clock::monotonic_ns();
-        say!(
-            "startup: workers released {:.1} ms after launch",
-            clock::ms_since_launch(start)
-        );
-        // Path MTU, IP fragments per datagram and L1 bytes per datagram, for what is sent.
-        let wire = self.senders.as_ref().map(|s| {
-            let (mtu, n) = wire::check_path(s.to, s.size, true).unwrap_or((usize::MAX, 1));
-            let per_class: Vec<u64> = s
-                .sizes
-                .classes
-                .iter()
-                .map(|c| wire::l1_bytes(c.payload, mtu, s.to))
-                .collect();
-            (mtu, n, per_class)
-        });
-        if let (Some((mtu, n, _)), Some(s)) = (&wire, &self.senders)
-            && *n > 1
+    /// Releases the workers (sinks first), reports until every worker has ended, then joins
+    /// them, flushes their last counters and prints the summaries.
+    pub(crate) fn run(mut self, signal: &AtomicBool, clock: &dyn TickClock) -> Ended {
+        if !self.sinks_released
+            && let Some(s) = self.proto.sinks()
         {
-            say!(
-                "send: --allow-fragments: each {}-byte datagram leaves as {n} IP fragments (path MTU {mtu}); pps counts datagrams",
-                s.size
-            );
+            s.release();
         }
-        if let Some(s) = self
-            .senders
-            .as_ref()
-            .filter(|s| s.sizes.is_mix() || s.sizes.has_compact())
-        {
-            say!("send: {}", s.sizes.describe());
+        if self.proto.senders().is_some() {
+            self.proto.before_senders();
         }
-        if let Some(line) = self.senders.as_ref().and_then(|s| s.fields_plan.as_ref()) {
-            say!("{line}");
+        if let Some(s) = self.proto.senders() {
+            s.release();
         }
-        let judge = self
-            .senders
-            .as_ref()
-            .map(|s| Judge::new(s.to, s.target_pps, self.min_rate_ratio, start));
-        let (tx0, rx0) = self.samples();
+        let start = clock.now_ns();
+        self.proto.released(start);
+        let before = self.proto.baseline();
         let interval = self.interval;
-        let mut ticks = UdpTicks {
+        let mut ticks = Ticks {
             session: &mut self,
-            on_tick: &mut *on_tick,
             start,
-            in_process_verdict: None,
-            part_verdicts: None,
-            table_full_said: false,
-            header_due: true,
-            wire,
-            last_events: start,
-            judge,
-            now: Default::default(),
-            before: (tx0, rx0),
+            senders_ended_at: None,
+            now: P::Snapshot::default(),
+            before,
         };
-        let interrupted = ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
-        let UdpTicks {
-            in_process_verdict,
-            mut part_verdicts,
-            wire,
-            judge,
-            ..
-        } = ticks;
-        let verdict = match std::mem::replace(&mut self.verdict, VerdictSource::None) {
-            VerdictSource::None => part_verdicts.as_deref().map(super::part_link::run_verdict),
-            // Its parts are closed when the senders end; a run that ends before is stopped.
-            VerdictSource::Parts(link) => {
-                part_verdicts = Some(link.finish());
-                part_verdicts.as_deref().map(super::part_link::run_verdict)
+        let interrupted = ticker::drive(&mut ticks, clock, signal, start, interval);
+        let outcomes = (
+            self.proto.senders_mut().map(Workers::join),
+            self.proto.sinks_mut().map(Workers::join),
+        );
+        let ring_failed =
+            outcomes.0.iter().flatten().any(failed) || outcomes.1.iter().flatten().any(failed);
+        self.proto.conclude();
+        // Every worker has ended and published its last counters: flush them to the exporter
+        // before printing, so scraped values equal the summary.
+        self.flush(true);
+        let last = self.proto.snapshot();
+        let result = self.proto.summaries(last, outcomes).and_then(|()| {
+            if ring_failed {
+                Err(Error::io(
+                    "a worker's io_uring failed during the run",
+                    std::io::Error::other("see the counts above"),
+                ))
+            } else {
+                Ok(())
             }
-            VerdictSource::InProcess => Some(
-                in_process_verdict
-                    .map(|v| ("this process".to_string(), v))
-                    .ok_or_else(|| "the in-process sink gave no verdict".to_string()),
-            ),
-            VerdictSource::Remote(ask) => Some(
-                self.senders
-                    .as_ref()
-                    .map(|s| s.flow_reports())
-                    .ok_or_else(|| "no senders".to_string())
-                    .and_then(|flows| ask(&flows)),
-            ),
-        };
-        // A constant rate is a one-step schedule: its step is judged by the run's verdict.
-        if let (None, Some(s), Some(v)) = (&part_verdicts, &self.senders, &verdict) {
-            let sent = report::total_tx(&s.samples()).traffic.packets;
-            s.tally.add(sent, v.as_ref().ok().map(|(_, v)| v));
-        }
+        });
         Ended {
-            result: self.finish(
-                on_tick,
-                (verdict, part_verdicts),
-                judge,
-                wire.map_or(1, |w| w.1),
-            ),
+            result,
             interrupted,
         }
     }
-
-    fn finish(
-        self,
-        on_tick: &mut dyn FnMut(bool),
-        (verdict, part_verdicts): (Option<VerdictResult>, Option<Vec<VerdictResult>>),
-        judge: Option<Judge>,
-        fragments: usize,
-    ) -> Result<(), Error> {
-        let mut failed = false;
-        let mut judged = None;
-        // Every worker has ended and published its last counters: flush them to the exporter
-        // before printing, so scraped values equal the summary.
-        on_tick(true);
-        self.say_session_events();
-        let (tx, rx) = self.samples();
-        if let Some(s) = self.senders {
-            let books = super::control_link::part_books(&s);
-            let placement = report::placement_json(&s.queues, s.group.memory());
-            let outcomes = s.group.join();
-            let total = report::total_tx(&tx);
-            let started = outcomes
-                .iter()
-                .flatten()
-                .map(|o| o.started_ns)
-                .min()
-                .unwrap_or(0);
-            let ended = outcomes
-                .iter()
-                .flatten()
-                .map(|o| o.ended_ns)
-                .max()
-                .unwrap_or(0);
-            failed |= outcomes
-                .iter()
-                .any(|o| o.as_ref().is_none_or(|o| o.ring_failed));
-            let duration = ended.saturating_sub(started) as f64 / 1e9;
-            // The first send is queued right as a sender's loop starts.
-            let extra = json!({"epoch": s.epoch, "queues": s.queues.len(),
-                "startup_ms": clock::ms_since_launch(started),
-                "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
-                "target_pps": s.target_pps.map(|r| r.round() as u64),
-                "placement": placement});
-            let mut summary = report::tx_summary_json(&total, duration, extra);
-            let judgement = judge
-                .map(|j| j.finish(&total, duration))
-                .unwrap_or_default();
-            if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
-                into.extend(more.clone());
-            }
-            // The smallest round trip of the sender's clock exchanges; null without them.
-            summary["control_rtt_ns"] = json!(self.link.control_rtt_ns());
-            summary["control_integrity_failures"] = self.link.integrity_json();
-            summary["size"] = json!(s.size);
-            summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
-            summary["burst"] = json!(s.burst);
-            if fragments > 1 {
-                summary["ip_fragments_per_datagram"] = json!(fragments);
-                summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
-            }
-            let verdict_line = verdict
-                .as_ref()
-                .map(|v| report::attach_verdict(&mut summary, v));
-            say!(
-                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",
-                summary["tx_packets"],
-                summary["tx_bytes"],
-                report::errors_text(&total.traffic.errors),
-                duration,
-                summary["pps"],
-                summary["bps"],
-                judgement.rate_words,
-                summary["startup_ms"]
-            );
-            if let Some(line) = verdict_line {
-                say!("{line}");
-            }
-            if fragments > 1 {
-                say!(
-                    "send: IP fragments sent: {} ({fragments} per datagram)",
-                    total.traffic.packets * fragments as u64
-                );
-            }
-            for line in &judgement.warnings {
-                say!("{line}");
-            }
-            judged = judgement.failure;
-            if let Some(schedule) = &s.schedule {
-                let parts = part_verdicts.as_deref().unwrap_or_default();
-                for (line, json) in super::steps::step_reports(schedule, &books, parts) {
-                    say!("{line}");
-                    if self.json {
-                        crate::output::json_line(&json);
-                    }
-                }
-            }
-            if self.json {
-                crate::output::json_line(&summary);
-            }
-        }
-        if let Some(s) = self.sinks {
-            let placement = report::placement_json(&s.queues, s.group.memory());
-            let outcomes = s.group.join();
-            failed |= outcomes
-                .iter()
-                .any(|o| o.as_ref().is_none_or(|o| o.ring_failed));
-            let mut total = report::total_rx(&rx);
-            total.traffic.lost += s.registry.unseen_lost();
-            let first = outcomes
-                .iter()
-                .flatten()
-                .filter_map(|o| o.active)
-                .map(|a| a.0)
-                .min();
-            let last = outcomes
-                .iter()
-                .flatten()
-                .filter_map(|o| o.active)
-                .map(|a| a.1)
-                .max();
-            let duration = match (first, last) {
-                (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e9,
-                _ => 0.0,
-            };
-            let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
-            for o in outcomes.into_iter().flatten() {
-                match latency.as_mut() {
-                    Some(h) => {
-                        let _ = h.add(&o.latency);
-                    }
-                    None => latency = Some(o.latency),
-                }
-            }
-            let latency = latency.filter(|h| !h.is_empty());
-            let senders = s.registry.rows(true);
-            // Rates over the time some session received packets: never across idle gaps.
-            let active = match s.registry.active_ns() {
-                0 => duration,
-                ns => ns as f64 / 1e9,
-            };
-            let extra = json!({"queues": s.queues.len(), "latency": latency.as_ref().map(report::latency_hdr_json),
-                "span_s": (duration * 1000.0).round() / 1000.0,
-                "startup_ms": clock::ms_since_launch(s.ready_ns),
-                "first_packet_ms": first.map(clock::ms_since_launch),
-                "senders": report::senders_json(&senders),
-                "sizes": report::rx_sizes_json(&s.sizes, &senders),
-                "placement": placement});
-            let mut summary = report::rx_summary_json(&total, active, extra);
-            let (shares, shares_line) = report::queue_shares(&rx, &s.queues);
-            if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
-                into.extend(more);
-            }
-            say!(
-                "{}",
-                report::sink_summary_line(&summary, &total, active, duration, latency.as_ref())
-            );
-            if let Some(line) = shares_line {
-                say!("{line}");
-            }
-            for line in report::sender_lines(&senders) {
-                say!("{line}");
-            }
-            if self.json {
-                crate::output::json_line(&summary);
-            }
-        }
-        if let Some(why) = judged {
-            return Err(Error::io("the run failed", std::io::Error::other(why)));
-        }
-        if failed {
-            return Err(Error::io(
-                "a worker's io_uring failed during the run",
-                std::io::Error::other("see the counts above"),
-            ));
-        }
-        Ok(())
-    }
 }
 
-/// One UDP run as the reporting loop drives it: the session and what the loop keeps between
-/// ticks (the samples of the last interval, the verdicts taken when the senders ended, the
-/// judge of the achieved rate).
-struct UdpTicks<'a> {
-    session: &'a mut Session,
-    on_tick: &'a mut dyn FnMut(bool),
+/// A worker that panicked, or whose ring failed.
+fn failed<O: Outcome>(outcome: &Option<O>) -> bool {
+    outcome.as_ref().is_none_or(Outcome::ring_failed)
+}
+
+/// The session as the reporting loop drives it, with what it keeps between ticks.
+struct Ticks<'a, P: Proto> {
+    session: &'a mut Session<P>,
     start: u64,
-    in_process_verdict: Option<RunVerdict>,
-    part_verdicts: Option<Vec<VerdictResult>>,
-    table_full_said: bool,
-    header_due: bool,
-    /// Path MTU, IP fragments per datagram and L1 bytes per datagram of each size class.
-    wire: Option<(usize, usize, Vec<u64>)>,
-    last_events: u64,
-    judge: Option<Judge>,
-    /// The samples of this tick, and of the last interval's end.
-    now: (Vec<TxSample>, Vec<RxSample>),
-    before: (Vec<TxSample>, Vec<RxSample>),
+    senders_ended_at: Option<u64>,
+    /// The snapshot of this tick, and of the last interval's end.
+    now: P::Snapshot,
+    before: P::Snapshot,
 }
 
-impl Ticked for UdpTicks<'_> {
+impl<P: Proto> Ticked for Ticks<'_, P> {
     fn sends(&self) -> bool {
-        self.session.senders.is_some()
+        self.session.proto.senders().is_some()
     }
 
     fn senders_finished(&self) -> bool {
-        self.session
-            .senders
-            .as_ref()
-            .is_none_or(|s| s.group.finished())
+        self.session.proto.senders().is_none_or(Workers::finished)
     }
 
     fn sinks_finished(&self) -> bool {
-        self.session
-            .sinks
-            .as_ref()
-            .is_none_or(|s| s.group.finished())
+        self.session.proto.sinks().is_none_or(Workers::finished)
     }
 
     fn interrupt(&mut self) {
-        // Senders stop at once; sinks stop too, or, when this process also sends, drain what
-        // is still on the way so the books close.
-        self.session.send_control.request_stop();
-        if self.session.senders.is_none() {
-            self.session.sink_control.request_stop();
+        // Senders stop at once; sinks stop too, or drain what is still on the way.
+        let s = &*self.session;
+        s.send_control.request_stop();
+        if !(P::DRAIN_AFTER_INTERRUPT && self.sends()) {
+            s.sink_control.request_stop();
         }
     }
 
-    fn senders_ended(&mut self, _now_ns: u64) {
-        let s = &mut *self.session;
-        match std::mem::replace(&mut s.verdict, VerdictSource::None) {
-            VerdictSource::Parts(link) => self.part_verdicts = Some(link.finish()),
-            other => {
-                s.verdict = other;
-                self.in_process_verdict = s.in_process_goodbye();
-            }
-        }
-        s.sink_control.request_drain();
+    fn senders_ended(&mut self, now_ns: u64) {
+        self.senders_ended_at = Some(now_ns);
+        self.session.proto.senders_ended(now_ns);
+        self.session.sink_control.request_drain();
     }
 
     fn tick(&mut self, now_ns: u64) {
-        (self.on_tick)(false);
-        self.now = self.session.samples();
-        let (tx, rx) = &self.now;
-        if !self.table_full_said
-            && let Some(line) = self
-                .session
-                .sinks
-                .as_ref()
-                .and_then(|s| s.table_full_line(rx))
+        if let (Some(at), Some(bound)) = (self.senders_ended_at, P::DRAIN_BOUND)
+            && now_ns - at > bound.as_nanos() as u64
         {
-            say!("{line}");
-            self.table_full_said = true;
+            self.session.sink_control.request_stop();
         }
-        if now_ns - self.last_events >= EVENTS_EVERY_NS {
-            self.session.say_session_events();
-            self.last_events = now_ns;
-        }
-        if let Some(line) = self
-            .judge
-            .as_mut()
-            .and_then(|j| j.tick(now_ns, &report::total_tx(tx)))
-        {
-            say!("{line}");
-        }
+        self.now = self.session.proto.snapshot();
+        self.session.proto.tick(now_ns, &self.now);
+        self.session.flush(false);
     }
 
     fn interval(&mut self, from_ns: u64, now_ns: u64) {
-        let seconds = (now_ns - from_ns) as f64 / 1e9;
-        let elapsed = (now_ns - self.start) as f64 / 1e9;
-        let wire_l1 = self
-            .wire
-            .as_ref()
-            .filter(|_| self.session.wire_rate)
-            .map(|w| w.2.as_slice());
-        self.session.print_interval(
-            elapsed,
-            seconds,
-            self.header_due,
-            (&self.now.0, &self.now.1),
-            (&self.before.0, &self.before.1),
-            wire_l1,
-        );
-        self.header_due = false;
-        // The next tick samples `now` afresh before any interval reads it.
+        let span = Span {
+            run_start_ns: self.start,
+            from_ns,
+            to_ns: now_ns,
+        };
+        self.session.proto.interval(span, &self.now, &self.before);
+        // The next tick takes `now` afresh before any interval reads it.
         self.before = std::mem::take(&mut self.now);
     }
 }
+
+#[cfg(test)]
+mod tests;

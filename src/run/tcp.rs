@@ -10,9 +10,10 @@ use std::{sync::Arc, time::Duration};
 use super::{
     control_link::SenderLink,
     plan::TcpPlan,
+    session::Session,
     tcp_control::{self, HANDOFF_SLOTS},
     tcp_groups::{start_senders, start_sinks},
-    tcp_report::Reporter,
+    tcp_report::TcpReport,
 };
 use crate::{
     error::Error,
@@ -92,6 +93,7 @@ impl TcpRunSpec {
 impl super::pipeline::Transport for TcpRunSpec {
     type Senders = super::tcp_groups::TcpSenders;
     type Sinks = super::tcp_groups::TcpSinks;
+    type Report = TcpReport;
 
     fn fd_needs(&self) -> super::fds::Needs {
         let (sockets, queues) = self.fds();
@@ -161,7 +163,7 @@ impl super::pipeline::Transport for TcpRunSpec {
         Ok(Some(senders))
     }
 
-    fn abandon_sinks(&self, sinks: Self::Sinks) {
+    fn abandon_sinks(&self, mut sinks: Self::Sinks) {
         // Only a pair has senders that can fail to start, and its sinks are released already.
         sinks.group.join();
     }
@@ -174,11 +176,10 @@ impl super::pipeline::Transport for TcpRunSpec {
             .collect()
     }
 
-    fn link_and_report(
+    fn link(
         self,
         run: super::pipeline::Started<Self::Senders, Self::Sinks>,
-        signal: &std::sync::atomic::AtomicBool,
-    ) -> Result<super::pipeline::Reported, Error> {
+    ) -> Result<super::pipeline::Linked<TcpReport>, Error> {
         let is_pair = run.senders.is_some() && run.sinks.is_some();
         let mut started = self.started;
         if let Some(line) = started.start_line.take() {
@@ -210,32 +211,28 @@ impl super::pipeline::Transport for TcpRunSpec {
             (Some(_), None) => (Some(tcp_control::off()), None),
             (None, _) => (None, None),
         };
-        let sink = run
-            .sinks
-            .as_ref()
-            .map(|_| (run.sink_control, started.sink_duration));
-        let mut reporter = Reporter::new(
-            self.plan.output.json,
-            self.plan.output.interval,
-            run.senders,
-            run.sinks,
-            run.send_control,
-            sink,
-        );
-        if is_pair {
-            reporter = reporter.pair_released();
-        }
-        let ended = reporter
-            .with_metrics(run.exporting)
+        let sink_duration = started
+            .sink_duration
+            .filter(|_| run.sinks.is_some())
+            .map(|d| (Arc::clone(&run.sink_control), d));
+        let report = TcpReport::new(self.plan.output.json, run.senders, run.sinks, sink_duration)
             .with_control(started.books, ask)
-            .with_link(refused.clone())
-            .with_control_stats(started.server.as_ref().map(|s| s.stats()))
-            .run(signal);
-        if let Some(s) = started.server {
-            s.stop();
+            .with_link(refused.clone());
+        let exporter = run
+            .exporting
+            .then(|| crate::metrics::Exporter::new(report.series()));
+        let mut session = Session::new(
+            report,
+            (run.send_control, run.sink_control),
+            self.plan.output.interval,
+        )
+        .exporting(exporter, started.server.as_ref().map(|s| s.stats()));
+        if is_pair {
+            session = session.sinks_released();
         }
-        Ok(super::pipeline::Reported {
-            ended,
+        Ok(super::pipeline::Linked {
+            session,
+            server: started.server,
             link: refused,
         })
     }

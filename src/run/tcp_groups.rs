@@ -7,7 +7,7 @@ use crate::{
     error::Error,
     report::{self, QueueView},
     sender::tcp::{TcpSendConfig, TcpSendOutcome, TcpSendShared, TcpSendWorker},
-    sink::tcp::{TcpSinkConfig, TcpSinkShared, TcpSinkWorker},
+    sink::tcp::{TcpSinkConfig, TcpSinkOutcome, TcpSinkShared, TcpSinkWorker},
     worker::{self, Control},
 };
 
@@ -32,7 +32,7 @@ pub(crate) struct TcpSinks {
     /// Counters per queue.
     pub(crate) shared: Vec<Arc<TcpSinkShared>>,
     /// The threads.
-    pub(crate) group: worker::Group<()>,
+    pub(crate) group: worker::Group<TcpSinkOutcome>,
 }
 
 impl TcpSenders {

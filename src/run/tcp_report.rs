@@ -1,58 +1,69 @@
-//! The reporter of TCP runs: releases the workers, prints pktgen-style live lines (Gbit/s,
-//! records/s, connections up, reconnects) and `--json` interval lines, decides when the run
-//! ends, and prints one summary line per role with `"protocol":"tcp"`.
+//! TCP's side of a run's reporting session: pktgen-style live lines (Gbit/s, records/s,
+//! connections up, reconnects), `--json` interval lines, the TCP_INFO of the senders'
+//! connections, the sink's books of closed connections, and one summary line per role with
+//! `"protocol":"tcp"`.
 //!
 //! It only reads what the workers publish (and books the TCP sink's closed connections each
 //! tick, see `sink::tcp::books`). A pair run drains: once the senders are done, the
 //! sinks stop as soon as every connection has ended (at most 3 s later).
 
-use std::{
-    sync::{Arc, atomic::AtomicBool},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use serde_json::{Map, Value, json};
 
 mod summary;
 
+use super::session::{Outcomes, Proto, Span};
 use super::tcp_control::AskTcpSink;
 use super::tcp_groups::{TcpSenders, TcpSinks};
-use super::ticker::{self, Ended, Ticked};
-use crate::metrics::{Exporter, tcp::TcpHandles};
+use crate::metrics::ctx::CtxSample;
+use crate::metrics::tcp::TcpHandles;
 use crate::sender::tcp::info::{QueueInfo, Sampler};
-use crate::{
-    clock, error::Error, say, sender::tcp::TxCounters, sink::tcp::RxCounters, worker::Control,
-};
+use crate::sender::tcp::{TcpSendOutcome, TxCounters};
+use crate::sink::tcp::{RxCounters, TcpSinkOutcome, books::TcpBooks};
+use crate::worker::{self, Control, Group};
+use crate::{clock, error::Error, say};
 
-const DRAIN_BOUND_NS: u64 = 3_000_000_000;
-
-/// Reports one TCP run to its end.
-pub(crate) struct Reporter {
+/// A started TCP run as its session reports it.
+pub(crate) struct TcpReport {
     json: bool,
-    interval: Duration,
     senders: Option<TcpSenders>,
     sinks: Option<TcpSinks>,
-    send_control: Arc<Control>,
-    sink_control: Option<Arc<Control>>,
-    sink_duration: Option<Duration>,
-    sinks_released: bool,
+    /// A sink-only run's `--duration`, and the sinks' control to stop them when it is up.
+    sink_duration: Option<(Arc<Control>, Duration)>,
     target_rps: Option<f64>,
     rr: bool,
-    /// The run's series, when metrics are on.
-    exporter: Option<Exporter<TcpHandles>>,
     /// The sink's per-sender books.
-    books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
+    books: Option<Arc<TcpBooks>>,
     /// Asks the sink for this sender run's verdict at the end.
     ask: Option<AskTcpSink>,
     /// TCP_INFO of the senders' connections, and the last sample per queue.
     info: Option<Sampler>,
     last_info: Vec<QueueInfo>,
-    /// The TCP sink's control server counters, exported with the metrics.
-    control_stats: Option<Arc<crate::control::server::ServerStats>>,
     /// The summaries' `placement` arrays (queue, node, CPU, packet memory), taken at set-up.
     placement: (Option<Value>, Option<Value>),
     /// What the sender's control channel found out (its round trip, for the summary).
     link: Option<Arc<super::link_state::LinkState>>,
+    /// What the report learns as the run goes.
+    state: TcpState,
+}
+
+/// What the TCP report keeps between ticks: the run's start, the context switches since, the
+/// sink's active span and the last TCP_INFO sample's time; at the end, the sink's verdict.
+#[derive(Default)]
+struct TcpState {
+    start: u64,
+    ctx_start: CtxSample,
+    ctx_last: CtxSample,
+    /// The sink's active span: first and last tick at which its byte count moved.
+    rx_first: Option<u64>,
+    rx_last: u64,
+    rx_seen: u64,
+    prev_tick: u64,
+    last_info_at: u64,
+    /// When every worker had ended, and the verdict then asked for.
+    end: u64,
+    verdict: Option<super::tcp_control::TcpVerdictResult>,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -86,7 +97,7 @@ fn info_json(line: &mut Map<String, Value>, infos: &[QueueInfo]) {
 
 /// Every queue's counters summed, per role (the latency and RTT cells inside).
 #[derive(Clone, Default)]
-struct Snapshot {
+pub(crate) struct Snapshot {
     tx: TxCounters,
     rx: RxCounters,
 }
@@ -138,26 +149,22 @@ fn interval_json(
     crate::output::json_line(&Value::Object(counters));
 }
 
-impl Reporter {
-    /// A reporter for these groups; `sink` is the sinks' control and a sink-only duration.
+impl TcpReport {
+    /// A report of these groups; `sink_duration` is a sink-only run's `--duration` and the
+    /// sinks' control.
     pub(crate) fn new(
         json: bool,
-        interval: Duration,
         senders: Option<TcpSenders>,
         sinks: Option<TcpSinks>,
-        send_control: Arc<Control>,
-        sink: Option<(Arc<Control>, Option<Duration>)>,
-    ) -> Reporter {
-        let (sink_control, sink_duration) = sink.map_or((None, None), |(c, d)| (Some(c), d));
-        Reporter {
+        sink_duration: Option<(Arc<Control>, Duration)>,
+    ) -> TcpReport {
+        TcpReport {
             target_rps: senders.as_ref().and_then(|s| s.target_rps),
             rr: senders.as_ref().is_some_and(|s| s.rr),
-            exporter: None,
             books: None,
             ask: None,
             info: senders.as_ref().map(|s| Sampler::new(s.shared.clone())),
             last_info: Vec::new(),
-            control_stats: None,
             placement: (
                 senders
                     .as_ref()
@@ -168,78 +175,57 @@ impl Reporter {
             ),
             link: None,
             json,
-            interval,
             senders,
             sinks,
-            send_control,
-            sink_control,
             sink_duration,
-            sinks_released: false,
+            state: TcpState::default(),
         }
     }
 
-    /// Registers the TCP series (at 0) when `addr` is given; the exporter must be installed.
-    pub(crate) fn with_metrics(mut self, on: bool) -> Reporter {
-        if on {
-            let tx: Vec<_> = self
-                .senders
-                .iter()
-                .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
-                .collect();
-            let rx: Vec<_> = self
-                .sinks
-                .iter()
-                .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
-                .collect();
-            self.exporter = Some(Exporter::new(TcpHandles::register(
-                &tx,
-                &rx,
-                crate::metrics::ctx::sample(),
-            )));
-            if let Some(s) = &self.senders {
-                crate::metrics::set_memory("send", &s.queues, s.group.memory());
-            }
-            if let Some(s) = &self.sinks {
-                crate::metrics::set_memory("sink", &s.queues, s.group.memory());
-            }
+    /// Registers the TCP series (at 0), with the sink's per-sender books; the exporter must be
+    /// installed.
+    pub(crate) fn series(&self) -> TcpHandles {
+        let tx: Vec<_> = self
+            .senders
+            .iter()
+            .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
+            .collect();
+        let rx: Vec<_> = self
+            .sinks
+            .iter()
+            .flat_map(|s| s.queues.iter().copied().zip(s.shared.iter().cloned()))
+            .collect();
+        let mut series = TcpHandles::register(&tx, &rx, crate::metrics::ctx::sample());
+        series.senders = self
+            .books
+            .clone()
+            .map(crate::metrics::tcp_senders::TcpSenderSeries::new);
+        if let Some(s) = &self.senders {
+            crate::metrics::set_memory("send", &s.queues, s.group.memory());
         }
-        self
+        if let Some(s) = &self.sinks {
+            crate::metrics::set_memory("sink", &s.queues, s.group.memory());
+        }
+        series
     }
 
     /// The sink's per-sender books (a sink run) and how to ask for the verdict (a sender run).
     pub(crate) fn with_control(
         mut self,
-        books: Option<Arc<crate::sink::tcp::books::TcpBooks>>,
+        books: Option<Arc<TcpBooks>>,
         ask: Option<AskTcpSink>,
-    ) -> Reporter {
-        if let Some(e) = self.exporter.as_mut() {
-            e.series_mut().senders = books
-                .clone()
-                .map(crate::metrics::tcp_senders::TcpSenderSeries::new);
-        }
+    ) -> TcpReport {
         self.books = books;
         self.ask = ask;
         self
     }
 
-    /// The TCP sink's control server counters (`ringblast_rx_control_connections_total`).
-    pub(crate) fn with_control_stats(
-        mut self,
-        stats: Option<Arc<crate::control::server::ServerStats>>,
-    ) -> Reporter {
-        self.control_stats = stats;
-        self
-    }
-
     /// What the sender's control channel finds out (none with `--control off`).
-    pub(crate) fn with_link(mut self, link: Option<Arc<super::link_state::LinkState>>) -> Reporter {
+    pub(crate) fn with_link(
+        mut self,
+        link: Option<Arc<super::link_state::LinkState>>,
+    ) -> TcpReport {
         self.link = link;
-        self
-    }
-
-    /// The sinks were released already (a pair starts them before the senders).
-    pub(crate) fn pair_released(mut self) -> Reporter {
-        self.sinks_released = true;
         self
     }
 
@@ -321,66 +307,116 @@ impl Reporter {
             per(machine),
         );
     }
+}
 
-    /// Runs until the run ends, then prints the summaries.
-    pub(crate) fn run(mut self, signal: &AtomicBool) -> Ended {
-        if let Some(s) = &self.sinks
-            && !self.sinks_released
-        {
-            s.group.release();
-        }
-        if let Some(s) = &self.senders {
-            s.group.release();
-        }
-        let start = clock::monotonic_ns();
-        let ctx_start = crate::metrics::ctx::sample();
-        let interval = self.interval;
-        let mut ticks = TcpTicks {
-            reporter: &mut self,
-            start,
-            ctx_last: ctx_start,
-            last: Snapshot::default(),
-            snap: Snapshot::default(),
-            senders_done_at: None,
-            rx_first: None,
-            rx_last: start,
-            rx_seen: 0,
-            prev_tick: start,
-            last_info_at: 0,
+impl Proto for TcpReport {
+    type Senders = Group<TcpSendOutcome>;
+    type Sinks = Group<TcpSinkOutcome>;
+    type Snapshot = Snapshot;
+    type Series = TcpHandles;
+
+    const DRAIN_AFTER_INTERRUPT: bool = false;
+    const DRAIN_BOUND: Option<Duration> = Some(Duration::from_secs(3));
+
+    fn senders(&self) -> Option<&Self::Senders> {
+        self.senders.as_ref().map(|s| &s.group)
+    }
+
+    fn senders_mut(&mut self) -> Option<&mut Self::Senders> {
+        self.senders.as_mut().map(|s| &mut s.group)
+    }
+
+    fn sinks(&self) -> Option<&Self::Sinks> {
+        self.sinks.as_ref().map(|s| &s.group)
+    }
+
+    fn sinks_mut(&mut self) -> Option<&mut Self::Sinks> {
+        self.sinks.as_mut().map(|s| &mut s.group)
+    }
+
+    fn released(&mut self, start_ns: u64) {
+        let ctx = crate::metrics::ctx::sample();
+        self.state = TcpState {
+            start: start_ns,
+            ctx_start: ctx,
+            ctx_last: ctx,
+            rx_last: start_ns,
+            prev_tick: start_ns,
+            ..TcpState::default()
         };
-        let interrupted = ticker::drive(&mut ticks, &ticker::Monotonic, signal, start, interval);
-        let (rx_first, rx_last) = (ticks.rx_first, ticks.rx_last);
-        let secs = |ns: u64| (ns - start) as f64 / 1e9;
-        let end = clock::monotonic_ns();
-        let ctx = crate::metrics::ctx::delta(&ctx_start, &crate::metrics::ctx::sample());
-        let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
-        let rx_shared: Vec<_> = self.sinks.iter().flat_map(|g| g.shared.clone()).collect();
-        let mut ring_failed = false;
-        let mut tx_span = None;
-        if let Some(s) = self.senders.take() {
-            let outcomes = s.group.join();
-            ring_failed |= outcomes.iter().any(|o| o.is_none_or(|o| o.ring_failed));
-            let first = outcomes.iter().flatten().map(|o| o.started_ns).min();
-            let last = outcomes.iter().flatten().map(|o| o.ended_ns).max();
-            tx_span = first.zip(last).map(|(a, b)| (b - a) as f64 / 1e9);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        TcpReport::snapshot(self)
+    }
+
+    fn baseline(&self) -> Snapshot {
+        // Every interval's rates count from zero: the first one holds what was sent as the
+        // workers started.
+        Snapshot::default()
+    }
+
+    fn tick(&mut self, now: u64, snapshot: &Snapshot) {
+        if let Some((control, d)) = &self.sink_duration
+            && now - self.state.start >= d.as_nanos() as u64
+        {
+            control.request_stop();
         }
-        if let Some(s) = self.sinks.take() {
-            s.group.join();
+        if let Some(b) = &self.books {
+            b.tick();
         }
+        if let Some(sampler) = self.info.as_mut()
+            && now - self.state.last_info_at >= INFO_EVERY_NS
+        {
+            let fresh = sampler.sample();
+            keep_open_samples(&mut self.last_info, fresh);
+            self.state.last_info_at = now;
+        }
+        let state = &mut self.state;
+        let rx_bytes = snapshot.rx.rx_bytes;
+        if rx_bytes != state.rx_seen {
+            state.rx_first.get_or_insert(state.prev_tick);
+            state.rx_last = now;
+            state.rx_seen = rx_bytes;
+        }
+        state.prev_tick = now;
+    }
+
+    fn interval(&mut self, span: Span, now: &Snapshot, before: &Snapshot) {
+        let ctx_now = crate::metrics::ctx::sample();
+        self.interval_lines(now, before, span.start_s(), span.end_s());
+        if self.rr {
+            let ctx = crate::metrics::ctx::delta(&self.state.ctx_last, &ctx_now);
+            self.rr_line(now, before, span.end_s() - span.start_s(), ctx);
+        }
+        self.state.ctx_last = ctx_now;
+    }
+
+    fn update_series(&self, series: &mut TcpHandles) {
+        series.info.clone_from(&self.last_info);
+    }
+
+    fn conclude(&mut self) {
+        self.state.end = clock::monotonic_ns();
         // The workers have closed every connection and booked each one's final retransmits.
         if let Some(sampler) = self.info.as_mut() {
             let fresh = sampler.sample();
             keep_open_samples(&mut self.last_info, fresh);
         }
-        let snap = snapshot(tx_shared.iter(), rx_shared.iter());
-        if let Some(e) = self.exporter.as_mut() {
-            e.series_mut().info.clone_from(&self.last_info);
-            e.tick(true);
-        }
-        let verdict = self.ask.take().map(|ask| ask(&tx_shared));
+        let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
+        self.state.verdict = self.ask.take().map(|ask| ask(&tx_shared));
+    }
+
+    fn summaries(self, snap: Snapshot, (send, _): Outcomes<Self>) -> Result<(), Error> {
+        let state = &self.state;
+        let secs = |ns: u64| (ns - state.start) as f64 / 1e9;
+        let ctx = crate::metrics::ctx::delta(&state.ctx_start, &crate::metrics::ctx::sample());
         let mut result = Ok(());
-        if let Some(span) = tx_span {
-            self.send_summary(&snap, span, ctx, verdict.as_ref());
+        if let Some(outcomes) = send {
+            // A sender group whose every worker panicked has no span, and no summary.
+            if let Some(span) = worker::span(&outcomes).map(|(a, b)| (b - a) as f64 / 1e9) {
+                self.send_summary(&snap, span, ctx, state.verdict.as_ref());
+            }
             if snap.tx.connects == 0 {
                 result = Err(Error::io(
                     "tcp send",
@@ -390,130 +426,12 @@ impl Reporter {
                 ));
             }
         }
-        if self.sink_control.is_some() {
-            let span = rx_first.map_or(0.0, |f| (rx_last - f) as f64 / 1e9);
-            self.sink_summary(&snap, span, secs(end));
+        if self.sinks.is_some() {
+            let span = state
+                .rx_first
+                .map_or(0.0, |f| (state.rx_last - f) as f64 / 1e9);
+            self.sink_summary(&snap, span, secs(state.end));
         }
-        if ring_failed {
-            result = Err(Error::io(
-                "io_uring_enter",
-                std::io::Error::other("a worker's ring failed"),
-            ));
-        }
-        Ended {
-            result,
-            interrupted,
-        }
-    }
-}
-
-/// One TCP run as the reporting loop drives it: the reporter and what the loop keeps between
-/// ticks (the snapshots of this tick and of the last interval, the drain's start, the sink's
-/// active span).
-struct TcpTicks<'a> {
-    reporter: &'a mut Reporter,
-    start: u64,
-    ctx_last: crate::metrics::ctx::CtxSample,
-    last: Snapshot,
-    snap: Snapshot,
-    senders_done_at: Option<u64>,
-    /// The sink's active span: first and last tick at which its byte count moved.
-    rx_first: Option<u64>,
-    rx_last: u64,
-    rx_seen: u64,
-    prev_tick: u64,
-    last_info_at: u64,
-}
-
-impl Ticked for TcpTicks<'_> {
-    fn sends(&self) -> bool {
-        self.reporter.senders.is_some()
-    }
-
-    fn senders_finished(&self) -> bool {
-        self.reporter
-            .senders
-            .as_ref()
-            .is_none_or(|s| s.group.finished())
-    }
-
-    fn sinks_finished(&self) -> bool {
-        self.reporter
-            .sinks
-            .as_ref()
-            .is_none_or(|s| s.group.finished())
-    }
-
-    fn interrupt(&mut self) {
-        self.reporter.send_control.request_stop();
-        if let Some(c) = &self.reporter.sink_control {
-            c.request_stop();
-        }
-    }
-
-    fn senders_ended(&mut self, now_ns: u64) {
-        self.senders_done_at = Some(now_ns);
-        if let Some(c) = &self.reporter.sink_control {
-            c.request_drain();
-        }
-    }
-
-    fn tick(&mut self, now: u64) {
-        let r = &mut *self.reporter;
-        if let (Some(at), Some(c)) = (self.senders_done_at, &r.sink_control)
-            && now - at > DRAIN_BOUND_NS
-        {
-            c.request_stop();
-        }
-        if let (Some(d), Some(c)) = (r.sink_duration, &r.sink_control)
-            && now - self.start >= d.as_nanos() as u64
-        {
-            c.request_stop();
-        }
-        if let Some(b) = &r.books {
-            b.tick();
-        }
-        if let Some(sampler) = r.info.as_mut()
-            && now - self.last_info_at >= INFO_EVERY_NS
-        {
-            let fresh = sampler.sample();
-            keep_open_samples(&mut r.last_info, fresh);
-            self.last_info_at = now;
-            if let Some(e) = r.exporter.as_mut() {
-                e.series_mut().info.clone_from(&r.last_info);
-            }
-        }
-        self.snap = r.snapshot();
-        if let Some(e) = r.exporter.as_mut() {
-            if let Some(stats) = &r.control_stats {
-                super::control_link::export_server_stats(stats);
-            }
-            e.tick(false);
-        }
-        let rx_bytes = self.snap.rx.rx_bytes;
-        if rx_bytes != self.rx_seen {
-            self.rx_first.get_or_insert(self.prev_tick);
-            self.rx_last = now;
-            self.rx_seen = rx_bytes;
-        }
-        self.prev_tick = now;
-    }
-
-    fn interval(&mut self, from_ns: u64, now_ns: u64) {
-        let secs = |ns: u64| (ns - self.start) as f64 / 1e9;
-        let ctx_now = crate::metrics::ctx::sample();
-        self.reporter
-            .interval_lines(&self.snap, &self.last, secs(from_ns), secs(now_ns));
-        if self.reporter.rr {
-            self.reporter.rr_line(
-                &self.snap,
-                &self.last,
-                secs(now_ns) - secs(from_ns),
-                crate::metrics::ctx::delta(&self.ctx_last, &ctx_now),
-            );
-        }
-        self.ctx_last = ctx_now;
-        // The next tick takes `snap` afresh before any interval reads it.
-        self.last = std::mem::take(&mut self.snap);
+        result
     }
 }

@@ -104,23 +104,25 @@ pub(crate) fn drive(
     }
 }
 
+/// A clock for tests that moves by exactly the period asked for at each sleep.
+#[cfg(test)]
+pub(crate) struct FakeClock(pub(crate) std::cell::Cell<u64>);
+
+#[cfg(test)]
+impl TickClock for FakeClock {
+    fn now_ns(&self) -> u64 {
+        self.0.get()
+    }
+    fn sleep(&self, period: Duration) {
+        self.0.set(self.0.get() + period.as_nanos() as u64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
 
     use super::*;
-
-    /// A clock that moves one tick per sleep.
-    struct FakeClock(Cell<u64>);
-
-    impl TickClock for FakeClock {
-        fn now_ns(&self) -> u64 {
-            self.0.get()
-        }
-        fn sleep(&self, period: Duration) {
-            self.0.set(self.0.get() + period.as_nanos() as u64);
-        }
-    }
 
     /// A run whose senders end after `send_ticks` ticks and whose sinks end `drain_ticks`
     /// after they are told the senders ended (or at once on an interrupt).

@@ -219,7 +219,7 @@ impl TrialSender {
     }
 
     /// Stops the workers, and keeps `/metrics` up for `--metrics-linger`.
-    pub(crate) fn stop(self, signal: &std::sync::atomic::AtomicBool) {
+    pub(crate) fn stop(mut self, signal: &std::sync::atomic::AtomicBool) {
         self.control.request_stop();
         self.senders.group.join();
         if let Some(mut e) = self.exporter {

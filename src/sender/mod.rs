@@ -132,6 +132,16 @@ pub(crate) struct SenderOutcome {
     pub(crate) ring_failed: bool,
 }
 
+impl crate::worker::Outcome for SenderOutcome {
+    fn ring_failed(&self) -> bool {
+        self.ring_failed
+    }
+
+    fn span(&self) -> Option<(u64, u64)> {
+        Some((self.started_ns, self.ended_ns))
+    }
+}
+
 /// A sender worker, set up and ready to run on its thread.
 pub(crate) struct SenderWorker {
     // Sockets must outlive the ring's in-flight sends, so they are declared after `engine`.

@@ -167,6 +167,16 @@ pub(crate) struct SinkOutcome {
     pub(crate) ring_failed: bool,
 }
 
+impl crate::worker::Outcome for SinkOutcome {
+    fn ring_failed(&self) -> bool {
+        self.ring_failed
+    }
+
+    fn span(&self) -> Option<(u64, u64)> {
+        self.active
+    }
+}
+
 /// A sink worker, set up and ready to run on its thread.
 pub(crate) struct SinkWorker {
     engine: Engine,

@@ -3,14 +3,14 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Reporter, Snapshot, rate, si};
+use super::{Snapshot, TcpReport, rate, si};
 use crate::{
     run::tcp_control::{self, TcpVerdictResult},
     say,
     stats::{LATENCY_BOUNDS_NS, LATENCY_CELLS, latency_quantile_bound},
 };
 
-impl Reporter {
+impl TcpReport {
     pub(super) fn send_summary(
         &self,
         snap: &Snapshot,

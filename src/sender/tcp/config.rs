@@ -163,3 +163,13 @@ pub(crate) struct TcpSendOutcome {
     /// A fatal ring error ended the run early.
     pub(crate) ring_failed: bool,
 }
+
+impl crate::worker::Outcome for TcpSendOutcome {
+    fn ring_failed(&self) -> bool {
+        self.ring_failed
+    }
+
+    fn span(&self) -> Option<(u64, u64)> {
+        Some((self.started_ns, self.ended_ns))
+    }
+}

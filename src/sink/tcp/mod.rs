@@ -427,16 +427,35 @@ impl TcpSinkWorker {
     }
 }
 
+/// What a TCP sink worker reports when it ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TcpSinkOutcome {
+    /// A fatal ring error ended the worker early.
+    pub(crate) ring_failed: bool,
+}
+
+impl crate::worker::Outcome for TcpSinkOutcome {
+    fn ring_failed(&self) -> bool {
+        self.ring_failed
+    }
+
+    /// A TCP sink's active span is the reporter's (the ticks at which its byte count moved).
+    fn span(&self) -> Option<(u64, u64)> {
+        None
+    }
+}
+
 impl Job for TcpSinkWorker {
-    type Output = ();
+    type Output = TcpSinkOutcome;
 
     fn arena(&self) -> &crate::mem::Arena {
         self.engine.arena()
     }
 
-    fn run(mut self, control: &Control) {
+    fn run(mut self, control: &Control) -> TcpSinkOutcome {
         let mut last_publish = clock::monotonic_ns();
         let mut stop_at = None;
+        let mut ring_failed = false;
         // When a reap last found completions (the default wait polls while they keep coming).
         let mut last_busy = 0;
         loop {
@@ -454,6 +473,7 @@ impl Job for TcpSinkWorker {
             }
             let wait = self.wait.wait(now.saturating_sub(last_busy));
             if self.engine.submit(wait).is_err() {
+                ring_failed = true;
                 break;
             }
             if self.reap() > 0 {
@@ -470,5 +490,6 @@ impl Job for TcpSinkWorker {
             }
         }
         self.publish();
+        TcpSinkOutcome { ring_failed }
     }
 }

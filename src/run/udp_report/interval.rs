@@ -1,10 +1,10 @@
 //! A run's interval lines: per queue and role, with totals over several queues and the wire
 //! rate where one is asked for, as human text and (with `--json`) JSON lines.
 
-use super::Session;
+use super::UdpReport;
 use crate::report::{self, RxSample, TxSample};
 
-impl Session {
+impl UdpReport {
     /// Prints one interval: a line per queue and role (and totals over several queues), in
     /// the pktgen style, and with `--json` one interval line per role.
     pub(super) fn print_interval(

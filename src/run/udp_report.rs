@@ -1,0 +1,420 @@
+//! UDP's side of a run's reporting session: the start-up lines (path MTU, fragments, size
+//! classes), each tick's work (the sink's session events, a full flow table, the achieved
+//! rate's warnings), pktgen-style interval lines per queue, the sender's verdict from its
+//! control channel or the in-process sink, and the summaries of both roles.
+
+use crate::say;
+use std::{sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+
+use super::{
+    control_link::VerdictSource,
+    judge::Judge,
+    link_state::LinkState,
+    roles::{SenderSet, SinkSet},
+    session::{Outcomes, Proto, Span},
+    verdict::{GOODBYE_WAIT, VerdictResult},
+};
+use crate::{
+    clock,
+    error::Error,
+    metrics::handles::Handles,
+    net::wire,
+    report::{self, RxSample, TxSample},
+    sender::SenderOutcome,
+    sink::{SinkOutcome, registry::RunVerdict},
+    worker::{self, Group},
+};
+
+mod interval;
+
+/// How often the sink's session starts and ends are looked for.
+const EVENTS_EVERY_NS: u64 = 500_000_000;
+/// How long a sender waits for its control channel's first answer before its first send:
+/// the connect timeout, so a sink that is simply down costs nothing (refused at once).
+const HELLO_WAIT: Duration = Duration::from_secs(2);
+
+/// A started UDP run as its session reports it: senders, sinks or both.
+pub(crate) struct UdpReport {
+    /// Senders, if this run sends.
+    pub(crate) senders: Option<SenderSet>,
+    /// Sinks, if this run receives.
+    pub(crate) sinks: Option<SinkSet>,
+    /// JSON Lines on stdout.
+    pub(crate) json: bool,
+    /// Role names get a prefix in human lines (pair mode).
+    pub(crate) prefix_roles: bool,
+    /// Where the sender's verdict comes from.
+    pub(crate) verdict: VerdictSource,
+    /// A sender run below this share of its target fails (`--min-rate-ratio`).
+    pub(crate) min_rate_ratio: Option<f64>,
+    /// Live lines show the L1 wire rate (`--wire-rate`).
+    pub(crate) wire_rate: bool,
+    /// What the sender's control channel found out (its round trip, for the summary).
+    pub(crate) link: Arc<LinkState>,
+    /// What the report keeps between ticks.
+    pub(crate) state: UdpState,
+}
+
+/// What the UDP report learns as the run goes: the verdicts taken when the senders ended, the
+/// path's fragments and L1 bytes, the judge of the achieved rate, and when to look for events.
+#[derive(Default)]
+pub(crate) struct UdpState {
+    in_process_verdict: Option<RunVerdict>,
+    part_verdicts: Option<Vec<VerdictResult>>,
+    /// The run's verdict, taken once every worker has ended.
+    verdict: Option<VerdictResult>,
+    table_full_said: bool,
+    header_due: bool,
+    /// Path MTU, IP fragments per datagram and L1 bytes per datagram of each size class.
+    wire: Option<(usize, usize, Vec<u64>)>,
+    last_events: u64,
+    judge: Option<Judge>,
+}
+
+impl UdpReport {
+    /// The in-process sender says goodbye to the in-process sink: its flows close with their
+    /// true ends, so a tail the sink never saw is counted (as kernel drops or loss).
+    fn in_process_goodbye(&self) -> Option<RunVerdict> {
+        let (Some(senders), Some(sinks)) = (&self.senders, &self.sinks) else {
+            return None;
+        };
+        Some(
+            sinks
+                .registry
+                .goodbye(senders.epoch, &senders.flow_reports(), GOODBYE_WAIT),
+        )
+    }
+
+    /// Sessions the sink saw start (without a hello) or end since the last call: a line each,
+    /// and a `"type":"session"` record each with `--json`.
+    fn say_session_events(&self) {
+        for event in self.sinks.iter().flat_map(|s| s.registry.take_events()) {
+            say!("{}", event.line());
+            if self.json {
+                crate::output::json_line(&event.json());
+            }
+        }
+    }
+
+    fn samples(&self) -> (Vec<TxSample>, Vec<RxSample>) {
+        (
+            self.senders
+                .as_ref()
+                .map(|s| s.samples())
+                .unwrap_or_default(),
+            self.sinks.as_ref().map(|s| s.samples()).unwrap_or_default(),
+        )
+    }
+
+    /// The start-up lines of a sender: the path's fragments, the size classes, the header
+    /// fields; and the judge of its achieved rate from `start`.
+    fn start_lines(&mut self, start: u64) {
+        let Some(s) = &self.senders else {
+            return;
+        };
+        // Path MTU, IP fragments per datagram and L1 bytes per datagram, for what is sent.
+        let (mtu, n) = wire::check_path(s.to, s.size, true).unwrap_or((usize::MAX, 1));
+        let per_class: Vec<u64> = s
+            .sizes
+            .classes
+            .iter()
+            .map(|c| wire::l1_bytes(c.payload, mtu, s.to))
+            .collect();
+        if n > 1 {
+            say!(
+                "send: --allow-fragments: each {}-byte datagram leaves as {n} IP fragments (path MTU {mtu}); pps counts datagrams",
+                s.size
+            );
+        }
+        if s.sizes.is_mix() || s.sizes.has_compact() {
+            say!("send: {}", s.sizes.describe());
+        }
+        if let Some(line) = &s.fields_plan {
+            say!("{line}");
+        }
+        self.state.wire = Some((mtu, n, per_class));
+        self.state.judge = Some(Judge::new(s.to, s.target_pps, self.min_rate_ratio, start));
+    }
+}
+
+impl Proto for UdpReport {
+    type Senders = Group<SenderOutcome>;
+    type Sinks = Group<SinkOutcome>;
+    type Snapshot = (Vec<TxSample>, Vec<RxSample>);
+    type Series = Handles;
+
+    const DRAIN_AFTER_INTERRUPT: bool = true;
+    const DRAIN_BOUND: Option<Duration> = None;
+
+    fn senders(&self) -> Option<&Self::Senders> {
+        self.senders.as_ref().map(|s| &s.group)
+    }
+
+    fn senders_mut(&mut self) -> Option<&mut Self::Senders> {
+        self.senders.as_mut().map(|s| &mut s.group)
+    }
+
+    fn sinks(&self) -> Option<&Self::Sinks> {
+        self.sinks.as_ref().map(|s| &s.group)
+    }
+
+    fn sinks_mut(&mut self) -> Option<&mut Self::Sinks> {
+        self.sinks.as_mut().map(|s| &mut s.group)
+    }
+
+    fn before_senders(&mut self) {
+        if !self.link.wait_first_answer(HELLO_WAIT) {
+            say!(
+                "control: no answer from the sink within {HELLO_WAIT:?}; sending anyway (a sink with a secret counts datagrams only after this sender's hello)"
+            );
+        }
+    }
+
+    fn released(&mut self, start_ns: u64) {
+        say!(
+            "startup: workers released {:.1} ms after launch",
+            clock::ms_since_launch(start_ns)
+        );
+        self.state.header_due = true;
+        self.state.last_events = start_ns;
+        self.start_lines(start_ns);
+    }
+
+    fn senders_ended(&mut self, _now_ns: u64) {
+        match std::mem::replace(&mut self.verdict, VerdictSource::None) {
+            VerdictSource::Parts(link) => self.state.part_verdicts = Some(link.finish()),
+            other => {
+                self.verdict = other;
+                self.state.in_process_verdict = self.in_process_goodbye();
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Self::Snapshot {
+        self.samples()
+    }
+
+    fn baseline(&self) -> Self::Snapshot {
+        self.samples()
+    }
+
+    fn tick(&mut self, now_ns: u64, (tx, rx): &Self::Snapshot) {
+        if !self.state.table_full_said
+            && let Some(line) = self.sinks.as_ref().and_then(|s| s.table_full_line(rx))
+        {
+            say!("{line}");
+            self.state.table_full_said = true;
+        }
+        if now_ns - self.state.last_events >= EVENTS_EVERY_NS {
+            self.say_session_events();
+            self.state.last_events = now_ns;
+        }
+        if let Some(line) = self
+            .state
+            .judge
+            .as_mut()
+            .and_then(|j| j.tick(now_ns, &report::total_tx(tx)))
+        {
+            say!("{line}");
+        }
+    }
+
+    fn interval(&mut self, span: Span, now: &Self::Snapshot, before: &Self::Snapshot) {
+        let seconds = span.seconds();
+        let elapsed = span.end_s();
+        let wire_l1 = self
+            .state
+            .wire
+            .as_ref()
+            .filter(|_| self.wire_rate)
+            .map(|w| w.2.as_slice());
+        self.print_interval(
+            elapsed,
+            seconds,
+            self.state.header_due,
+            (&now.0, &now.1),
+            (&before.0, &before.1),
+            wire_l1,
+        );
+        self.state.header_due = false;
+    }
+
+    fn conclude(&mut self) {
+        let state = &mut self.state;
+        let verdict = match std::mem::replace(&mut self.verdict, VerdictSource::None) {
+            VerdictSource::None => state
+                .part_verdicts
+                .as_deref()
+                .map(super::part_link::run_verdict),
+            // Its parts are closed when the senders end; a run that ends before is stopped.
+            VerdictSource::Parts(link) => {
+                state.part_verdicts = Some(link.finish());
+                state
+                    .part_verdicts
+                    .as_deref()
+                    .map(super::part_link::run_verdict)
+            }
+            VerdictSource::InProcess => Some(
+                state
+                    .in_process_verdict
+                    .take()
+                    .map(|v| ("this process".to_string(), v))
+                    .ok_or_else(|| "the in-process sink gave no verdict".to_string()),
+            ),
+            VerdictSource::Remote(ask) => Some(
+                self.senders
+                    .as_ref()
+                    .map(|s| s.flow_reports())
+                    .ok_or_else(|| "no senders".to_string())
+                    .and_then(|flows| ask(&flows)),
+            ),
+        };
+        // A constant rate is a one-step schedule: its step is judged by the run's verdict.
+        if let (None, Some(s), Some(v)) = (&state.part_verdicts, &self.senders, &verdict) {
+            let sent = report::total_tx(&s.samples()).traffic.packets;
+            s.tally.add(sent, v.as_ref().ok().map(|(_, v)| v));
+        }
+        state.verdict = verdict;
+    }
+
+    fn summaries(
+        self,
+        (tx, rx): Self::Snapshot,
+        (send_outcomes, sink_outcomes): Outcomes<Self>,
+    ) -> Result<(), Error> {
+        self.say_session_events();
+        let UdpState {
+            verdict,
+            part_verdicts,
+            judge,
+            wire,
+            ..
+        } = self.state;
+        let fragments = wire.map_or(1, |w| w.1);
+        let mut judged = None;
+        if let (Some(s), Some(outcomes)) = (self.senders, send_outcomes) {
+            let books = super::control_link::part_books(&s);
+            let placement = report::placement_json(&s.queues, s.group.memory());
+            let total = report::total_tx(&tx);
+            let (started, ended) = worker::span(&outcomes).unwrap_or((0, 0));
+            let duration = ended.saturating_sub(started) as f64 / 1e9;
+            // The first send is queued right as a sender's loop starts.
+            let extra = json!({"epoch": s.epoch, "queues": s.queues.len(),
+                "startup_ms": clock::ms_since_launch(started),
+                "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
+                "target_pps": s.target_pps.map(|r| r.round() as u64),
+                "placement": placement});
+            let mut summary = report::tx_summary_json(&total, duration, extra);
+            let judgement = judge
+                .map(|j| j.finish(&total, duration))
+                .unwrap_or_default();
+            if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
+                into.extend(more.clone());
+            }
+            // The smallest round trip of the sender's clock exchanges; null without them.
+            summary["control_rtt_ns"] = json!(self.link.control_rtt_ns());
+            summary["control_integrity_failures"] = self.link.integrity_json();
+            summary["size"] = json!(s.size);
+            summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
+            summary["burst"] = json!(s.burst);
+            if fragments > 1 {
+                summary["ip_fragments_per_datagram"] = json!(fragments);
+                summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
+            }
+            let verdict_line = verdict
+                .as_ref()
+                .map(|v| report::attach_verdict(&mut summary, v));
+            say!(
+                "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",
+                summary["tx_packets"],
+                summary["tx_bytes"],
+                report::errors_text(&total.traffic.errors),
+                duration,
+                summary["pps"],
+                summary["bps"],
+                judgement.rate_words,
+                summary["startup_ms"]
+            );
+            if let Some(line) = verdict_line {
+                say!("{line}");
+            }
+            if fragments > 1 {
+                say!(
+                    "send: IP fragments sent: {} ({fragments} per datagram)",
+                    total.traffic.packets * fragments as u64
+                );
+            }
+            for line in &judgement.warnings {
+                say!("{line}");
+            }
+            judged = judgement.failure;
+            if let Some(schedule) = &s.schedule {
+                let parts = part_verdicts.as_deref().unwrap_or_default();
+                for (line, json) in super::steps::step_reports(schedule, &books, parts) {
+                    say!("{line}");
+                    if self.json {
+                        crate::output::json_line(&json);
+                    }
+                }
+            }
+            if self.json {
+                crate::output::json_line(&summary);
+            }
+        }
+        if let (Some(s), Some(outcomes)) = (self.sinks, sink_outcomes) {
+            let placement = report::placement_json(&s.queues, s.group.memory());
+            let mut total = report::total_rx(&rx);
+            total.traffic.lost += s.registry.unseen_lost();
+            let active_span = worker::span(&outcomes);
+            let first = active_span.map(|s| s.0);
+            let duration = active_span.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+            let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
+            for o in outcomes.into_iter().flatten() {
+                match latency.as_mut() {
+                    Some(h) => {
+                        let _ = h.add(&o.latency);
+                    }
+                    None => latency = Some(o.latency),
+                }
+            }
+            let latency = latency.filter(|h| !h.is_empty());
+            let senders = s.registry.rows(true);
+            // Rates over the time some session received packets: never across idle gaps.
+            let active = match s.registry.active_ns() {
+                0 => duration,
+                ns => ns as f64 / 1e9,
+            };
+            let extra = json!({"queues": s.queues.len(), "latency": latency.as_ref().map(report::latency_hdr_json),
+                "span_s": (duration * 1000.0).round() / 1000.0,
+                "startup_ms": clock::ms_since_launch(s.ready_ns),
+                "first_packet_ms": first.map(clock::ms_since_launch),
+                "senders": report::senders_json(&senders),
+                "sizes": report::rx_sizes_json(&s.sizes, &senders),
+                "placement": placement});
+            let mut summary = report::rx_summary_json(&total, active, extra);
+            let (shares, shares_line) = report::queue_shares(&rx, &s.queues);
+            if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
+                into.extend(more);
+            }
+            say!(
+                "{}",
+                report::sink_summary_line(&summary, &total, active, duration, latency.as_ref())
+            );
+            if let Some(line) = shares_line {
+                say!("{line}");
+            }
+            for line in report::sender_lines(&senders) {
+                say!("{line}");
+            }
+            if self.json {
+                crate::output::json_line(&summary);
+            }
+        }
+        match judged {
+            Some(why) => Err(Error::io("the run failed", std::io::Error::other(why))),
+            None => Ok(()),
+        }
+    }
+}
