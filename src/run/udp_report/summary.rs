@@ -1,0 +1,152 @@
+//! The end-of-run summaries of a UDP run: the sender's (its rate against the target, the
+//! verdict, fragments, the steps of a schedule) and the sink's (loss, reordering, latency, the
+//! queues' shares, one line per sender), each a line and, with `--json`, a JSON record.
+
+use serde_json::{Value, json};
+
+use super::UdpReport;
+use crate::{
+    clock,
+    report::{self, RxSample, TxSample},
+    say,
+    sender::SenderOutcome,
+    sink::SinkOutcome,
+    worker,
+};
+
+impl UdpReport {
+    /// The sender's summary from its last samples and its workers' outcomes, judged by
+    /// `judge`; returns why the run failed, if it did.
+    pub(super) fn send_summary(
+        &self,
+        tx: &[TxSample],
+        outcomes: &[Option<SenderOutcome>],
+        judge: Option<crate::run::judge::Judge>,
+    ) -> Option<String> {
+        let s = self.senders.as_ref()?;
+        let fragments = self.state.wire.as_ref().map_or(1, |w| w.1);
+        let verdict = &self.state.verdict;
+        let books = crate::run::control_link::part_books(s);
+        let placement = report::placement_json(&s.queues, s.group.memory());
+        let total = report::total_tx(tx);
+        let (started, ended) = worker::span(outcomes).unwrap_or((0, 0));
+        let duration = ended.saturating_sub(started) as f64 / 1e9;
+        // The first send is queued right as a sender's loop starts.
+        let extra = json!({"epoch": s.epoch, "queues": s.queues.len(),
+            "startup_ms": clock::ms_since_launch(started),
+            "flows": s.flows.iter().map(Vec::len).sum::<usize>(),
+            "target_pps": s.target_pps.map(|r| r.round() as u64),
+            "placement": placement});
+        let mut summary = report::tx_summary_json(&total, duration, extra);
+        let judgement = judge
+            .map(|j| j.finish(&total, duration))
+            .unwrap_or_default();
+        if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
+            into.extend(more.clone());
+        }
+        // The smallest round trip of the sender's clock exchanges; null without them.
+        summary["control_rtt_ns"] = json!(self.link.control_rtt_ns());
+        summary["control_integrity_failures"] = self.link.integrity_json();
+        summary["size"] = json!(s.size);
+        summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
+        summary["burst"] = json!(s.burst);
+        if fragments > 1 {
+            summary["ip_fragments_per_datagram"] = json!(fragments);
+            summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
+        }
+        let verdict_line = verdict
+            .as_ref()
+            .map(|v| report::attach_verdict(&mut summary, v));
+        say!(
+            "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",
+            summary["tx_packets"],
+            summary["tx_bytes"],
+            report::errors_text(&total.traffic.errors),
+            duration,
+            summary["pps"],
+            summary["bps"],
+            judgement.rate_words,
+            summary["startup_ms"]
+        );
+        if let Some(line) = verdict_line {
+            say!("{line}");
+        }
+        if fragments > 1 {
+            say!(
+                "send: IP fragments sent: {} ({fragments} per datagram)",
+                total.traffic.packets * fragments as u64
+            );
+        }
+        for line in &judgement.warnings {
+            say!("{line}");
+        }
+
+        if let Some(schedule) = &s.schedule {
+            let parts = self.state.part_verdicts.as_deref().unwrap_or_default();
+            for (line, json) in crate::run::steps::step_reports(schedule, &books, parts) {
+                say!("{line}");
+                if self.json {
+                    crate::output::json_line(&json);
+                }
+            }
+        }
+        if self.json {
+            crate::output::json_line(&summary);
+        }
+        judgement.failure
+    }
+
+    /// The sink's summary from its last samples and its workers' outcomes.
+    pub(super) fn sink_summary(&self, rx: &[RxSample], outcomes: Vec<Option<SinkOutcome>>) {
+        let Some(s) = self.sinks.as_ref() else {
+            return;
+        };
+        let placement = report::placement_json(&s.queues, s.group.memory());
+        let mut total = report::total_rx(rx);
+        total.traffic.lost += s.registry.unseen_lost();
+        let active_span = worker::span(&outcomes);
+        let first = active_span.map(|s| s.0);
+        let duration = active_span.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+        let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
+        for o in outcomes.into_iter().flatten() {
+            match latency.as_mut() {
+                Some(h) => {
+                    let _ = h.add(&o.latency);
+                }
+                None => latency = Some(o.latency),
+            }
+        }
+        let latency = latency.filter(|h| !h.is_empty());
+        let senders = s.registry.rows(true);
+        // Rates over the time some session received packets: never across idle gaps.
+        let active = match s.registry.active_ns() {
+            0 => duration,
+            ns => ns as f64 / 1e9,
+        };
+        let extra = json!({"queues": s.queues.len(), "latency": latency.as_ref().map(report::latency_hdr_json),
+            "span_s": (duration * 1000.0).round() / 1000.0,
+            "startup_ms": clock::ms_since_launch(s.ready_ns),
+            "first_packet_ms": first.map(clock::ms_since_launch),
+            "senders": report::senders_json(&senders),
+            "sizes": report::rx_sizes_json(&s.sizes, &senders),
+            "placement": placement});
+        let mut summary = report::rx_summary_json(&total, active, extra);
+        let (shares, shares_line) = report::queue_shares(rx, &s.queues);
+        if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
+            into.extend(more);
+        }
+        say!(
+            "{}",
+            report::sink_summary_line(&summary, &total, active, duration, latency.as_ref())
+        );
+        if let Some(line) = shares_line {
+            say!("{line}");
+        }
+        for line in report::sender_lines(&senders) {
+            say!("{line}");
+        }
+        if self.json {
+            crate::output::json_line(&summary);
+        }
+    }
+}
