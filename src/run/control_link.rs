@@ -193,57 +193,8 @@ pub(crate) fn start(
             },
             _,
             Some(k),
-        ) => {
-            let session = sink_session_id();
-            let mut config = ServerConfig::new(listen, session.clone());
-            config.secret = secret;
-            let server = match ControlServer::bind(config) {
-                // Only a port in use is `Unsupported` here; with --share-port it is the other
-                // sink's control channel, and the senders report to that sink.
-                Err(Error::Unsupported(_)) if share => {
-                    say!(
-                        "control: tcp {listen} is held by the sink this one shares the port with (--share-port); this sink serves no control channel"
-                    );
-                    return Ok(started);
-                }
-                other => other?,
-            };
-            say!("control: listening on tcp {listen} (sink session {session})");
-            let books = Arc::new(Books {
-                registry: Arc::clone(&k.registry),
-                sink_session: session,
-            });
-            started.server = Some(server.start(books, Box::new(|line| say!("{line}"))));
-        }
-        (Link::Connect(SenderLink { addr, secret, name }), Some(s), _) => {
-            let view = Arc::new(View {
-                name,
-                epoch: s.epoch,
-                first_seq: s.first_seq,
-                shared: s.shared.clone(),
-                flows: s.flows.clone(),
-                started_ns: clock::monotonic_ns(),
-                size: u32::try_from(s.size).unwrap_or(u32::MAX),
-                rate_pps: s.target_pps,
-            });
-            let mut config = ClientConfig::new(addr);
-            config.secret = secret;
-            state.expect_answer();
-            let client = ControlClient::start(
-                config,
-                view,
-                Box::new(move |e| link_state::event(e, &state)),
-            );
-            started.verdict = VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
-                let goodbye = Goodbye {
-                    flows: flows.iter().map(progress_of).collect(),
-                };
-                client
-                    .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-                    .map(|v| (v.sink_session.clone(), run_verdict(&v)))
-                    .map_err(|e| e.to_string())
-            }));
-        }
+        ) => started.server = serve(listen, secret, share, k)?,
+        (Link::Connect(link), Some(s), _) => started.verdict = connect(link, s, state),
         (Link::Off, Some(_), _) => {
             started.verdict = VerdictSource::Remote(Box::new(|_: &[FlowReport]| {
                 Err("the control channel is off (--control off): the sink cannot report, and a tail lost on the way is not counted".into())
@@ -252,6 +203,72 @@ pub(crate) fn start(
         _ => {}
     }
     Ok(started)
+}
+
+/// A sink's control server on `listen`, serving its registry's books; none when `--share-port`
+/// finds the other sink's server on the port.
+fn serve(
+    listen: SocketAddr,
+    secret: Option<Arc<Secret>>,
+    share: bool,
+    k: &SinkSet,
+) -> Result<Option<RunningServer>, Error> {
+    let session = sink_session_id();
+    let mut config = ServerConfig::new(listen, session.clone());
+    config.secret = secret;
+    let server = match ControlServer::bind(config) {
+        // Only a port in use is `Unsupported` here; with --share-port it is the other
+        // sink's control channel, and the senders report to that sink.
+        Err(Error::Unsupported(_)) if share => {
+            say!(
+                "control: tcp {listen} is held by the sink this one shares the port with (--share-port); this sink serves no control channel"
+            );
+            return Ok(None);
+        }
+        other => other?,
+    };
+    say!("control: listening on tcp {listen} (sink session {session})");
+    let books = Arc::new(Books {
+        registry: Arc::clone(&k.registry),
+        sink_session: session,
+    });
+    Ok(Some(server.start(books, Box::new(|line| say!("{line}")))))
+}
+
+/// A sender's control client to its sink: hello now, and the verdict asked with a goodbye at
+/// the end.
+fn connect(
+    SenderLink { addr, secret, name }: SenderLink,
+    s: &SenderSet,
+    state: Arc<LinkState>,
+) -> VerdictSource {
+    let view = Arc::new(View {
+        name,
+        epoch: s.epoch,
+        first_seq: s.first_seq,
+        shared: s.shared.clone(),
+        flows: s.flows.clone(),
+        started_ns: clock::monotonic_ns(),
+        size: u32::try_from(s.size).unwrap_or(u32::MAX),
+        rate_pps: s.target_pps,
+    });
+    let mut config = ClientConfig::new(addr);
+    config.secret = secret;
+    state.expect_answer();
+    let client = ControlClient::start(
+        config,
+        view,
+        Box::new(move |e| link_state::event(e, &state)),
+    );
+    VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
+        let goodbye = Goodbye {
+            flows: flows.iter().map(progress_of).collect(),
+        };
+        client
+            .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
+            .map(|v| (v.sink_session.clone(), run_verdict(&v)))
+            .map_err(|e| e.to_string())
+    }))
 }
 
 /// The senders' books of their schedule's parts.
