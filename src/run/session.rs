@@ -115,8 +115,11 @@ pub(crate) trait Proto {
     fn senders_ended(&mut self, _now_ns: u64) {}
     /// Reads every queue's published counters.
     fn snapshot(&self) -> Self::Snapshot;
-    /// What the first interval is measured from, taken as the workers are released.
-    fn baseline(&self) -> Self::Snapshot;
+    /// What the first interval is measured from, taken as the workers are released (their
+    /// snapshot then, unless the protocol counts its first interval from zero).
+    fn baseline(&self) -> Self::Snapshot {
+        self.snapshot()
+    }
     /// The work of every tick, with this tick's snapshot: books, samples, events, warnings.
     fn tick(&mut self, now_ns: u64, snapshot: &Self::Snapshot);
     /// Prints one interval from the snapshots at its end and at its start.

@@ -211,9 +211,9 @@ impl super::pipeline::Transport for TcpRunSpec {
             (Some(_), None) => (Some(tcp_control::off()), None),
             (None, _) => (None, None),
         };
+        // Set only as the sinks start.
         let sink_duration = started
             .sink_duration
-            .filter(|_| run.sinks.is_some())
             .map(|d| (Arc::clone(&run.sink_control), d));
         let report = TcpReport::new(self.plan.output.json, run.senders, run.sinks, sink_duration)
             .with_control(started.books, ask)

@@ -119,20 +119,6 @@ fn si(v: f64) -> String {
     }
 }
 
-fn snapshot<'a>(
-    tx: impl Iterator<Item = &'a Arc<crate::sender::tcp::TcpSendShared>>,
-    rx: impl Iterator<Item = &'a Arc<crate::sink::tcp::TcpSinkShared>>,
-) -> Snapshot {
-    let mut s = Snapshot::default();
-    for q in tx {
-        s.tx.add(&q.counters.load());
-    }
-    for q in rx {
-        s.rx.add(&q.counters.load());
-    }
-    s
-}
-
 /// Prints one TCP JSON interval line: `counters` plus the line's type, role, span and bit rate.
 fn interval_json(
     mut counters: Map<String, Value>,
@@ -227,13 +213,6 @@ impl TcpReport {
     ) -> TcpReport {
         self.link = link;
         self
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        snapshot(
-            self.senders.iter().flat_map(|g| &g.shared),
-            self.sinks.iter().flat_map(|g| &g.shared),
-        )
     }
 
     fn interval_lines(&self, now: &Snapshot, before: &Snapshot, start_s: f64, end_s: f64) {
@@ -347,7 +326,14 @@ impl Proto for TcpReport {
     }
 
     fn snapshot(&self) -> Snapshot {
-        TcpReport::snapshot(self)
+        let mut s = Snapshot::default();
+        for q in self.senders.iter().flat_map(|g| &g.shared) {
+            s.tx.add(&q.counters.load());
+        }
+        for q in self.sinks.iter().flat_map(|g| &g.shared) {
+            s.rx.add(&q.counters.load());
+        }
+        s
     }
 
     fn baseline(&self) -> Snapshot {
@@ -387,7 +373,7 @@ impl Proto for TcpReport {
         self.interval_lines(now, before, span.start_s(), span.end_s());
         if self.rr {
             let ctx = crate::metrics::ctx::delta(&self.state.ctx_last, &ctx_now);
-            self.rr_line(now, before, span.end_s() - span.start_s(), ctx);
+            self.rr_line(now, before, span.seconds(), ctx);
         }
         self.state.ctx_last = ctx_now;
     }

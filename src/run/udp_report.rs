@@ -195,10 +195,6 @@ impl Proto for UdpReport {
         self.samples()
     }
 
-    fn baseline(&self) -> Self::Snapshot {
-        self.samples()
-    }
-
     fn tick(&mut self, now_ns: u64, (tx, rx): &Self::Snapshot) {
         if !self.state.table_full_said
             && let Some(line) = self.sinks.as_ref().and_then(|s| s.table_full_line(rx))

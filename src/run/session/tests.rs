@@ -2,7 +2,11 @@
 //! final flush and summaries; the intervals' snapshots; interrupts; the drain bound; and how a
 //! failed ring or a panicked worker fails the run.
 
-use std::{cell::RefCell, rc::Rc, sync::atomic::AtomicBool};
+use std::{
+    cell::{Cell, RefCell},
+    rc::Rc,
+    sync::atomic::AtomicBool,
+};
 
 use super::*;
 use crate::run::ticker::FakeClock;
@@ -200,8 +204,6 @@ fn pair<const DRAIN: bool>(
 fn run<P: Proto>(session: Session<P>, signal: bool) -> Ended {
     session.run(&AtomicBool::new(signal), &FakeClock(Cell::new(1_000 * MS)))
 }
-
-use std::cell::Cell;
 
 /// The log without the flushes of the 20 ms cadence, which follows the real clock.
 fn events(world: &Shared) -> Vec<String> {
