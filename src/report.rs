@@ -362,7 +362,7 @@ pub(crate) fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -
 
 /// Loss as a percentage of what was expected (received + lost), for human lines.
 fn loss_percent(received: u64, lost: u64) -> f64 {
-    let expected = received + lost;
+    let expected = u128::from(received) + u128::from(lost);
     if expected == 0 {
         0.0
     } else {

@@ -34,13 +34,15 @@ pub(crate) fn errno_class(errno: i32) -> usize {
 }
 
 /// Reasons a received datagram is not counted as traffic (also the `reason` label values).
-pub(crate) const INVALID_LABELS: [&str; 6] = [
+pub(crate) const INVALID_LABELS: [&str; 8] = [
     "short",
     "magic",
     "version",
     "flow_id",
     "table_full",
     "unannounced",
+    "source",
+    "implausible",
 ];
 
 /// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
@@ -145,8 +147,8 @@ macro_rules! counter_set {
     (@store $a:expr, $v:expr, $n:literal) => { for (a, v) in $a.iter().zip($v.iter()) { a.store(*v, ::std::sync::atomic::Ordering::Relaxed) } };
     (@load $a:expr) => { $a.load(::std::sync::atomic::Ordering::Relaxed) };
     (@load $a:expr, $n:literal) => { std::array::from_fn(|i| $a[i].load(::std::sync::atomic::Ordering::Relaxed)) };
-    (@add $a:expr, $b:expr) => { $a += $b };
-    (@add $a:expr, $b:expr, $n:literal) => { for (a, b) in $a.iter_mut().zip($b.iter()) { *a += *b } };
+    (@add $a:expr, $b:expr) => { $a = $a.saturating_add($b) };
+    (@add $a:expr, $b:expr, $n:literal) => { for (a, b) in $a.iter_mut().zip($b.iter()) { *a = a.saturating_add(*b) } };
     (@json $map:ident, $field:ident, $v:expr) => { $map.insert(stringify!($field).to_string(), serde_json::Value::from($v)); };
     (@json $map:ident, $field:ident, $v:expr, $n:literal) => {};
 }
@@ -230,6 +232,11 @@ counter_set! {
     }
 }
 
+/// The sum of `values`, held at `u64::MAX` rather than wrapped.
+pub(crate) fn saturating_sum(values: &[u64]) -> u64 {
+    values.iter().fold(0, |sum, v| sum.saturating_add(*v))
+}
+
 /// A session's jitter state: the corrected transit of its latest latency sample, in ns
 /// (signed: a transit the clock estimate's error made negative is kept as it is, so the
 /// difference stays true), or [`NO_TRANSIT`] before its first.
@@ -245,7 +252,7 @@ pub(crate) fn count_jitter(counters: &mut SessionCounters, previous: i64, transi
         let d = transit.abs_diff(previous);
         let cell = latency_cell(d);
         counters.jitter_cells[cell] += 1;
-        counters.jitter_sum_ns[cell] += d;
+        counters.jitter_sum_ns[cell] = counters.jitter_sum_ns[cell].saturating_add(d);
     }
     transit
 }
@@ -331,8 +338,8 @@ impl Jitter {
 
     /// The jitter of these counters.
     pub(crate) fn of(c: &SessionCounters) -> Jitter {
-        let samples: u64 = c.jitter_cells.iter().sum();
-        let sum: u64 = c.jitter_sum_ns.iter().sum();
+        let samples = saturating_sum(&c.jitter_cells);
+        let sum = saturating_sum(&c.jitter_sum_ns);
         Jitter {
             samples,
             mean_ns: sum.checked_div(samples).unwrap_or(0),
@@ -364,7 +371,7 @@ counter_set! {
         /// Sender: zero-copy notifications that report a copy.
         zc_copied:,
         /// Sink: invalid datagrams by reason ([`INVALID_LABELS`]).
-        invalid: 6,
+        invalid: 8,
         /// Sink: datagrams the kernel dropped on this socket (`SO_RXQ_OVFL`).
         kernel_drops:,
         /// Sink: multishot receives ended because the buffer ring ran dry.

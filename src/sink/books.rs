@@ -56,6 +56,12 @@ use crate::{
 /// The most packets of one flow a sender keeps in flight, so a failure is known to the sink
 /// within this many sequence numbers (the sender refuses a larger `--window` × `--gso`).
 pub(crate) const MAX_SEND_LAG: u64 = WINDOW / 2;
+/// The fastest one flow is taken to send, in ns per datagram (250 M datagrams/s: above what one
+/// connected socket on one queue reaches, GSO included; 100 GbE at 64 B is 148.8 Mpps).
+pub(crate) const CEILING_NS_PER_DATAGRAM: u64 = 4;
+/// How far the sink's reading may lag the sender's sending (a stalled sink reads a backlog in a
+/// burst), in ns: the plausibility bound counts this much time on top of what it measured.
+pub(crate) const READ_LAG_SLACK_NS: u64 = 100_000_000;
 /// Bytes of memory one session takes (tracker bitmap included).
 pub(crate) const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
 // docs/pairing.md states about 3.1 KiB per session (2.6 KiB before the per-sender latency sums
@@ -92,6 +98,8 @@ struct Session {
     source: Option<SocketAddr>,
     first_ns: u64,
     last_ns: u64,
+    /// Monotonic ns when the datagram with the highest sequence number so far arrived.
+    high_ns: u64,
     progress: Option<(u64, u64)>,
     /// The sink's clock minus the sender's, in ns; `None`: unknown, no latency samples.
     correction: Option<i64>,
@@ -125,6 +133,11 @@ struct Announced {
 pub enum Refused {
     /// The flow id is outside `0..max_flows`.
     FlowId,
+    /// Its session is bound to another source address (that of its first datagram).
+    Source,
+    /// Its sequence number is further ahead than its flow could have sent since the session's
+    /// highest, or its failed-send count rose by more than the numbers it spans could fail.
+    Implausible,
     /// Every session slot it may take is taken.
     TableFull,
     /// Its sender never said hello, and the sink books only senders that did.
@@ -161,6 +174,9 @@ pub enum LatencySample {
     NoTimestamp,
     /// Its session has no clock correction: no sample (counted as `latency_unknown`).
     Unknown,
+    /// A copy of a number already received: no sample (its send time says nothing new, and a
+    /// replayed copy could say anything).
+    Duplicate,
     /// Its corrected one-way delay, in ns, and that delay's latency cell; `clamped` when the
     /// corrected transit came out negative and was taken as 0.
     Delay { ns: u64, cell: usize, clamped: bool },
@@ -229,6 +245,7 @@ impl Books {
                     source: None,
                     first_ns: 0,
                     last_ns: 0,
+                    high_ns: 0,
                     progress: None,
                     correction: None,
                     last_transit: NO_TRANSIT,
@@ -472,13 +489,21 @@ impl Books {
         };
         self.last_slot = slot;
         let s = &mut self.sessions[slot as usize];
+        if s.source != p.source {
+            return Err(Refused::Source);
+        }
         let mut p = p;
         if p.compact {
             // The low 32 bits, next to the highest number so far (or the stated start).
             p.seq = extend_seq(s.tracker.reference().unwrap_or(0), p.seq as u32);
         }
+        let queued_at = self.socket_drops.saturating_sub(p.drops_behind);
         let first = s.tracker.highest().is_none();
         let ahead = s.tracker.highest().map_or(0, |h| p.seq.saturating_sub(h));
+        let failed_rise = u64::from(p.failed32.wrapping_sub(s.failed32));
+        if ahead > 0 && !plausible(s, &p, ahead, failed_rise, queued_at, self.gro) {
+            return Err(Refused::Implausible);
+        }
         let failed_before = s.failed;
         if first {
             s.failed32 = p.failed32;
@@ -487,14 +512,15 @@ impl Books {
                 s.failed = u64::from(p.failed32);
             }
             s.first_ns = p.now_ns;
+            s.high_ns = p.now_ns;
         } else if ahead > 0 {
-            // 32 bits never wrap within one gap (that would take 2^32 failed sends).
-            s.failed += u64::from(p.failed32.wrapping_sub(s.failed32));
+            s.failed += failed_rise;
             s.failed32 = p.failed32;
+            s.high_ns = p.now_ns;
         }
         s.last_ns = p.now_ns;
-        let queued_at = self.socket_drops.saturating_sub(p.drops_behind);
-        if let Outcome::Gap(missing) = s.tracker.observe(p.seq)
+        let outcome = s.tracker.observe(p.seq);
+        if let Outcome::Gap(missing) = outcome
             && queued_at > s.drops_mark
         {
             let charged = chargeable(self.gro, self.socket_drops, self.charged_drops, missing);
@@ -507,8 +533,13 @@ impl Books {
         } else {
             s.drops_mark.max(queued_at)
         };
-        s.counters.bytes += p.bytes;
+        let duplicate = outcome == Outcome::Duplicate;
+        if !duplicate {
+            s.counters.bytes = s.counters.bytes.saturating_add(p.bytes);
+            s.counters.size_packets[p.size_class] += 1;
+        }
         let sample = match (p.compact, s.correction) {
+            _ if duplicate => LatencySample::Duplicate,
             (true, _) => LatencySample::NoTimestamp,
             (false, None) => {
                 s.counters.latency_unknown += 1;
@@ -520,7 +551,8 @@ impl Books {
                 let ns = transit.clamp(0, i128::from(u64::MAX)) as u64;
                 let cell = latency_cell(ns);
                 s.counters.latency_cells[cell] += 1;
-                s.counters.latency_sum_ns[cell] += ns;
+                s.counters.latency_sum_ns[cell] =
+                    s.counters.latency_sum_ns[cell].saturating_add(ns);
                 let signed = transit.clamp(i128::from(i64::MIN + 1), i128::from(i64::MAX)) as i64;
                 s.last_transit = count_jitter(&mut s.counters, s.last_transit, signed);
                 let clamped = transit < 0;
@@ -528,9 +560,10 @@ impl Books {
                 LatencySample::Delay { ns, cell, clamped }
             }
         };
-        s.counters.size_packets[p.size_class] += 1;
         let flow = &mut self.per_flow[p.key.flow as usize];
-        flow.bytes += p.bytes;
+        if !duplicate {
+            flow.bytes = flow.bytes.saturating_add(p.bytes);
+        }
         let before = s.folded;
         if s.failed == failed_before
             && s.tracker.counters()
@@ -656,6 +689,41 @@ impl Books {
             }
         }
     }
+}
+
+/// Whether datagram `p`, `ahead` numbers past session `s`'s highest, could have been sent by
+/// the session's sender:
+/// - its flow sends at most one datagram per [`CEILING_NS_PER_DATAGRAM`], so the numbers it
+///   skips fit in the time since the highest arrived (plus [`READ_LAG_SLACK_NS`] for a sink
+///   that read a backlog in a burst), plus one reorder window, plus what the socket's kernel
+///   drops since then can hide (a whole GRO buffer each, with GRO);
+/// - its failed-send count rose by no more than the numbers it spans, plus the
+///   [`MAX_SEND_LAG`] numbers before them whose failure the sender learned late.
+///
+/// A legitimate datagram always passes, and one that fails changes no number: it is refused
+/// as `implausible`, so a forged jump, such as one to 2^64−2, is never counted as loss.
+fn plausible(
+    s: &Session,
+    p: &Packet,
+    ahead: u64,
+    failed_rise: u64,
+    queued_at: u64,
+    gro: bool,
+) -> bool {
+    let elapsed = p
+        .now_ns
+        .saturating_sub(s.high_ns)
+        .saturating_add(READ_LAG_SLACK_NS);
+    let dropped = queued_at.saturating_sub(s.drops_mark);
+    let hidden = if gro {
+        dropped.saturating_mul(64)
+    } else {
+        dropped
+    };
+    let reach = (elapsed / CEILING_NS_PER_DATAGRAM)
+        .saturating_add(WINDOW)
+        .saturating_add(hidden);
+    ahead <= reach && failed_rise <= ahead.saturating_add(MAX_SEND_LAG)
 }
 
 /// How many of `missing` datagrams a kernel drop can explain: all of them with GRO (one

@@ -169,7 +169,7 @@ fn a_long_real_loss_is_never_taken_for_failed_sends() {
     let mut b = Books::new(4, 4, false);
     b.record(packet(1, 0, 0, 7)).unwrap();
     b.record(packet(1, 0, 200_001, 7)).unwrap();
-    b.record(packet(1, 0, 200_002, 7 + 70_000)).unwrap();
+    b.record(packet(1, 0, 200_002, 7)).unwrap();
     b.record(packet(1, 0, 270_003, 7 + 70_000)).unwrap();
     b.sweep(None, &mailbox);
     let s = closed(&mailbox)[0];
@@ -722,4 +722,125 @@ fn the_announced_list_keeps_the_latest_runs() {
     b.record(packet(1001, 0, 0, 0)).unwrap();
     b.record(packet(1000 + ANNOUNCED_EPOCHS as u32, 0, 0, 0))
         .unwrap();
+}
+
+/// Runs `seqs` of session (9, 0) through fresh books with a clock correction of 0, each
+/// datagram arriving 1 µs after the last, then `forged`, then the rest; returns what `forged`
+/// got and the closed session's books.
+fn with_forgery(forged: Packet) -> (Result<LatencySample, Refused>, SessionCounters) {
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    clock(&mut b, &mailbox, 9, 0);
+    let real = |seq: u64| Packet {
+        now_ns: 1_000_000_000 + seq * 1_000,
+        ..packet(9, 0, seq, 0)
+    };
+    for seq in 0..100 {
+        b.record(real(seq)).unwrap();
+    }
+    let got = b.record(Packet {
+        now_ns: 1_000_000_000 + 100 * 1_000,
+        ..forged
+    });
+    for seq in 100..200 {
+        b.record(real(seq)).unwrap();
+    }
+    goodbye(&mut b, &mailbox, key(9, 0), 200, 0);
+    (got, closed(&mailbox)[0])
+}
+
+#[test]
+fn a_forged_jump_is_implausible_and_changes_no_number() {
+    for seq in [99 + 1_000_000_000_000, u64::MAX - 1, 99 + 30_000_000] {
+        let (got, s) = with_forgery(packet(9, 0, seq, 0));
+        assert_eq!(got, Err(Refused::Implausible), "jump to {seq}");
+        assert_eq!(
+            (s.packets, s.lost, s.bytes),
+            (200, 0, 200 * 64),
+            "{seq}: {s:?}"
+        );
+        assert_eq!(s.latency_cells.iter().sum::<u64>(), 200);
+    }
+}
+
+#[test]
+fn a_compact_jump_of_two_to_the_31_is_implausible() {
+    let (got, s) = with_forgery(Packet {
+        compact: true,
+        ..packet(9, 0, 99 + (1 << 31) - 1, 0)
+    });
+    assert_eq!(got, Err(Refused::Implausible));
+    assert_eq!((s.packets, s.lost), (200, 0), "{s:?}");
+}
+
+#[test]
+fn a_failed_count_bump_beyond_what_its_numbers_could_fail_is_implausible() {
+    // One ahead of the highest, carrying the count minus one: 2^32 - 1 failures in one step.
+    let (got, s) = with_forgery(packet(9, 0, 100, u64::from(u32::MAX)));
+    assert_eq!(got, Err(Refused::Implausible));
+    assert_eq!((s.packets, s.lost, s.send_failed), (200, 0, 0), "{s:?}");
+}
+
+#[test]
+fn a_datagram_from_another_source_is_refused() {
+    let other: SocketAddr = "127.0.0.99:7000".parse().unwrap();
+    let (got, s) = with_forgery(Packet {
+        source: Some(other),
+        ..packet(9, 0, 150, 0)
+    });
+    assert_eq!(got, Err(Refused::Source));
+    assert_eq!((s.packets, s.lost, s.duplicates), (200, 0, 0), "{s:?}");
+}
+
+#[test]
+fn a_duplicate_gives_no_latency_sample_and_no_bytes() {
+    // A replayed copy of number 50 whose send time says 100 s earlier, and one saying 1 ns.
+    for sent_ns in [SENT - 100_000_000_000, 1] {
+        let (got, s) = with_forgery(Packet {
+            sent_ns,
+            ..packet(9, 0, 50, 0)
+        });
+        assert_eq!(got, Ok(LatencySample::Duplicate));
+        assert_eq!((s.packets, s.duplicates, s.bytes), (200, 1, 200 * 64));
+        assert_eq!(s.latency_cells.iter().sum::<u64>(), 200);
+        assert_eq!(Latency::from_cells(&s.latency_cells).max_ns, 2_000);
+        assert_eq!(Jitter::of(&s).bounds.max_ns, 1_000, "{s:?}");
+    }
+}
+
+#[test]
+fn a_real_outage_is_loss_however_long() {
+    // 10 s without a datagram at 1 Mpps: 10 M numbers missing, all plausible and all lost.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.record(packet(3, 0, 0, 0)).unwrap();
+    b.record(Packet {
+        now_ns: 10_000_000_001,
+        ..packet(3, 0, 10_000_001, 0)
+    })
+    .unwrap();
+    goodbye(&mut b, &mailbox, key(3, 0), 10_000_002, 0);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost), (2, 10_000_000), "{s:?}");
+}
+
+#[test]
+fn a_jump_the_kernel_dropped_in_a_burst_is_loss_not_implausible() {
+    // The sink read a backlog: 40 M numbers missing 1 µs apart, but its socket dropped them.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.record(packet(3, 0, 0, 0)).unwrap();
+    b.add_kernel_drops(40_000_000);
+    b.record(Packet {
+        now_ns: 1_001,
+        ..packet(3, 0, 40_000_001, 0)
+    })
+    .unwrap();
+    goodbye(&mut b, &mailbox, key(3, 0), 40_000_002, 0);
+    let s = closed(&mailbox)[0];
+    assert_eq!(
+        (s.packets, s.kernel_drops, s.lost),
+        (2, 40_000_000, 0),
+        "{s:?}"
+    );
 }

@@ -61,6 +61,10 @@ const INVALID_FLOW_ID: usize = 3;
 pub(crate) const INVALID_TABLE_FULL: usize = 4;
 /// Index of the `unannounced` reason in `WorkerCounters::invalid`.
 pub(crate) const INVALID_UNANNOUNCED: usize = 5;
+/// Index of the `source` reason in `WorkerCounters::invalid`.
+const INVALID_SOURCE: usize = 6;
+/// Index of the `implausible` reason in `WorkerCounters::invalid`.
+const INVALID_IMPLAUSIBLE: usize = 7;
 /// Everything one sink worker needs, resolved before start.
 #[derive(Clone, Debug)]
 pub(crate) struct SinkConfig {
@@ -399,7 +403,12 @@ impl SinkWorker {
                 }
                 booked = self.books.record(packet);
             }
-            if booked.is_err() {
+            if matches!(
+                booked,
+                Err(Refused::FlowId | Refused::TableFull | Refused::Unannounced)
+            ) {
+                // Its run's own datagrams may be among these; a datagram refused for its source
+                // or as implausible is no sender's, so it says nothing of any run.
                 self.books.note_refusal(packet.key, now_ns);
             }
             match booked {
@@ -408,17 +417,20 @@ impl SinkWorker {
                     match sample {
                         LatencySample::Delay { ns, cell, clamped } => {
                             self.counters.latency_cells[cell] += 1;
-                            self.counters.latency_sum_ns[cell] += ns;
+                            self.counters.latency_sum_ns[cell] =
+                                self.counters.latency_sum_ns[cell].saturating_add(ns);
                             self.counters.latency_clamped += u64::from(clamped);
                             run.add(ns.max(1), &mut self.latency);
                         }
                         LatencySample::Unknown => self.counters.latency_unknown += 1,
-                        LatencySample::NoTimestamp => {}
+                        LatencySample::NoTimestamp | LatencySample::Duplicate => {}
                     }
                 }
                 Err(Refused::FlowId) => self.counters.invalid[INVALID_FLOW_ID] += 1,
                 Err(Refused::TableFull) => self.counters.invalid[INVALID_TABLE_FULL] += 1,
                 Err(Refused::Unannounced) => self.counters.invalid[INVALID_UNANNOUNCED] += 1,
+                Err(Refused::Source) => self.counters.invalid[INVALID_SOURCE] += 1,
+                Err(Refused::Implausible) => self.counters.invalid[INVALID_IMPLAUSIBLE] += 1,
             }
         }
         run.flush(&mut self.latency);
