@@ -377,14 +377,46 @@ pub(crate) fn counters_json(c: &SessionCounters) -> Value {
         "send_failed": c.send_failed})
 }
 
-/// Adds the sink's verdict (or why none came) to a sender summary; returns the human line.
+/// Why a sink's books `t` cannot be true of a sender run whose kernel accepted `sent`
+/// datagrams and whose `failed` sends failed, or `None` when they can be. Every number the
+/// sink counts once (`rx_packets` less `rx_late`, which were counted lost before they came)
+/// was sent, lost and kernel drops are numbers sent but never received, and a failed send is
+/// one of this sender's: forged datagrams that reached the sink's books show here.
+pub(crate) fn impossible_verdict(t: &SessionCounters, sent: u64, failed: u64) -> Option<String> {
+    let received = t.packets.saturating_sub(t.late);
+    let missing = t.lost.saturating_add(t.kernel_drops);
+    if received > sent {
+        Some(format!(
+            "it counts {received} packets received of the {sent} this sender sent"
+        ))
+    } else if missing > sent - received {
+        Some(format!(
+            "it counts {missing} packets lost or dropped, but only {} of the {sent} sent were not received",
+            sent - received
+        ))
+    } else if t.send_failed > failed {
+        Some(format!(
+            "it counts {} failed sends, but this sender had {failed}",
+            t.send_failed
+        ))
+    } else {
+        None
+    }
+}
+
+/// Adds the sink's verdict (or why none came) to a sender summary, checked against the
+/// sender's own `sent` and `failed` counts; returns the human line, and why the verdict
+/// cannot be true when it cannot (the run then fails: its numbers are not the truth).
 pub(crate) fn attach_verdict(
     summary: &mut Value,
     verdict: &Result<(String, RunVerdict), String>,
-) -> String {
+    sent: u64,
+    failed: u64,
+) -> (String, Option<String>) {
     match verdict {
         Ok((session, v)) => {
             let t = &v.totals;
+            let impossible = impossible_verdict(t, sent, failed);
             let mut sink = counters_json(t);
             sink["sink_session"] = json!(session);
             // Its datagrams that arrived but found no session slot: invalid table_full at the
@@ -411,8 +443,15 @@ pub(crate) fn attach_verdict(
             } else {
                 Value::Array(v.sizes.iter().map(|c| c.json()).collect())
             };
+            sink["impossible"] = json!(impossible);
             summary["sink"] = sink;
-            format!(
+            if let Some(why) = impossible {
+                let line = format!(
+                    "send verdict from sink {session} cannot be true, so it is not this run's count: {why} (forged datagrams reached the sink's books: see docs/security.md)"
+                );
+                return (line, Some(format!("the sink's verdict cannot be true: {why}")));
+            }
+            let line = format!(
                 "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}{}",
                 t.packets,
                 t.lost,
@@ -435,12 +474,13 @@ pub(crate) fn attach_verdict(
                 } else {
                     " (incomplete: not every sink queue answered in time)"
                 }
-            )
+            );
+            (line, None)
         }
         Err(why) => {
             summary["sink"] = Value::Null;
             summary["sink_error"] = json!(why);
-            format!("send verdict: none from the sink: {why}")
+            (format!("send verdict: none from the sink: {why}"), None)
         }
     }
 }

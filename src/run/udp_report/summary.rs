@@ -54,9 +54,13 @@ impl UdpReport {
             summary["ip_fragments_per_datagram"] = json!(fragments);
             summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
         }
-        let verdict_line = verdict
+        let failed_sends = total.traffic.errors.iter().sum();
+        let (verdict_line, impossible) = verdict
             .as_ref()
-            .map(|v| report::attach_verdict(&mut summary, v));
+            .map(|v| {
+                report::attach_verdict(&mut summary, v, total.traffic.packets, failed_sends)
+            })
+            .unzip();
         say!(
             "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",
             summary["tx_packets"],
@@ -93,7 +97,7 @@ impl UdpReport {
         if self.json {
             crate::output::json_line(&summary);
         }
-        judgement.failure
+        judgement.failure.or(impossible.flatten())
     }
 
     /// The sink's summary from its last samples and its workers' outcomes.
