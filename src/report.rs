@@ -449,7 +449,10 @@ pub(crate) fn attach_verdict(
                 let line = format!(
                     "send verdict from sink {session} cannot be true, so it is not this run's count: {why} (forged datagrams reached the sink's books: see docs/security.md)"
                 );
-                return (line, Some(format!("the sink's verdict cannot be true: {why}")));
+                return (
+                    line,
+                    Some(format!("the sink's verdict cannot be true: {why}")),
+                );
             }
             let line = format!(
                 "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}{}",

@@ -64,15 +64,24 @@ fn a_verdict_that_cannot_be_true_is_named_and_never_printed_as_the_count() {
         ..SessionCounters::default()
     };
     // True: 20 000 sent, 19 990 received in time, 10 lost, 3 of them came late.
-    assert_eq!(impossible_verdict(&books(19_993, 10, 3, 0), 20_000, 0), None);
-    assert_eq!(impossible_verdict(&books(19_990, 0, 0, 10), 19_990, 10), None);
+    assert_eq!(
+        impossible_verdict(&books(19_993, 10, 3, 0), 20_000, 0),
+        None
+    );
+    assert_eq!(
+        impossible_verdict(&books(19_990, 0, 0, 10), 19_990, 10),
+        None
+    );
     // The review's forged jump: 20 001 received and 10^12 lost of 20 000 sent.
     let why = impossible_verdict(&books(20_001, 999_999_999_850, 0, 0), 20_000, 0).unwrap();
     assert!(why.contains("20001 packets received of the 20000"), "{why}");
     let why = impossible_verdict(&books(20_000, u64::MAX - 1, 0, 0), 20_000, 0).unwrap();
     assert!(why.contains("only 0 of the 20000 sent"), "{why}");
     let why = impossible_verdict(&books(19_504, 0, 0, 496), 20_000, 0).unwrap();
-    assert!(why.contains("496 failed sends, but this sender had 0"), "{why}");
+    assert!(
+        why.contains("496 failed sends, but this sender had 0"),
+        "{why}"
+    );
 
     let verdict = Ok((
         "s".to_string(),
@@ -83,7 +92,10 @@ fn a_verdict_that_cannot_be_true_is_named_and_never_printed_as_the_count() {
     ));
     let mut summary = json!({});
     let (line, failure) = attach_verdict(&mut summary, &verdict, 20_000, 0);
-    assert!(line.contains("cannot be true") && !line.contains("999999999850"), "{line}");
+    assert!(
+        line.contains("cannot be true") && !line.contains("999999999850"),
+        "{line}"
+    );
     assert!(failure.is_some());
     assert!(summary["sink"]["impossible"].is_string(), "{summary}");
 }

@@ -57,9 +57,7 @@ impl UdpReport {
         let failed_sends = total.traffic.errors.iter().sum();
         let (verdict_line, impossible) = verdict
             .as_ref()
-            .map(|v| {
-                report::attach_verdict(&mut summary, v, total.traffic.packets, failed_sends)
-            })
+            .map(|v| report::attach_verdict(&mut summary, v, total.traffic.packets, failed_sends))
             .unzip();
         say!(
             "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",

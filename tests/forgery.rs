@@ -1,0 +1,281 @@
+//! Forged datagrams against a live, authenticated run. An injector of the test's own sniffs
+//! one real datagram of the victim's run (`AF_PACKET` on the namespace's loopback, as an
+//! on-path attacker would) and sends forgeries built from it: from another address, and with
+//! the victim's own source address and port (a raw socket). None may change a number:
+//! - a jump of 10^12 and a jump to 2^64−2 are `implausible`, not loss;
+//! - a failed-send count moved back by one (2^32−1 more failures) is `implausible`, not a
+//!   real loss hidden as failed sends;
+//! - copies back-dated by 100 s, or stamped 1 ns after the Unix epoch, are duplicates that
+//!   give no latency or jitter sample;
+//! - the same jump from another address is refused for its `source`.
+//!
+//! The observers are the kernel's `Udp` counters of the test's own namespace (every datagram
+//! the sink read is booked once, and every one the sender sent was counted) and the
+//! injector's own count of what it sent, which must show up exactly as invalid or duplicate.
+
+mod common;
+
+use std::{
+    io::Read,
+    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    time::{Duration, Instant},
+};
+
+use common::{proc::Proc, *};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+const DATA_PORT: u16 = 7000;
+const SEQ_AT: usize = 16;
+const TIMESTAMP_AT: usize = 24;
+const FAILED_AT: usize = 6;
+
+/// One real datagram of the victim's run, as sniffed.
+struct Sniffed {
+    source: SocketAddrV4,
+    payload: Vec<u8>,
+}
+
+impl Sniffed {
+    fn seq(&self) -> u64 {
+        u64::from_be_bytes(self.payload[SEQ_AT..SEQ_AT + 8].try_into().unwrap())
+    }
+
+    /// The datagram with its sequence number, send time and failed count changed.
+    fn forged(&self, seq: u64, sent_ns: Option<u64>, failed: Option<u32>) -> Vec<u8> {
+        let mut p = self.payload.clone();
+        p[SEQ_AT..SEQ_AT + 8].copy_from_slice(&seq.to_be_bytes());
+        if let Some(ns) = sent_ns {
+            p[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&ns.to_be_bytes());
+        }
+        if let Some(f) = failed {
+            p[FAILED_AT..FAILED_AT + 4].copy_from_slice(&f.to_be_bytes());
+        }
+        p
+    }
+
+    fn sent_ns(&self) -> u64 {
+        u64::from_be_bytes(
+            self.payload[TIMESTAMP_AT..TIMESTAMP_AT + 8]
+                .try_into()
+                .unwrap(),
+        )
+    }
+
+    fn failed(&self) -> u32 {
+        u32::from_be_bytes(self.payload[FAILED_AT..FAILED_AT + 4].try_into().unwrap())
+    }
+}
+
+/// Waits (at most 10 s) for one full-header ringblast datagram to `DATA_PORT` on the
+/// namespace's loopback and returns it (run inside the namespace).
+fn sniff() -> Sniffed {
+    const ETH_P_IP: u16 = 0x0800;
+    let socket = Socket::new(
+        Domain::PACKET,
+        Type::DGRAM,
+        Some(Protocol::from(i32::from(ETH_P_IP.to_be()))),
+    )
+    .expect("an AF_PACKET socket (root)");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 2048];
+    while Instant::now() < until {
+        let Ok(n) = (&socket).read(&mut buf) else {
+            continue;
+        };
+        let frame = &buf[..n];
+        let ihl = usize::from(frame[0] & 0x0f) * 4;
+        if frame[0] >> 4 != 4 || frame[9] != 17 || frame.len() < ihl + 8 + 32 {
+            continue;
+        }
+        let udp = &frame[ihl..];
+        let dport = u16::from_be_bytes([udp[2], udp[3]]);
+        if dport != DATA_PORT || &udp[8..12] != b"RBLS" {
+            continue;
+        }
+        let src = Ipv4Addr::new(frame[12], frame[13], frame[14], frame[15]);
+        let sport = u16::from_be_bytes([udp[0], udp[1]]);
+        return Sniffed {
+            source: SocketAddrV4::new(src, sport),
+            payload: udp[8..].to_vec(),
+        };
+    }
+    panic!("no datagram of the run seen on port {DATA_PORT} within 10 s");
+}
+
+/// Sends `payload` to 127.0.0.1:`DATA_PORT` as if from `source` (a raw IPv4 socket; the
+/// kernel fills in the IP checksum and length, and a UDP checksum of 0 means none).
+fn spoof(raw: &Socket, source: SocketAddrV4, payload: &[u8]) {
+    let udp_len = 8 + payload.len();
+    let mut packet = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    packet.extend_from_slice(&source.ip().octets());
+    packet.extend_from_slice(&[127, 0, 0, 1]);
+    packet.extend_from_slice(&source.port().to_be_bytes());
+    packet.extend_from_slice(&DATA_PORT.to_be_bytes());
+    packet.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    packet.extend_from_slice(&[0, 0]);
+    packet.extend_from_slice(payload);
+    let to = SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    raw.send_to(&packet, &to).expect("send a spoofed datagram");
+}
+
+/// What the injector sent: from another address, and as the victim.
+struct Injected {
+    from_other: u64,
+    as_victim: u64,
+}
+
+/// Sniffs one datagram and sends every forgery, paced so the sink's socket never overflows.
+fn inject() -> Injected {
+    let real = sniff();
+    let other = UdpSocket::bind("127.0.0.99:0").unwrap();
+    let raw = Socket::new(
+        Domain::IPV4,
+        Type::RAW,
+        Some(Protocol::from(libc::IPPROTO_RAW)),
+    )
+    .expect("a raw socket (root)");
+    let pace = || std::thread::sleep(Duration::from_micros(200));
+    let seq = real.seq();
+    let mut injected = Injected {
+        from_other: 0,
+        as_victim: 0,
+    };
+    for _ in 0..10 {
+        other
+            .send_to(
+                &real.forged(seq + 1_000_000_000_000, None, None),
+                ("127.0.0.1", DATA_PORT),
+            )
+            .unwrap();
+        injected.from_other += 1;
+        pace();
+    }
+    let mut victim = |payload: Vec<u8>| {
+        spoof(&raw, real.source, &payload);
+        injected.as_victim += 1;
+        pace();
+    };
+    for i in 0..10 {
+        victim(real.forged(seq + 1_000_000_000_000 + i, None, None));
+        victim(real.forged(u64::MAX - 1 - i, None, None));
+        // Ahead of the run, with the failed count moved back by one: 2^32 - 1 more failures.
+        victim(real.forged(seq + 5_000 + i, None, Some(real.failed().wrapping_sub(1))));
+    }
+    for _ in 0..500 {
+        victim(real.forged(seq, Some(real.sent_ns() - 100_000_000_000), None));
+    }
+    for _ in 0..20 {
+        victim(real.forged(seq, Some(1), None));
+    }
+    injected
+}
+
+#[test]
+#[ignore = "needs root: a network namespace of its own, an AF_PACKET sniffer and a raw socket"]
+fn forged_datagrams_change_no_number() {
+    let _guard = traffic_lock();
+    let ns = Netns::create("forge");
+    let secret = secret_file();
+    let secret = secret.path().to_str().unwrap();
+    let listen = format!("127.0.0.1:{DATA_PORT}");
+    let mut sink = Proc::ringblast(
+        Some(&ns.0),
+        &[
+            "sink",
+            "--listen",
+            &listen,
+            "--secret-file",
+            secret,
+            "--json",
+            "--metrics",
+            "127.0.0.1:9102",
+        ],
+    );
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let before = UdpSnmp::read(&ns.0);
+    let injector = spawn_in_netns(&ns.0, inject);
+    let send = Proc::ringblast(
+        Some(&ns.0),
+        &[
+            "send",
+            "--to",
+            &listen,
+            "--secret-file",
+            secret,
+            "--json",
+            "--name",
+            "victim",
+            "--rate",
+            "5kpps",
+            "--count",
+            "20000",
+            "--gso",
+            "1",
+        ],
+    );
+    let injected = injector.join().expect("the injector");
+    let (status, out, err) = send.finish();
+    sink.interrupt();
+    let (sink_status, sink_out, sink_err) = sink.finish();
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    assert!(status.success(), "the victim: {status}\n{err}");
+    assert!(sink_status.success(), "the sink: {sink_status}\n{sink_err}");
+    let send = last_summary(&out, "send");
+    let sink = last_summary(&sink_out, "sink");
+    let verdict = &send["sink"];
+    let ctx = format!("{kernel:?}\nsend {send}\nsink {sink}");
+
+    // The victim's verdict is the truth: every packet it sent was received or dropped by the
+    // kernel (as RcvbufErrors says), none lost, and its latency is its own.
+    let tx = u(&send, "tx_packets");
+    assert_eq!(tx, 20_000, "{ctx}");
+    assert_eq!(
+        kernel.out_datagrams,
+        tx + injected.from_other,
+        "OutDatagrams: {ctx}"
+    );
+    assert_eq!(
+        u(verdict, "rx_packets") + u(verdict, "rx_kernel_drops"),
+        tx,
+        "{ctx}"
+    );
+    assert_eq!(u(verdict, "rx_kernel_drops"), kernel.rcvbuf_errors, "{ctx}");
+    assert_eq!(
+        (u(verdict, "rx_lost"), u(verdict, "send_failed")),
+        (0, 0),
+        "{ctx}"
+    );
+    assert!(verdict["impossible"].is_null(), "{ctx}");
+    let latency = &verdict["latency"];
+    assert!(
+        latency.get("max_ns_at_least").is_none()
+            && latency["max_ns_at_most"].as_u64().unwrap() <= 500_000_000,
+        "a forged send time reached the latency: {latency}"
+    );
+    let jitter_mean = verdict["jitter"]["mean_ns"].as_u64().unwrap();
+    assert!(
+        jitter_mean < 100_000_000,
+        "jitter mean {jitter_mean} ns: {ctx}"
+    );
+
+    // Every datagram the kernel queued for the sink was booked once, and the injector's own
+    // count shows up exactly as invalid (source, implausible) or duplicate.
+    let by_reason = &sink["rx_invalid_by_reason"];
+    assert_eq!(
+        kernel.in_datagrams,
+        u(&sink, "rx_packets") + u(&sink, "rx_duplicates") + u(&sink, "rx_invalid"),
+        "InDatagrams: {ctx}"
+    );
+    assert_eq!(u(&sink, "rx_packets"), u(verdict, "rx_packets"), "{ctx}");
+    assert_eq!(u(by_reason, "source"), injected.from_other, "{ctx}");
+    assert_eq!(
+        u(by_reason, "implausible") + u(&sink, "rx_duplicates"),
+        injected.as_victim,
+        "{ctx}"
+    );
+    assert!(u(by_reason, "implausible") >= 20, "{ctx}");
+    assert_eq!(u(&sink, "rx_lost"), 0, "{ctx}");
+}
