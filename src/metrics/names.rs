@@ -68,7 +68,7 @@ metrics! {
     RX_LOST = "ringblast_rx_lost_packets_total", Counter, "node,queue,flow", "Sequence numbers never received and not explained by kernel drops.";
     RX_REORDERED = "ringblast_rx_reordered_packets_total", Counter, "node,queue,flow", "Packets that arrived after a higher sequence number (never counted as lost).";
     RX_DUPLICATES = "ringblast_rx_duplicate_packets_total", Counter, "node,queue,flow", "Extra copies of packets already received.";
-    RX_INVALID = "ringblast_rx_invalid_packets_total", Counter, "node,queue,reason", "Datagrams not counted as received, by reason: not ringblast packets (short, magic, version), or no session slot (flow_id, table_full, unannounced).";
+    RX_INVALID = "ringblast_rx_invalid_packets_total", Counter, "node,queue,reason", "Datagrams not counted as received, by reason: not ringblast packets (short, magic, version), no session slot (flow_id, table_full, unannounced), or forged (source: not from its session's address; implausible: further ahead, or with more failed sends, than its sender could have sent).";
     RX_KERNEL_DROPS = "ringblast_rx_kernel_drops_total", Counter, "node,queue", "Datagrams the kernel dropped on the sink socket (SO_RXQ_OVFL).";
     RX_LAST_PACKET = "ringblast_rx_last_packet_timestamp_seconds", Gauge, "node,queue", "Unix time of the last valid packet (0 = none yet).";
     RX_LATENCY = "ringblast_rx_latency_seconds", Histogram, "node,queue", "One-way latency from the sender's timestamp, corrected by the sender's clock offset (offset-free samples only; packets without a clock estimate are in ringblast_rx_latency_unknown_packets_total).";
