@@ -33,6 +33,10 @@ use crate::{
 /// source address yet, so a named sender's counts never move between two series.
 const ATTRIBUTE_AFTER_NS: u64 = 2_000_000_000;
 
+/// Disjoint active spans kept of pruned epochs: beyond it the two nearest are joined (the gap
+/// between them, when the whole sink was idle, then counts as active).
+const PRUNED_SPANS: usize = 4096;
+
 /// One flow as the sender reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FlowReport {
@@ -105,6 +109,8 @@ pub(crate) struct SenderRow {
 #[derive(Debug)]
 struct Epoch {
     name: String,
+    /// Its sender said hello (an epoch seen in data alone is pruned once it ended).
+    announced: bool,
     /// Flow id → (start, next at hello).
     flows: HashMap<u32, (u64, u64)>,
     sink_predates: bool,
@@ -124,6 +130,13 @@ struct Epoch {
 struct SenderBook {
     closed: SessionCounters,
     epochs: Vec<u32>,
+    /// It said hello: it keeps its name when `--max-senders` are known, and an unannounced
+    /// sender's book is folded into `other` to make room for it.
+    announced: bool,
+    /// Sessions of its that ended and were pruned from `epochs` (their books are in `closed`).
+    pruned_sessions: u64,
+    /// The active time of those sessions, in ns.
+    pruned_active_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +158,8 @@ struct Inner {
     unseen_lost: u64,
     /// For the log: sessions seen without a hello, sessions ended.
     events: Vec<timeline::SessionEvent>,
+    /// The active spans of pruned epochs, disjoint and sorted (at most [`PRUNED_SPANS`]).
+    pruned_spans: Vec<(u64, u64)>,
 }
 
 /// The sink's per-sender books.
@@ -202,8 +217,37 @@ impl Registry {
         if inner.senders.contains_key(name) || inner.senders.len() < self.max_senders {
             name.to_string()
         } else {
-            "other".to_string()
+            OTHER.to_string()
         }
+    }
+
+    /// Folds one unannounced sender's book into `other`, so an announced sender gets its own
+    /// name within `--max-senders`; false when every named sender is announced.
+    fn make_room(&self, inner: &mut Inner) -> bool {
+        let Some(name) = inner
+            .senders
+            .iter()
+            .find(|(name, book)| !book.announced && name.as_str() != OTHER)
+            .map(|(name, _)| name.clone())
+        else {
+            return false;
+        };
+        let Some(book) = inner.senders.remove(&name) else {
+            return false;
+        };
+        for e in inner.epochs.values_mut().filter(|e| e.name == name) {
+            e.name = OTHER.to_string();
+        }
+        let other = inner.senders.entry(OTHER.to_string()).or_default();
+        other.closed.add(&book.closed);
+        other.pruned_sessions += book.pruned_sessions;
+        other.pruned_active_ns += book.pruned_active_ns;
+        for e in book.epochs {
+            if !other.epochs.contains(&e) {
+                other.epochs.push(e);
+            }
+        }
+        true
     }
 
     /// Sends one message to every worker (their inboxes are bounded: wait a little when full).
@@ -231,8 +275,14 @@ impl Registry {
         let mut inner = self.lock();
         let name = self.book_name(&inner, &hello.name);
         let from = peer.map_or_else(|| "this process".to_string(), |p| p.to_string());
+        let name = if name == OTHER && hello.name != OTHER && self.make_room(&mut inner) {
+            hello.name.clone()
+        } else {
+            name
+        };
         let known = inner.senders.contains_key(&name);
         let book = inner.senders.entry(name.clone()).or_default();
+        book.announced = true;
         let new_epoch = !book.epochs.contains(&hello.epoch);
         if new_epoch {
             book.epochs.push(hello.epoch);
@@ -262,6 +312,7 @@ impl Registry {
             ),
         };
         let epoch = inner.epochs.entry(hello.epoch).or_insert_with(|| Epoch {
+            announced: true,
             name,
             flows: HashMap::new(),
             sink_predates,
@@ -271,6 +322,7 @@ impl Registry {
             answered: HashMap::new(),
             answered_refused: 0,
         });
+        epoch.announced = true;
         epoch.clock = LatencyClock::at_hello(Some(&epoch.clock), hello.clock.clone());
         let correction = epoch.clock.correction_ns();
         for f in &hello.flows {
@@ -546,6 +598,7 @@ impl Registry {
                 epoch,
                 Epoch {
                     name,
+                    announced: false,
                     flows: HashMap::new(),
                     sink_predates: false,
                     span: None,
@@ -561,6 +614,9 @@ impl Registry {
         }
     }
 }
+
+/// The book of senders beyond `--max-senders`.
+const OTHER: &str = "other";
 
 /// The name of a sender run that never said hello: its source IP and epoch (never its port:
 /// each of its flows may come from a port of its own).

@@ -260,3 +260,103 @@ fn a_runs_clock_estimate_reaches_the_worker_and_its_verdict() {
     assert_eq!(rows[0].clock.kind, ClockKind::OffsetCorrected);
     assert_eq!(rows[0].counters.latency_unknown, 1);
 }
+
+/// A sender run with no hello: `n` datagrams of `epoch` from its own address.
+fn unannounced(books: &mut Books, epoch: u32, n: u64) {
+    for seq in 0..n {
+        let source = format!("10.9.{}.{}:4000", epoch >> 8 & 0xff, epoch & 0xff);
+        books
+            .record(Packet {
+                source: Some(source.parse().unwrap()),
+                ..packet(epoch, seq)
+            })
+            .unwrap();
+    }
+}
+
+fn hello_of(name: &str, epoch: u32) -> Hello {
+    Hello {
+        name: name.into(),
+        epoch,
+        flows: vec![],
+        elapsed_ns: 0,
+        step: 0,
+        clock: LatencyClock::same_clock(),
+    }
+}
+
+#[test]
+fn max_senders_holds_in_one_pass_and_an_announced_sender_is_named_first() {
+    let shared = worker();
+    let registry = Registry::new(vec![Arc::clone(&shared)], 4, 0);
+    let mut books = Books::new(64, 16, false);
+    for epoch in 1..=10 {
+        unannounced(&mut books, epoch, 5);
+    }
+    round(&mut books, &shared);
+    let rows = registry.rows(true);
+    // Four senders and `other`, however many runs one pass sees.
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let total: u64 = rows.iter().map(|r| r.counters.packets).sum();
+    assert_eq!(total, 50);
+    let other = rows.iter().find(|r| r.name == "other").unwrap();
+    assert_eq!(other.counters.packets, 30);
+
+    // A sender that says hello now gets its name: an unannounced one is folded into `other`.
+    let (_, line) = registry.hello(None, &hello_of("edge-1", 99));
+    assert!(line.contains("sender edge-1 "), "{line}");
+    round(&mut books, &shared);
+    books.record(packet(99, 0)).unwrap();
+    round(&mut books, &shared);
+    let rows = registry.rows(true);
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let edge = rows.iter().find(|r| r.name == "edge-1").unwrap();
+    assert_eq!(edge.counters.packets, 1);
+    let other = rows.iter().find(|r| r.name == "other").unwrap();
+    assert_eq!(other.counters.packets, 35, "{rows:?}");
+    assert_eq!(rows.iter().map(|r| r.counters.packets).sum::<u64>(), 51);
+}
+
+#[test]
+fn idle_runs_without_a_hello_are_pruned_into_their_totals() {
+    let shared = worker();
+    let registry = Registry::new(vec![Arc::clone(&shared)], 4, 0);
+    let mut books = Books::new(64, 16, false);
+    for round_no in 0..50u32 {
+        for epoch in round_no * 20..round_no * 20 + 20 {
+            unannounced(&mut books, epoch + 1, 3);
+        }
+        books.sweep(Some(u64::MAX), &shared.mailbox);
+        round(&mut books, &shared);
+        let _ = registry.rows(false);
+    }
+    let rows = registry.rows(true);
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(rows.iter().map(|r| r.counters.packets).sum::<u64>(), 3_000);
+    assert_eq!(rows.iter().map(|r| r.sessions).sum::<u64>(), 1_000);
+    // Nothing of the 1 000 runs is kept but their sums.
+    let inner = registry.lock();
+    assert!(
+        inner.epochs.is_empty(),
+        "{} epochs kept",
+        inner.epochs.len()
+    );
+    assert!(inner.senders.values().all(|b| b.epochs.is_empty()));
+}
+
+#[test]
+fn pruned_spans_stay_disjoint_and_bounded() {
+    let mut spans = Vec::new();
+    reports::add_span(&mut spans, (10, 20));
+    reports::add_span(&mut spans, (30, 40));
+    reports::add_span(&mut spans, (15, 32));
+    assert_eq!(spans, vec![(10, 40)]);
+    for i in 0..(PRUNED_SPANS as u64 + 10) {
+        reports::add_span(&mut spans, (100 + i * 10, 105 + i * 10));
+    }
+    assert_eq!(spans.len(), PRUNED_SPANS);
+    assert!(
+        spans.windows(2).all(|w| w[0].1 < w[1].0),
+        "sorted and disjoint"
+    );
+}

@@ -2,9 +2,12 @@
 //! the workers publish, attributed once a sender has said hello or is old enough), the totals
 //! per size class, and the loss of flows no queue ever saw.
 
-use std::{collections::BTreeMap, net::SocketAddr};
+use std::{
+    collections::{BTreeMap, HashSet},
+    net::SocketAddr,
+};
 
-use super::{ATTRIBUTE_AFTER_NS, Registry, SenderRow};
+use super::{ATTRIBUTE_AFTER_NS, Inner, PRUNED_SPANS, Registry, SenderRow};
 use crate::{clock, latency_clock::LatencyClock, stats::SessionCounters};
 
 impl Registry {
@@ -53,6 +56,8 @@ impl Registry {
                     continue;
                 }
                 let name = self.sender_of(&inner, view.key.epoch, view.source);
+                // Booked at once, so the next session of this pass sees `--max-senders` filled.
+                inner.senders.entry(name.clone()).or_default();
                 let entry = live.entry(name).or_default();
                 entry.0.add(&view.counters);
                 if !entry.1.contains(&view.key.epoch) {
@@ -72,6 +77,9 @@ impl Registry {
                 }
             }
         }
+        let live_epochs: HashSet<u32> =
+            live.values().flat_map(|(_, e)| e.iter().copied()).collect();
+        prune(&mut inner, &live_epochs);
         inner
             .senders
             .iter()
@@ -87,15 +95,16 @@ impl Registry {
                     .iter()
                     .filter_map(|e| inner.epochs.get(e).and_then(|e| e.span))
                     .map(|(a, b)| b - a)
-                    .sum();
+                    .fold(book.pruned_active_ns, u64::saturating_add);
                 SenderRow {
                     name: name.clone(),
                     counters,
-                    sessions: book
-                        .epochs
-                        .iter()
-                        .filter(|e| !inner.steps.contains(e))
-                        .count() as u64,
+                    sessions: book.pruned_sessions
+                        + book
+                            .epochs
+                            .iter()
+                            .filter(|e| !inner.steps.contains(e))
+                            .count() as u64,
                     active_sessions,
                     active_ns,
                     clock: LatencyClock::latest(
@@ -106,5 +115,51 @@ impl Registry {
                 }
             })
             .collect()
+    }
+}
+
+/// Prunes the epochs seen in data alone that ended and have no live session: their books are
+/// in their sender's `closed` already, so what is kept of them is their count and active time.
+/// Forged runs with random epochs then cost the registry nothing once they go idle.
+fn prune(inner: &mut Inner, live: &HashSet<u32>) {
+    let ended: Vec<u32> = inner
+        .epochs
+        .iter()
+        .filter(|(e, epoch)| !epoch.announced && epoch.ended && !live.contains(e))
+        .map(|(e, _)| *e)
+        .collect();
+    for e in ended {
+        let Some(epoch) = inner.epochs.remove(&e) else {
+            continue;
+        };
+        let step = inner.steps.remove(&e);
+        if let Some(book) = inner.senders.get_mut(&epoch.name) {
+            book.epochs.retain(|x| *x != e);
+            book.pruned_sessions += u64::from(!step);
+            book.pruned_active_ns = book
+                .pruned_active_ns
+                .saturating_add(epoch.span.map_or(0, |(a, b)| b - a));
+        }
+        if let Some(span) = epoch.span.filter(|(a, b)| b > a) {
+            add_span(&mut inner.pruned_spans, span);
+        }
+    }
+}
+
+/// Adds `span` to `spans` (sorted, disjoint), joining what it overlaps; beyond
+/// [`PRUNED_SPANS`] the two nearest neighbours are joined.
+pub(super) fn add_span(spans: &mut Vec<(u64, u64)>, span: (u64, u64)) {
+    let at = spans.partition_point(|s| s.1 < span.0);
+    let mut joined = span;
+    while at < spans.len() && spans[at].0 <= joined.1 {
+        let s = spans.remove(at);
+        joined = (joined.0.min(s.0), joined.1.max(s.1));
+    }
+    spans.insert(at, joined);
+    if spans.len() > PRUNED_SPANS
+        && let Some(i) = (1..spans.len()).min_by_key(|&i| spans[i].0 - spans[i - 1].1)
+    {
+        let right = spans.remove(i);
+        spans[i - 1].1 = right.1;
     }
 }

@@ -89,6 +89,7 @@ impl Registry {
     pub(crate) fn active_ns(&self) -> u64 {
         let inner = self.lock();
         let mut spans: Vec<(u64, u64)> = inner.epochs.values().filter_map(|e| e.span).collect();
+        spans.extend_from_slice(&inner.pruned_spans);
         spans.sort_unstable();
         let (mut total, mut open): (u64, Option<(u64, u64)>) = (0, None);
         for (a, b) in spans {
