@@ -16,6 +16,7 @@
 mod common;
 
 use std::{
+    collections::HashSet,
     io::Read,
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     time::{Duration, Instant},
@@ -278,4 +279,130 @@ fn forged_datagrams_change_no_number() {
     );
     assert!(u(by_reason, "implausible") >= 20, "{ctx}");
     assert_eq!(u(&sink, "rx_lost"), 0, "{ctx}");
+}
+
+/// The resident set of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+/// A full ringblast header of run `epoch`, flow 0, sequence number `seq`.
+fn header(epoch: u32, seq: u64) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    h[0..4].copy_from_slice(b"RBLS");
+    h[4] = 2;
+    h[12..16].copy_from_slice(&epoch.to_be_bytes());
+    h[SEQ_AT..SEQ_AT + 8].copy_from_slice(&seq.to_be_bytes());
+    h
+}
+
+/// The books' memory bound under a flood of runs that never said hello: a fixed session table,
+/// at most `--max-senders` books and `other`, and the idle runs pruned into their totals. Before
+/// pruning, each forged run kept about 430 B for good: this flood's 100 000 runs would have
+/// grown the sink by about 40 MiB.
+const FLOOD_GROWTH_BOUND_KIB: u64 = 8 * 1024;
+
+#[test]
+#[ignore = "needs root: a network namespace of its own, so the kernel's UDP counters see only this test's datagrams"]
+fn a_random_epoch_flood_keeps_the_books_bounded() {
+    let _guard = traffic_lock();
+    let ns = Netns::create("flood");
+    let listen = format!("127.0.0.1:{DATA_PORT}");
+    let mut sink = Proc::ringblast(
+        Some(&ns.0),
+        &[
+            "sink",
+            "--listen",
+            &listen,
+            "--json",
+            "--session-idle",
+            "1s",
+            "--max-senders",
+            "16",
+            "--metrics",
+            "127.0.0.1:9103",
+        ],
+    );
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let before = UdpSnmp::read(&ns.0);
+    let pid = sink.pid();
+    // 2 000 runs a second, two datagrams each, for 60 s; the RSS is taken once the table has
+    // filled and every run has gone through the registry (10 s), and at the end.
+    let flood = spawn_in_netns(&ns.0, move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(std::process::id());
+        let started = Instant::now();
+        let (mut sent, mut baseline) = (0u64, None);
+        while started.elapsed() < Duration::from_secs(60) {
+            let tick = Instant::now();
+            for _ in 0..20 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let epoch = (state >> 16) as u32;
+                for seq in 0..2 {
+                    socket
+                        .send_to(&header(epoch, seq), ("127.0.0.1", DATA_PORT))
+                        .unwrap();
+                    sent += 1;
+                }
+            }
+            if baseline.is_none() && started.elapsed() >= Duration::from_secs(10) {
+                baseline = Some(rss_kib(pid));
+            }
+            std::thread::sleep(Duration::from_millis(10).saturating_sub(tick.elapsed()));
+        }
+        (sent, baseline.unwrap())
+    });
+    let (sent, baseline) = flood.join().unwrap();
+    wait_udp_drained(&ns.0, DATA_PORT);
+    let end = rss_kib(pid);
+    let metrics = in_netns(&ns.0, || scrape_local(9103));
+    sink.interrupt();
+    let (status, out, err) = sink.finish();
+    assert!(status.success(), "{status}\n{err}");
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    let summary = last_summary(&out, "sink");
+    let ctx = format!(
+        "{kernel:?}\nRSS {baseline} -> {end} KiB\n{}",
+        &err[..err.len().min(2000)]
+    );
+
+    assert_eq!(kernel.out_datagrams, sent, "{ctx}");
+    assert_eq!(
+        kernel.in_datagrams,
+        u(&summary, "rx_packets") + u(&summary, "rx_duplicates") + u(&summary, "rx_invalid"),
+        "every datagram booked once: {ctx}"
+    );
+    assert!(
+        end <= baseline + FLOOD_GROWTH_BOUND_KIB,
+        "the sink grew by {} KiB: {ctx}",
+        end.saturating_sub(baseline)
+    );
+    let senders = summary["senders"].as_array().unwrap();
+    assert!(
+        senders.len() <= 17,
+        "{} senders listed: {ctx}",
+        senders.len()
+    );
+    let labels: HashSet<&str> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split("sender=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(labels.len() <= 17, "{} sender labels: {ctx}", labels.len());
+    // Most runs were booked (their two datagrams received), and all of them as runs.
+    let runs: u64 = senders.iter().map(|s| u(s, "sessions")).sum();
+    assert!(runs > 50_000, "{runs} runs booked: {ctx}");
+    eprintln!(
+        "{runs} runs, {} senders listed, {} sender labels, RSS {baseline} -> {end} KiB",
+        senders.len(),
+        labels.len()
+    );
 }
