@@ -397,6 +397,17 @@ fn a_random_epoch_flood_keeps_the_books_bounded() {
         .filter_map(|l| l.split("sender=\"").nth(1)?.split('"').next())
         .collect();
     assert!(labels.len() <= 17, "{} sender labels: {ctx}", labels.len());
+    // A run without a hello is labelled by a keyed digest, never its epoch (the summary's name).
+    let epochs: HashSet<&str> = senders
+        .iter()
+        .filter_map(|s| s["name"].as_str()?.rsplit_once('/').map(|(_, e)| e))
+        .collect();
+    assert!(
+        labels
+            .iter()
+            .all(|l| *l == "other" || l.contains("/run-") && !epochs.contains(&l[l.len() - 8..])),
+        "{labels:?}"
+    );
     // Most runs were booked (their two datagrams received), and all of them as runs.
     let runs: u64 = senders.iter().map(|s| u(s, "sessions")).sum();
     assert!(runs > 50_000, "{runs} runs booked: {ctx}");

@@ -1,6 +1,7 @@
 //! The sink's per-sender series: registered by the reporter thread the first time a sender
 //! appears (never by a worker), and set from the registry's books on every flush. The
-//! registry caps the names at `--max-senders` and books the rest as `sender="other"`. A
+//! registry caps the names at `--max-senders` and books the rest as `sender="other"`; a run
+//! without a hello is labelled by its IP and a keyed digest of its epoch, never the epoch. A
 //! sender's clock offset and its error bound are NaN while its clock is unknown (never 0).
 //! Its latency and jitter histograms take each flush's new observations per cell, recorded at
 //! their mean (which lies inside the cell's bucket), so bucket counts are exact and the sums
@@ -119,10 +120,11 @@ impl SenderSeries {
     /// Sets every sender's series from the books, registering new senders' series first.
     pub(crate) fn flush(&mut self) {
         for row in self.registry.rows(false) {
+            let label = self.registry.series_label(&row);
             let h = self
                 .handles
-                .entry(row.name.clone())
-                .or_insert_with(|| SenderHandles::register(&row.name));
+                .entry(label)
+                .or_insert_with_key(|label| SenderHandles::register(label));
             let c = &row.counters;
             h.packets.absolute(c.packets);
             h.bytes.absolute(c.bytes);

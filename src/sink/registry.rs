@@ -104,6 +104,8 @@ pub(crate) struct SenderRow {
     pub(crate) active_ns: u64,
     /// How its latency relates to its clock (its latest run's with a known clock).
     pub(crate) clock: LatencyClock,
+    /// It said hello (its name is its own, not `IP/epoch`).
+    pub(crate) announced: bool,
 }
 
 #[derive(Debug)]
@@ -170,6 +172,8 @@ pub(crate) struct Registry {
     started_ns: u64,
     sizes: Arc<SizeTable>,
     inner: Mutex<Inner>,
+    /// This sink's random key for the series labels of runs without a hello.
+    label_key: std::collections::hash_map::RandomState,
 }
 
 fn span_union(a: Option<(u64, u64)>, b: (u64, u64)) -> Option<(u64, u64)> {
@@ -199,6 +203,20 @@ impl Registry {
             started_ns,
             sizes: Arc::default(),
             inner: Mutex::new(inner),
+            label_key: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// The `sender` label of `row`'s series: its name, except that a run without a hello
+    /// (`IP/epoch`) is `IP/run-` and a digest of its epoch under this sink's random key. The
+    /// epoch is all an off-path injector must guess, and a scrape may be public.
+    pub(crate) fn series_label(&self, row: &SenderRow) -> String {
+        use std::hash::BuildHasher;
+        match row.name.rsplit_once('/') {
+            Some((ip, epoch)) if !row.announced && row.name != OTHER => {
+                format!("{ip}/run-{:08x}", self.label_key.hash_one(epoch) as u32)
+            }
+            _ => row.name.clone(),
         }
     }
 

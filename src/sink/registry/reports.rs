@@ -107,6 +107,7 @@ impl Registry {
                             .count() as u64,
                     active_sessions,
                     active_ns,
+                    announced: book.announced,
                     clock: LatencyClock::latest(
                         book.epochs
                             .iter()
