@@ -10,8 +10,15 @@
 //! busy only when `max_connections` are authenticated.
 
 use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// A connection's state; changed only under the places' lock, so each connection has exactly
+/// one outcome.
+const WAITING: u8 = 0;
+const AUTHENTICATED: u8 = 1;
+const EVICTED: u8 = 2;
+const LEFT: u8 = 3;
 
 /// The caps a control server admits connections under.
 #[derive(Debug, Clone, Copy)]
@@ -24,18 +31,11 @@ pub(crate) struct Caps {
     pub(crate) per_address: usize,
 }
 
-/// One connection's place: whether it was evicted while it was unauthenticated.
+/// One connection's place.
 #[derive(Clone)]
 pub(crate) struct Ticket {
     id: u64,
-    evicted: Arc<AtomicBool>,
-}
-
-impl Ticket {
-    /// Whether the admission closed this connection to make room for a newer one.
-    pub(crate) fn evicted(&self) -> bool {
-        self.evicted.load(Ordering::Relaxed)
-    }
+    state: Arc<AtomicU8>,
 }
 
 struct Waiting {
@@ -43,7 +43,7 @@ struct Waiting {
     key: IpAddr,
     peer: SocketAddr,
     stream: TcpStream,
-    evicted: Arc<AtomicBool>,
+    state: Arc<AtomicU8>,
 }
 
 #[derive(Default)]
@@ -110,45 +110,46 @@ impl Admission {
         }
         let evicted = victim.map(|i| {
             let w = p.waiting.remove(i);
-            w.evicted.store(true, Ordering::Relaxed);
+            w.state.store(EVICTED, Ordering::Relaxed);
             let _ = w.stream.shutdown(Shutdown::Both);
             w.peer
         });
-        let flag = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(AtomicU8::new(WAITING));
         p.waiting.push(Waiting {
             id,
             key,
             peer,
             stream,
-            evicted: Arc::clone(&flag),
+            state: Arc::clone(&state),
         });
-        Admitted::In(Ticket { id, evicted: flag }, evicted)
+        Admitted::In(Ticket { id, state }, evicted)
     }
 
     /// The connection passed its handshake: it leaves the unauthenticated ones. False if it
-    /// was evicted first (it is closed already).
+    /// was evicted first (it is closed already, and was counted then).
     pub(crate) fn authenticated(&self, t: &Ticket) -> bool {
         let mut p = self.places();
-        match p.waiting.iter().position(|w| w.id == t.id) {
-            Some(i) => {
-                p.waiting.remove(i);
-                p.authenticated += 1;
-                true
-            }
-            None => false,
+        if t.state.load(Ordering::Relaxed) != WAITING {
+            return false;
         }
+        p.waiting.retain(|w| w.id != t.id);
+        p.authenticated += 1;
+        t.state.store(AUTHENTICATED, Ordering::Relaxed);
+        true
     }
 
-    /// The connection ended: its place is free.
-    pub(crate) fn leave(&self, t: &Ticket) {
+    /// The connection ends: its place is free. True if it was evicted instead (it was counted
+    /// then, and must not be again).
+    pub(crate) fn leave(&self, t: &Ticket) -> bool {
         let mut p = self.places();
-        match p.waiting.iter().position(|w| w.id == t.id) {
-            Some(i) => {
-                p.waiting.remove(i);
-            }
-            None if !t.evicted() => p.authenticated = p.authenticated.saturating_sub(1),
-            None => {}
+        match t.state.load(Ordering::Relaxed) {
+            WAITING => p.waiting.retain(|w| w.id != t.id),
+            AUTHENTICATED => p.authenticated = p.authenticated.saturating_sub(1),
+            EVICTED => return true,
+            _ => return false,
         }
+        t.state.store(LEFT, Ordering::Relaxed);
+        false
     }
 }
 
@@ -200,8 +201,8 @@ mod tests {
             assert_eq!(evicted, want, "at {i}");
             tickets.push(t);
         }
-        assert!(tickets[..3].iter().all(Ticket::evicted));
-        assert!(!kept.evicted());
+        assert!(tickets[..3].iter().all(|t| a.leave(t)));
+        assert!(!a.leave(&tickets[3]), "the fourth was not evicted");
         assert!(a.authenticated(&kept));
         assert!(
             !a.authenticated(&tickets[0]),
@@ -227,12 +228,11 @@ mod tests {
         // Full: 127.0.0.1 holds two, so its oldest goes.
         let (t3, e) = admit(&a, 3, &s[3]);
         assert_eq!(e, Some(s[0].1));
-        assert!(t0.evicted());
+        assert!(a.leave(&t0));
         // Now one each: the oldest (127.0.0.1's second) goes.
         let (_t4, e) = admit(&a, 4, &s[4]);
         assert_eq!(e, Some(s[1].1));
         assert!(a.authenticated(&t2) && a.authenticated(&t3));
-        a.leave(&t0);
         // Two authenticated, one waiting: one place left of four, then eviction again.
         let (t5, e) = admit(&a, 5, &s[5]);
         assert_eq!(e, None);
@@ -244,7 +244,7 @@ mod tests {
             a.admit(7, s[0].1, s[0].0.try_clone().unwrap()),
             Admitted::Busy
         ));
-        a.leave(&t6);
+        assert!(!a.leave(&t6));
         assert!(matches!(
             a.admit(7, s[0].1, s[0].0.try_clone().unwrap()),
             Admitted::In(_, None)

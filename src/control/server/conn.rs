@@ -85,12 +85,12 @@ pub(super) fn accept_loop(source: &Source, sh: &Arc<Shared>) {
                         if let Ok(mut conns) = sh2.conns.lock() {
                             conns.remove(&id);
                         }
-                        sh2.admission.leave(&place);
+                        let _ = sh2.admission.leave(&place);
                     });
                 match spawned {
                     Ok(h) => workers.push(h),
                     Err(e) => {
-                        sh.admission.leave(&ticket);
+                        let _ = sh.admission.leave(&ticket);
                         if let Ok(mut conns) = sh.conns.lock() {
                             conns.remove(&id);
                         }
@@ -165,14 +165,11 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, tick
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
     let mut ds =
         DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout).with_prefix(first);
-    let handshake = server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session);
-    // An evicted connection was logged and counted when it was closed.
-    if ticket.evicted() {
-        return;
-    }
-    let mut channel = match handshake {
+    let mut channel = match server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
         Ok(c) if sh.admission.authenticated(ticket) => c,
+        // Evicted: logged and counted when it was closed.
         Ok(_) => return,
+        Err(_) if sh.admission.leave(ticket) => return,
         Err(e) => {
             if !sh.stop.load(Ordering::Relaxed) {
                 let (line, counter) = handshake_failure(sh, peer, &e);
