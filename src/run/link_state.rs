@@ -115,7 +115,7 @@ pub(crate) fn refused_or_busy_exit(
     let busy = state.busy.lock().unwrap_or_else(|e| e.into_inner()).take();
     match busy {
         Some(reason) => Err(Error::SinkBusy(format!(
-            "{reason}; it got no verdict: run it again later, or raise the sink's capacity"
+            "{reason}; no verdict: run again later, or spread the senders over more sinks"
         ))),
         None => result,
     }
@@ -187,5 +187,45 @@ pub(crate) fn event(e: ClientEvent, state: &LinkState) {
                 .min(min_rtt_ns);
             metrics::gauge!(names::TX_CONTROL_RTT).set(min as f64 / 1e9);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EXIT_SINK_BUSY;
+
+    fn busy() -> ClientEvent {
+        ClientEvent::Busy {
+            addr: ([127, 0, 0, 1], 9).into(),
+            reason:
+                "the sink is busy: this sink already serves 256 authenticated control connections"
+                    .into(),
+            retry_in: Duration::from_millis(200),
+        }
+    }
+
+    #[test]
+    fn a_sender_that_gives_up_on_a_busy_sink_exits_5_and_one_that_got_in_later_does_not() {
+        let state = LinkState::default();
+        event(busy(), &state);
+        assert!(!state.refused(), "busy is not a credentials problem");
+        let e = refused_or_busy_exit(Ok(()), Some(&state)).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_SINK_BUSY);
+        assert_eq!(
+            e.to_string(),
+            "the sink is busy: this sink already serves 256 authenticated control connections; no verdict: run again later, or spread the senders over more sinks"
+        );
+        let state = LinkState::default();
+        event(busy(), &state);
+        event(
+            ClientEvent::Connected {
+                addr: ([127, 0, 0, 1], 9).into(),
+                sink_session: "s".into(),
+                reconnect: 0,
+            },
+            &state,
+        );
+        assert!(refused_or_busy_exit(Ok(()), Some(&state)).is_ok());
     }
 }
