@@ -558,6 +558,91 @@ fn flood_then_send() {
 }
 
 #[test]
+#[ignore = "needs root: runs in a network namespace of its own, like the other paired runs here"]
+fn a_sender_that_gives_up_on_a_busy_sink_says_so_and_exits_5() {
+    let _guard = traffic_lock();
+    let ns = Netns::create("busy");
+    in_netns(&ns.0, busy_sink);
+}
+
+/// A sink with one place (the test hook), held by a paced sender with the secret: a second
+/// sender with the secret is told the sink is busy, never that its credentials are wrong,
+/// retries until it gives up on its verdict, and exits 5; the first is served throughout.
+fn busy_sink() {
+    let secret = secret_file();
+    let secret_path = secret.path().to_str().unwrap();
+    let port = free_port();
+    let mut sink = Proc::spawn({
+        let mut c = std::process::Command::new(bin());
+        c.args(["sink", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--secret-file", secret_path, "--json"])
+            .env("RINGBLAST_TEST_CONTROL_PLACES", "1");
+        c
+    });
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let mut holder = Proc::spawn(send_cmd(
+        port,
+        &[
+            "--name",
+            "holder",
+            "--secret-file",
+            secret_path,
+            "--rate",
+            "1kpps",
+            "--duration",
+            "10s",
+        ],
+    ));
+    holder.wait_line("control: connected to sink", Duration::from_secs(10));
+    let started = Instant::now();
+    let (status, out, err) = Proc::spawn(send_cmd(
+        port,
+        &[
+            "--name",
+            "late",
+            "--secret-file",
+            secret_path,
+            "--count",
+            "200",
+            "--rate",
+            "2kpps",
+        ],
+    ))
+    .finish();
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "the late sender gave up after the holder left: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("control: the sink is busy: this sink already serves 1 authenticated control connections"),
+        "{err}"
+    );
+    let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    assert!(
+        last.contains("the sink is busy") && last.contains("run again later"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("credentials"),
+        "busy named as a credentials problem: {err}"
+    );
+    assert_eq!(last_json(&out, "send")["tx_packets"], 200, "{out}");
+    let (status, out, err) = holder.finish();
+    assert!(status.success(), "{err}");
+    let send = last_json(&out, "send");
+    assert_eq!(send["sink"]["rx_packets"], send["tx_packets"], "{send}");
+    sink.interrupt();
+    let (status, _, err) = sink.finish();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("refused: busy: this sink already serves 1"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_sink_off_loopback_without_a_secret_refuses_to_start() {
     let port = free_port();
     let started = Instant::now();

@@ -4,10 +4,14 @@
 //! within three heartbeat periods (the sink answers Welcome), then Progress/Heartbeat frames
 //! until its Goodbye, which the sink answers with the Verdict its books make. Unauthenticated
 //! connections are capped in all and per address, and the oldest is evicted to make room for a
-//! new one ([`admission`]), so silent connections never lock out a sender with the secret. A clock probe is answered at once with the sink's
-//! receive and send times (`clock::sink_realtime_ns`), and the sender's clock estimates go to
-//! the books. The sink sends a Heartbeat every `heartbeat` and
-//! drops a connection that is silent for three periods. Every bad connection (garbage, oversize
+//! new one ([`admission`]), so silent connections never lock out a sender with the secret. A
+//! clock probe is answered at once with the sink's receive and send times
+//! (`clock::sink_realtime_ns`), and the sender's clock estimates go to the books. The sink sends
+//! a Heartbeat every `heartbeat` and drops a connection that is silent for three periods.
+//!
+//! **Test hook**: `RINGBLAST_TEST_CONTROL_PLACES=N` (1 to 256, read when a sink starts its
+//! control channel) lowers its 256 places to N, so a test can make it busy with N senders
+//! (`tests/control_abuse.rs`); it is a test hook, not an option. Every bad connection (garbage, oversize
 //! frames, wrong secret, replays, timeouts) costs one rate-limited log line, one counter bump
 //! and its own connection, nothing else. Secrets and MACs are never logged.
 
@@ -41,8 +45,8 @@ pub(crate) struct ServerConfig {
     pub(crate) secret: Option<Arc<Secret>>,
     /// This sink's session id, sent in AuthOk and Welcome.
     pub(crate) sink_session: String,
-    /// Most concurrent connections (default 256); more are refused as busy once that many are
-    /// authenticated.
+    /// Most concurrent connections (default 256, or the test hook's [`places`]); more are
+    /// refused as busy once that many are authenticated.
     pub(crate) max_connections: usize,
     /// Most unauthenticated connections at once (default 64); a newer one evicts one.
     pub(crate) max_unauthenticated: usize,
@@ -61,13 +65,26 @@ impl ServerConfig {
             listen,
             secret: None,
             sink_session: sink_session.into(),
-            max_connections: 256,
+            max_connections: places(),
             max_unauthenticated: 64,
             max_unauthenticated_per_address: 8,
             handshake_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
         }
     }
+}
+
+/// The environment variable of the test hook that lowers a sink's places.
+const TEST_PLACES_ENV: &str = "RINGBLAST_TEST_CONTROL_PLACES";
+
+/// The places a sink's control channel has: 256, or fewer where the test hook says so.
+pub(crate) fn places() -> usize {
+    const PLACES: usize = 256;
+    std::env::var(TEST_PLACES_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=PLACES).contains(n))
+        .unwrap_or(PLACES)
 }
 
 /// The sink's accounting, as the control channel sees it. Called from connection threads.
