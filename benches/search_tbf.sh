@@ -63,7 +63,7 @@ ip -n $rx route add default via 10.231.2.1
 ip netns exec $rt sysctl -qw net.ipv4.ip_forward=1
 ip netns exec $rt tc qdisc add dev ${tag}c root tbf rate 4mbit burst 1600 latency 20ms
 
-head -c32 /dev/urandom | base64 > "$work/secret"
+(umask 077; head -c32 /dev/urandom | base64 > "$work/secret")
 first=${bins[0]}
 ip netns exec $rx "$first" sink --listen 10.231.2.2:7000 --secret-file "$work/secret" \
     --interval 0 --duration 1h >"$work/sink.log" 2>&1 &

@@ -93,7 +93,7 @@ printf '%s\n' "${modules[@]}" >"$ird/modules.order"
 run=$lab/run
 rm -rf "$run" && mkdir -p "$run"
 secret=$run/secret
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret"
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret")
 chmod 600 "$secret"
 pids=()
 declare -A deadline

@@ -32,7 +32,7 @@ esac
 [ "$secs" -ge $(( SAMPLE + 3 )) ] || { echo "soak: DURATION must be at least $(( SAMPLE + 3 ))s (SOAK_SAMPLE + 3)" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/rbsoak.XXXXXX)
-echo "soak-secret-$$-$RANDOM-$RANDOM" > "$work/secret"
+(umask 077; head -c32 /dev/urandom | base64 > "$work/secret")
 id=$(( $$ % 100000 ))
 pids=()
 netns=()

@@ -400,7 +400,7 @@ check_kustomize() {
   if [[ ! -d $work/src ]]; then
     mkdir -p "$work/src"
     cp -r deploy "$work/src/"
-    [[ -f $work/src/$K8S_SECRET_FILE ]] || head -c32 /dev/urandom | base64 >"$work/src/$K8S_SECRET_FILE"
+    [[ -f $work/src/$K8S_SECRET_FILE ]] || (umask 077; head -c32 /dev/urandom | base64 >"$work/src/$K8S_SECRET_FILE")
   fi
   "$kubectl_bin" kustomize "$work/src/$dir" >"$out/all.yaml" || return 1
   py k8s "$out/all.yaml" "$out/core.yaml" "$out/crd" || return 1

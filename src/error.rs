@@ -4,7 +4,8 @@
 //! fix. `exit_code` gives each class its own status: 2 for usage errors (bad flags, config or
 //! units), 3 for an environment that cannot run ringblast (no io_uring, seccomp, memlock, too
 //! few file descriptors, a port in use, a missing NUMA node), 4 for input `report` cannot read
-//! as ringblast JSON Lines, 1 for anything that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
+//! as ringblast JSON Lines, 5 for a sender that gave up on a sink whose control channel stayed
+//! busy, 1 for anything that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
 //! site becomes the file-descriptor error with its fix instead of a bare "os error 24".
 
 use std::io;
@@ -19,6 +20,8 @@ pub(crate) const EXIT_UNSUPPORTED: i32 = 3;
 pub(crate) const EXIT_BAD_INPUT: i32 = 4;
 /// Exit status for a failure while running.
 pub(crate) const EXIT_RUNTIME: i32 = 1;
+/// Exit status for a sender that gave up on a sink whose control channel stayed busy.
+pub(crate) const EXIT_SINK_BUSY: i32 = 5;
 
 /// Everything that can stop a ringblast run.
 #[derive(Debug, Error)]
@@ -32,6 +35,10 @@ pub enum Error {
     /// The kernel or the sandbox cannot run what was asked.
     #[error("{0}")]
     Unsupported(String),
+    /// The sink's control channel was busy (all its places authenticated) until the sender
+    /// gave up.
+    #[error("{0}")]
+    SinkBusy(String),
     /// Locked memory is too small for the buffers to register.
     #[error(
         "need {need} bytes of locked memory but RLIMIT_MEMLOCK is {limit} bytes and CAP_IPC_LOCK is missing; \
@@ -91,6 +98,7 @@ impl Error {
         match self {
             Error::Usage(_) => EXIT_USAGE,
             Error::BadInput(_) => EXIT_BAD_INPUT,
+            Error::SinkBusy(_) => EXIT_SINK_BUSY,
             Error::Unsupported(_) | Error::MemlockTooLow { .. } | Error::NoFiles { .. } => {
                 EXIT_UNSUPPORTED
             }

@@ -371,9 +371,12 @@ pub(crate) struct SendArgs {
     #[arg(long, env = "RINGBLAST_NAME")]
     pub(crate) name: Option<String>,
     /// The control channel to the sink: `auto` (TCP to the --to address), `off` or ADDR:PORT.
+    /// A sink that refuses the secret exits 3; one still busy (every place it has for control
+    /// connections held by an authenticated sender) when the run gives up on its verdict exits 5.
     #[arg(long, default_value = "auto", value_parser = parse_control, env = "RINGBLAST_CONTROL")]
     pub(crate) control: ControlTarget,
-    /// File holding the secret shared with the sink (HMAC-SHA256 authentication).
+    /// File holding the secret shared with the sink (HMAC-SHA256 authentication): at least 16
+    /// bytes, e.g. `umask 077; head -c32 /dev/urandom | base64 > FILE`.
     #[arg(long, env = "RINGBLAST_SECRET_FILE")]
     pub(crate) secret_file: Option<std::path::PathBuf>,
     /// Traffic shape.
@@ -492,8 +495,9 @@ pub(crate) struct SinkArgs {
     /// Listen ADDR:PORT (UDP for traffic, TCP on the same port for the control channel).
     #[arg(long, env = "RINGBLAST_LISTEN")]
     pub(crate) listen: SocketAddr,
-    /// File holding the secret shared with the senders (HMAC-SHA256 authentication); required
-    /// off loopback unless --insecure-control.
+    /// File holding the secret shared with the senders (HMAC-SHA256 authentication): at least 16
+    /// bytes, e.g. `umask 077; head -c32 /dev/urandom | base64 > FILE`; required off loopback
+    /// unless --insecure-control.
     #[arg(long, env = "RINGBLAST_SECRET_FILE")]
     pub(crate) secret_file: Option<std::path::PathBuf>,
     /// Accept control connections without a secret on a non-loopback address.

@@ -1,19 +1,27 @@
 //! The shared secret and the HMAC-SHA256 mutual challenge–response handshake.
 //!
 //! The client sends `ClientHello{nonce_c}`; the server answers `ServerChallenge{nonce_s,
-//! mac_s = HMAC(secret, "ringblast-sink\0" || nonce_c || nonce_s)}`; the client checks mac_s
-//! in constant time and answers `ClientAuth{mac_c = HMAC(secret, "ringblast-send\0" || nonce_s
-//! || nonce_c)}`; the server checks it in constant time and sends `AuthOk` or `Refused`. Both
-//! nonces are 32 fresh random bytes per connection, so a recorded handshake replayed later
-//! fails. Without a secret on both sides the same exchange runs with no MACs (insecure mode);
-//! a secret on one side only is refused on both. Secrets and MACs never appear in messages.
+//! mac_s = HMAC(secret, "ringblast-sink\0" || version || auth || nonce_c || nonce_s)}`; the
+//! client checks mac_s in constant time and answers `ClientAuth{mac_c = HMAC(secret,
+//! "ringblast-send\0" || version || auth || nonce_s || nonce_c)}`; the server checks it in
+//! constant time and sends `AuthOk` or `Refused`. `version` is the ClientHello's protocol
+//! version byte and `auth` its credentials flag (1), so a relay that rewrites either fails the
+//! handshake instead of downgrading it. Both nonces are 32 fresh random bytes per connection,
+//! so a recorded handshake replayed later fails. Without a secret on both sides the same
+//! exchange runs with no MACs (insecure mode); a secret on one side only is refused on both.
+//! Secrets and MACs never appear in messages.
 //!
 //! A successful handshake yields the connection's [`Channel`]: with a secret, keys derived from
 //! it and both nonces seal every later frame ([`super::seal`]), so a secret needs protocol
-//! version 4 on both sides and an older peer is refused with one line naming that version.
+//! version [`SECRET_VERSION`] on both sides (sealed frames, and the version under the MACs) and
+//! an older peer is refused with one line naming that version.
+//!
+//! A secret file must hold at least [`MIN_SECRET`] bytes (after its trailing whitespace), and
+//! one that its group or others can read loads with one warning line.
 
 use std::fmt;
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -38,9 +46,16 @@ const WRONG_SECRET: &str = "wrong secret (check --secret-file on both sides)";
 const SINK_NEEDS_SECRET: &str =
     "this sink requires --secret-file but the sender sent no credentials";
 const SINK_HAS_NO_SECRET: &str = "this sink has no --secret-file but the sender sent credentials (give both sides the same --secret-file, or neither)";
+/// How a reason in a `Refused` frame starts when the sink serves all the connections it can.
+pub(crate) const BUSY: &str = "busy: ";
+/// The one way this project tells a user to make a secret file.
+const MAKE_SECRET: &str = "umask 077; head -c32 /dev/urandom | base64 >";
 
-/// The first protocol version that seals frames: the oldest a secret works with.
-const SEALED_VERSION: u8 = 4;
+/// The oldest protocol version a secret works with: version 4 seals frames, version 6 puts the
+/// version and the credentials flag under the handshake's MACs.
+pub(crate) const SECRET_VERSION: u8 = 6;
+/// The fewest bytes a secret file may hold (after its trailing whitespace).
+pub(crate) const MIN_SECRET: usize = 16;
 
 /// A shared secret; its `Debug` never shows the bytes, and they are wiped on drop.
 #[derive(Clone)]
@@ -54,28 +69,60 @@ impl fmt::Debug for Secret {
 
 impl Secret {
     /// A secret from raw bytes; `None` if empty.
+    #[cfg(test)]
     pub(crate) fn new(bytes: impl Into<Vec<u8>>) -> Option<Secret> {
         let b = bytes.into();
         (!b.is_empty()).then_some(Secret(Zeroizing::new(b)))
     }
 
-    /// Reads a secret file, dropping trailing whitespace (such as the newline `base64` adds).
+    /// Reads a secret file, dropping trailing whitespace (such as the newline `base64` adds);
+    /// one the group or others can read loads with a warning line on stderr.
     pub(crate) fn from_file(path: impl AsRef<Path>) -> Result<Secret, Error> {
-        let path = path.as_ref();
-        let hint = format!(
-            "generate one with `head -c32 /dev/urandom | base64 > {}`",
-            path.display()
-        );
-        let mut bytes = Zeroizing::new(std::fs::read(path).map_err(|e| {
+        let (secret, warning) = Secret::read(path.as_ref())?;
+        if let Some(w) = warning {
+            crate::output::error_line(format_args!("{w}"));
+        }
+        Ok(secret)
+    }
+
+    /// The secret in `path` and the warning its permissions call for, if any. Refuses a file
+    /// that cannot be read, or holds fewer than [`MIN_SECRET`] bytes.
+    pub(crate) fn read(path: &Path) -> Result<(Secret, Option<String>), Error> {
+        let hint = format!("make one with `{MAKE_SECRET} {}`", path.display());
+        let cannot = |e: std::io::Error| {
             Error::Usage(format!(
                 "cannot read secret file {}: {e}; {hint}",
                 path.display()
             ))
-        })?);
+        };
+        let mut file = std::fs::File::open(path).map_err(cannot)?;
+        let mode = file.metadata().map_err(cannot)?.permissions().mode();
+        let mut bytes = Zeroizing::new(Vec::new());
+        file.read_to_end(&mut bytes).map_err(cannot)?;
         let keep = bytes.trim_ascii_end().len();
         bytes.truncate(keep);
-        Secret::new(bytes.as_slice())
-            .ok_or_else(|| Error::Usage(format!("secret file {} is empty; {hint}", path.display())))
+        if bytes.is_empty() {
+            return Err(Error::Usage(format!(
+                "secret file {} is empty; {hint}",
+                path.display()
+            )));
+        }
+        if bytes.len() < MIN_SECRET {
+            return Err(Error::Usage(format!(
+                "secret file {} holds {} bytes, fewer than the {MIN_SECRET} a secret needs; {hint} and give both sides the new file",
+                path.display(),
+                bytes.len()
+            )));
+        }
+        let warning = (mode & 0o044 != 0).then(|| {
+            format!(
+                "warning: secret file {} can be read by its group or others (mode {:04o}); make it private with `chmod 600 {}` (Kubernetes: defaultMode: 0400 on the secret's volume)",
+                path.display(),
+                mode & 0o7777,
+                path.display()
+            )
+        });
+        Ok((Secret(bytes), warning))
     }
 
     /// `end`'s keys for the connection with these nonces.
@@ -83,24 +130,40 @@ impl Secret {
         seal::derive(&self.0, nonce_c, nonce_s, end)
     }
 
-    fn mac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Hmac<Sha256> {
+    fn mac(&self, label: &[u8], hello: Bound, a: &[u8; 32], b: &[u8; 32]) -> Hmac<Sha256> {
         // HMAC accepts keys of any length, so this never fails.
         let mut m =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
         m.update(label);
+        m.update(&[hello.version, u8::from(hello.auth)]);
         m.update(a);
         m.update(b);
         m
     }
 
-    fn tag(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
-        self.mac(label, a, b).finalize().into_bytes().into()
+    fn tag(&self, label: &[u8], hello: Bound, a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
+        self.mac(label, hello, a, b).finalize().into_bytes().into()
     }
 
     /// Constant-time check of `tag`.
-    fn verify(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32], tag: &[u8; 32]) -> bool {
-        self.mac(label, a, b).verify_slice(tag).is_ok()
+    fn verify(
+        &self,
+        label: &[u8],
+        hello: Bound,
+        a: &[u8; 32],
+        b: &[u8; 32],
+        tag: &[u8; 32],
+    ) -> bool {
+        self.mac(label, hello, a, b).verify_slice(tag).is_ok()
     }
+}
+
+/// What of the ClientHello both MACs cover besides the nonces: its version byte and its
+/// credentials flag.
+#[derive(Clone, Copy)]
+struct Bound {
+    version: u8,
+    auth: bool,
 }
 
 /// Why a handshake failed. Messages are one line and never contain secrets or MACs.
@@ -123,6 +186,9 @@ pub(crate) enum AuthError {
     /// The peer sent `Refused`.
     #[error("{0}")]
     Refused(String),
+    /// Client side: the sink refused the connection because it serves all it can.
+    #[error("the sink is busy: {0}")]
+    Busy(String),
     /// The peer sent a message out of order.
     #[error("protocol error: expected {expected}, got {got}")]
     Unexpected {
@@ -133,7 +199,7 @@ pub(crate) enum AuthError {
     },
     /// The peer speaks a protocol version too old for authenticated frames.
     #[error(
-        "the {peer} speaks control protocol version {version}, but --secret-file needs version {SEALED_VERSION} on both sides (every frame authenticated): upgrade the {peer}"
+        "the {peer} speaks control protocol version {version}, but --secret-file needs version {SECRET_VERSION} on both sides (every frame and the version authenticated): upgrade the {peer}"
     )]
     TooOld {
         /// "sender" or "sink".
@@ -229,7 +295,12 @@ pub(crate) fn client_handshake<S: Read + Write + ?Sized>(
     )?;
     let (challenge, version) = match read_frame_versioned(stream) {
         Ok((Message::ServerChallenge(c), v)) => (c, v),
-        Ok((Message::Refused(r), _)) => return Err(AuthError::Refused(r.reason)),
+        Ok((Message::Refused(r), _)) => {
+            return Err(match r.reason.strip_prefix(BUSY) {
+                Some(why) => AuthError::Busy(why.to_string()),
+                None => AuthError::Refused(r.reason),
+            });
+        }
         Err(FrameError::Closed) => return Err(AuthError::ClosedAtHello),
         Err(e) => return Err(e.into()),
         Ok((m, _)) => {
@@ -242,7 +313,7 @@ pub(crate) fn client_handshake<S: Read + Write + ?Sized>(
     if late() {
         return Err(AuthError::Timeout);
     }
-    if secret.is_some() && challenge.auth && version < SEALED_VERSION {
+    if secret.is_some() && challenge.auth && version < SECRET_VERSION {
         let e = AuthError::TooOld {
             peer: "sink",
             version,
@@ -250,14 +321,19 @@ pub(crate) fn client_handshake<S: Read + Write + ?Sized>(
         refuse(stream, &e.to_string());
         return Err(e);
     }
+    // What this client sent, not what the sink says it read: a rewritten hello fails here.
+    let sent = Bound {
+        version: VERSION,
+        auth: secret.is_some(),
+    };
     let mac_c = match (secret, challenge.auth, challenge.mac) {
         (Some(s), true, Some(mac_s)) => {
-            if !s.verify(SINK_LABEL, &nonce_c, &challenge.nonce, &mac_s) {
+            if !s.verify(SINK_LABEL, sent, &nonce_c, &challenge.nonce, &mac_s) {
                 refuse(stream, WRONG_SECRET);
                 return Err(AuthError::WrongSecret);
             }
             Some((
-                s.tag(SEND_LABEL, &challenge.nonce, &nonce_c),
+                s.tag(SEND_LABEL, sent, &challenge.nonce, &nonce_c),
                 s.channel_keys(&nonce_c, &challenge.nonce, End::Sender),
             ))
         }
@@ -325,7 +401,7 @@ pub(crate) fn server_handshake<S: Read + Write + ?Sized>(
             refuse_as(stream, version, SINK_HAS_NO_SECRET);
             return Err(AuthError::UnexpectedCredentials);
         }
-        (true, true) if version < SEALED_VERSION => {
+        (true, true) if version < SECRET_VERSION => {
             let e = AuthError::TooOld {
                 peer: "sender",
                 version,
@@ -336,7 +412,11 @@ pub(crate) fn server_handshake<S: Read + Write + ?Sized>(
         _ => {}
     }
     let nonce_s = nonce();
-    let mac_s = secret.map(|s| s.tag(SINK_LABEL, &hello.nonce, &nonce_s));
+    let read = Bound {
+        version,
+        auth: hello.auth,
+    };
+    let mac_s = secret.map(|s| s.tag(SINK_LABEL, read, &hello.nonce, &nonce_s));
     write_frame_as(
         stream,
         &Message::ServerChallenge(ServerChallenge {
@@ -359,7 +439,7 @@ pub(crate) fn server_handshake<S: Read + Write + ?Sized>(
         }
     };
     let good = match (secret, auth.mac) {
-        (Some(s), Some(mac_c)) => s.verify(SEND_LABEL, &nonce_s, &hello.nonce, &mac_c),
+        (Some(s), Some(mac_c)) => s.verify(SEND_LABEL, read, &nonce_s, &hello.nonce, &mac_c),
         (None, None) => true,
         _ => false,
     };

@@ -7,7 +7,8 @@
 //! `progress_every`, and tells the sink its best offset estimate whenever that changes (at most
 //! once per exchange). Three heartbeat periods without a frame from
 //! the sink mean the connection is dead; it is rebuilt with capped exponential backoff. Each
-//! state change is reported once through the event callback. [`ControlClient::finish`] sends
+//! state change is reported once through the event callback. A sink that is busy is retried
+//! with the same backoff as an unreachable one. [`ControlClient::finish`] sends
 //! the Goodbye (connecting once more if needed) and returns the sink's Verdict within `wait`.
 //! A search runs many epochs on one connection: [`ControlClient::end_epoch`] gets one epoch's
 //! verdict and keeps the connection, and [`ControlClient::begin_epoch`] says the next Hello on
@@ -102,10 +103,20 @@ pub(crate) enum ClientEvent {
         /// Why.
         reason: String,
     },
-    /// The sink refused us (wrong or missing secret, or busy).
+    /// The sink refused our credentials (wrong or missing secret, or a version it cannot
+    /// serve with one).
     Refused {
         /// Why.
         reason: String,
+    },
+    /// The sink serves all the connections it can; retries continue with the usual backoff.
+    Busy {
+        /// The sink.
+        addr: SocketAddr,
+        /// Why, starting "the sink is busy: ".
+        reason: String,
+        /// Delay before the next attempt.
+        retry_in: Duration,
     },
     /// A frame from the sink failed its seal or was cut short, so the connection was dropped
     /// (reported every time, unlike the state changes).
@@ -131,6 +142,9 @@ pub(crate) enum NoVerdict {
     /// The sink refused the connection.
     #[error("{0}")]
     Refused(String),
+    /// The sink was busy at the last attempt.
+    #[error("{0}")]
+    Busy(String),
     /// The connection was lost and could not be rebuilt in time.
     #[error("lost the sink: {0}")]
     Lost(String),
@@ -162,6 +176,7 @@ pub(super) enum Cmd {
 pub(super) enum Fail {
     Unreachable(String),
     Refused(String),
+    Busy(String),
     Lost(String),
 }
 
@@ -175,6 +190,7 @@ impl Status {
     pub(super) fn no_verdict(&self) -> NoVerdict {
         match (&self.last, self.ever_connected) {
             (Some(Fail::Refused(r)), _) => NoVerdict::Refused(r.clone()),
+            (Some(Fail::Busy(r)), _) => NoVerdict::Busy(r.clone()),
             (Some(Fail::Unreachable(r)), false) => NoVerdict::NeverConnected(r.clone()),
             (None, false) => {
                 NoVerdict::NeverConnected("no connection attempt finished in time".into())

@@ -10,6 +10,9 @@
 //! payload is followed by the seal, and the length covers it. A sink with a secret refuses an
 //! older sender, whose frames carry no seal.
 //! Version 5 adds the Verdict's latency p99.9 and jitter (an older sender gets neither).
+//! Version 6 puts the ClientHello's version and credentials flag under both handshake MACs
+//! ([`super::auth`]), so a secret needs version 6 on both sides; without a secret nothing else
+//! changes.
 //! The length is checked against [`MAX_FRAME`] before anything is allocated. [`decode`] is the
 //! one pure parser; [`read_frame`] (blocking, for the handshake) and [`FrameReader`] (resumable
 //! across read timeouts, for the long-lived loops) both feed it. Read timeouts are whatever the
@@ -25,7 +28,7 @@ use super::seal::{Breach, DirectionKey, SEAL_LEN};
 /// Largest value of the length field (version + type + payload), in bytes.
 pub(crate) const MAX_FRAME: usize = 256 * 1024;
 /// The protocol version this build speaks (and a sender writes).
-pub(crate) const VERSION: u8 = 5;
+pub(crate) const VERSION: u8 = 6;
 /// The oldest version this build still reads and answers.
 pub(crate) const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;
@@ -407,10 +410,10 @@ mod tests {
             assert!(format!("{e:?}").starts_with(want), "cut {cut}: {e:?}");
         }
         let mut bad = bytes.clone();
-        bad[4] = 6;
-        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(6))));
-        // Version-1 to -4 frames (older senders) still read, and say their version.
-        for version in [1, 2, 3, 4] {
+        bad[4] = VERSION + 1;
+        assert!(matches!(decode(&bad), Err(FrameError::UnknownVersion(v)) if v == VERSION + 1));
+        // Version-1 to -5 frames (older senders) still read, and say their version.
+        for version in [1, 2, 3, 4, 5] {
             let mut old = bytes.clone();
             old[4] = version;
             let (_, v) = read_frame_versioned(&mut io::Cursor::new(old)).unwrap();

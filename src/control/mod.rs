@@ -50,6 +50,11 @@ impl<'a> DeadlineStream<'a> {
         self
     }
 
+    /// Moves the deadline of every later read to `deadline`.
+    pub(crate) fn extend(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
     /// Bytes of the prefix not read yet.
     pub(crate) fn prefix_left(&self) -> usize {
         self.prefix.len() - self.prefix_at

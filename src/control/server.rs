@@ -1,18 +1,24 @@
 //! The sink's side of the control channel: one accept thread, one thread per connection.
 //!
-//! Each connection must finish the handshake within `handshake_timeout`, then send Hello (the
-//! sink answers Welcome), then Progress/Heartbeat frames until its Goodbye, which the sink
-//! answers with the Verdict its books make. A clock probe is answered at once with the sink's
-//! receive and send times (`clock::sink_realtime_ns`), and the sender's clock estimates go to
-//! the books. The sink sends a Heartbeat every `heartbeat` and
-//! drops a connection that is silent for three periods. Every bad connection (garbage, oversize
+//! Each connection must finish the handshake within `handshake_timeout` (1 s), then send Hello
+//! within three heartbeat periods (the sink answers Welcome), then Progress/Heartbeat frames
+//! until its Goodbye, which the sink answers with the Verdict its books make. Unauthenticated
+//! connections are capped in all and per address, and the oldest is evicted to make room for a
+//! new one ([`admission`]), so silent connections never lock out a sender with the secret. A
+//! clock probe is answered at once with the sink's receive and send times
+//! (`clock::sink_realtime_ns`), and the sender's clock estimates go to the books. The sink sends
+//! a Heartbeat every `heartbeat` and drops a connection that is silent for three periods.
+//!
+//! **Test hook**: `RINGBLAST_TEST_CONTROL_PLACES=N` (1 to 256, read when a sink starts its
+//! control channel) lowers its 256 places to N, so a test can make it busy with N senders
+//! (`tests/control_abuse.rs`); it is a test hook, not an option. Every bad connection (garbage, oversize
 //! frames, wrong secret, replays, timeouts) costs one rate-limited log line, one counter bump
 //! and its own connection, nothing else. Secrets and MACs are never logged.
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -23,6 +29,7 @@ use super::auth::Secret;
 use super::msg::{ClockEstimate, Goodbye, Hello, Progress, Verdict};
 use crate::error::Error;
 
+mod admission;
 mod conn;
 
 const POLL: Duration = Duration::from_millis(20);
@@ -38,9 +45,14 @@ pub(crate) struct ServerConfig {
     pub(crate) secret: Option<Arc<Secret>>,
     /// This sink's session id, sent in AuthOk and Welcome.
     pub(crate) sink_session: String,
-    /// Most concurrent connections (default 256); more are refused as busy.
+    /// Most concurrent connections (default 256, or the test hook's [`places`]); more are
+    /// refused as busy once that many are authenticated.
     pub(crate) max_connections: usize,
-    /// Time allowed for the handshake and Hello (default 3 s).
+    /// Most unauthenticated connections at once (default 64); a newer one evicts one.
+    pub(crate) max_unauthenticated: usize,
+    /// Most unauthenticated connections at once from one address, or IPv6 /64 (default 8).
+    pub(crate) max_unauthenticated_per_address: usize,
+    /// Time allowed from the accept to the end of the handshake (default 1 s).
     pub(crate) handshake_timeout: Duration,
     /// Heartbeat period (default 1 s); 3 periods of silence drop the connection.
     pub(crate) heartbeat: Duration,
@@ -53,11 +65,26 @@ impl ServerConfig {
             listen,
             secret: None,
             sink_session: sink_session.into(),
-            max_connections: 256,
-            handshake_timeout: Duration::from_secs(3),
+            max_connections: places(),
+            max_unauthenticated: 64,
+            max_unauthenticated_per_address: 8,
+            handshake_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
         }
     }
+}
+
+/// The environment variable of the test hook that lowers a sink's places.
+const TEST_PLACES_ENV: &str = "RINGBLAST_TEST_CONTROL_PLACES";
+
+/// The places a sink's control channel has: 256, or fewer where the test hook says so.
+pub(crate) fn places() -> usize {
+    const PLACES: usize = 256;
+    std::env::var(TEST_PLACES_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=PLACES).contains(n))
+        .unwrap_or(PLACES)
 }
 
 /// The sink's accounting, as the control channel sees it. Called from connection threads.
@@ -87,8 +114,10 @@ pub(crate) struct ServerStats {
     pub(crate) protocol_errors: AtomicU64,
     /// Connections dropped for silence.
     pub(crate) timeouts: AtomicU64,
-    /// Connections refused because `max_connections` were open.
+    /// Connections refused because `max_connections` were authenticated.
     pub(crate) rejected_busy: AtomicU64,
+    /// Unauthenticated connections closed to make room for a newer one.
+    pub(crate) evicted: AtomicU64,
     /// Connections dropped because a frame failed its authentication tag.
     pub(crate) bad_mac: AtomicU64,
     /// Connections dropped because a frame repeated a sequence number.
@@ -182,6 +211,11 @@ impl ControlServer {
     ) -> RunningServer {
         #[cfg(test)]
         let addr = self.local_addr();
+        let caps = admission::Caps {
+            total: self.config.max_connections,
+            unauthenticated: self.config.max_unauthenticated,
+            per_address: self.config.max_unauthenticated_per_address,
+        };
         let shared = Arc::new(Shared {
             config: self.config,
             stats: self.stats,
@@ -191,7 +225,7 @@ impl ControlServer {
                 state: Mutex::new((Instant::now(), 0, 0)),
             },
             stop: AtomicBool::new(false),
-            active: AtomicUsize::new(0),
+            admission: admission::Admission::new(caps),
             conns: Mutex::new(HashMap::new()),
         });
         let sh = shared.clone();
@@ -295,6 +329,6 @@ pub(super) struct Shared {
     pub(super) books: Arc<dyn SinkBooks>,
     pub(super) log: Limiter,
     pub(super) stop: AtomicBool,
-    pub(super) active: AtomicUsize,
+    pub(super) admission: admission::Admission,
     pub(super) conns: Mutex<HashMap<u64, TcpStream>>,
 }

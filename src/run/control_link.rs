@@ -439,6 +439,7 @@ pub(crate) fn export_server_stats(stats: &ServerStats) {
         ("protocol_error", &stats.protocol_errors),
         ("timeout", &stats.timeouts),
         ("busy", &stats.rejected_busy),
+        ("evicted", &stats.evicted),
         ("bad_mac", &stats.bad_mac),
         ("replayed", &stats.replayed),
         ("out_of_order", &stats.out_of_order),

@@ -1,5 +1,5 @@
 //! What a sender's control channel found out, for its summary and its start: whether the sink
-//! refused it, the best control round trip, integrity failures, and whether its first hello has
+//! refused it or was still busy when it gave up, the best control round trip, integrity failures, and whether its first hello has
 //! an answer yet. The control client's events update it (and the sender's control metrics).
 
 use std::{
@@ -17,6 +17,8 @@ use crate::{control::client::ClientEvent, error::Error, metrics::names, say};
 pub(crate) struct LinkState {
     /// The sink refused this sender's credentials (the run exits 3).
     pub(crate) refused: AtomicBool,
+    /// The sink's last answer was busy: no connection got in since (the run exits 5).
+    busy: Mutex<Option<String>>,
     /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
     control_rtt_ns: AtomicU64,
     /// Connections dropped because a frame from the sink failed its integrity check, in the
@@ -36,6 +38,7 @@ impl Default for LinkState {
     fn default() -> LinkState {
         LinkState {
             refused: AtomicBool::new(false),
+            busy: Mutex::new(None),
             control_rtt_ns: AtomicU64::new(u64::MAX),
             integrity_failures: Default::default(),
             answered: Mutex::new(false),
@@ -94,18 +97,28 @@ impl LinkState {
     }
 }
 
-/// A run whose sink refused this sender's credentials fails as an environment error (exit 3).
-pub(crate) fn refused_means_exit_3(
+/// A run whose sink refused this sender's credentials fails as an environment error (exit 3);
+/// one that gave up on a sink that was still busy fails as [`Error::SinkBusy`] (exit 5).
+pub(crate) fn refused_or_busy_exit(
     result: Result<(), Error>,
     state: Option<&LinkState>,
 ) -> Result<(), Error> {
-    if result.is_ok() && state.is_some_and(LinkState::refused) {
+    let Some(state) = state.filter(|_| result.is_ok()) else {
+        return result;
+    };
+    if state.refused() {
         return Err(Error::Unsupported(
             "the sink refused this sender's credentials: give both sides the same --secret-file"
                 .into(),
         ));
     }
-    result
+    let busy = state.busy.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match busy {
+        Some(reason) => Err(Error::SinkBusy(format!(
+            "{reason}; no verdict: run again later, or spread the senders over more sinks"
+        ))),
+        None => result,
+    }
 }
 
 /// Records a control client event in `state`, the control metrics and the log.
@@ -120,6 +133,7 @@ pub(crate) fn event(e: ClientEvent, state: &LinkState) {
             reconnect,
         } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
+            *state.busy.lock().unwrap_or_else(|e| e.into_inner()) = None;
             if reconnect > 0 {
                 metrics::counter!(names::TX_CONTROL_RECONNECTS).increment(1);
             }
@@ -138,6 +152,18 @@ pub(crate) fn event(e: ClientEvent, state: &LinkState) {
                 "control: cannot reach the sink at {addr}: {reason}; sending anyway, retrying (next in {:.1}s)",
                 retry_in.as_secs_f64()
             );
+        }
+        ClientEvent::Busy {
+            addr,
+            reason,
+            retry_in,
+        } => {
+            metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
+            say!(
+                "control: {reason} (sink at {addr}); sending anyway, retrying (next in {:.1}s)",
+                retry_in.as_secs_f64()
+            );
+            *state.busy.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         }
         ClientEvent::Lost { reason } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
@@ -161,5 +187,45 @@ pub(crate) fn event(e: ClientEvent, state: &LinkState) {
                 .min(min_rtt_ns);
             metrics::gauge!(names::TX_CONTROL_RTT).set(min as f64 / 1e9);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EXIT_SINK_BUSY;
+
+    fn busy() -> ClientEvent {
+        ClientEvent::Busy {
+            addr: ([127, 0, 0, 1], 9).into(),
+            reason:
+                "the sink is busy: this sink already serves 256 authenticated control connections"
+                    .into(),
+            retry_in: Duration::from_millis(200),
+        }
+    }
+
+    #[test]
+    fn a_sender_that_gives_up_on_a_busy_sink_exits_5_and_one_that_got_in_later_does_not() {
+        let state = LinkState::default();
+        event(busy(), &state);
+        assert!(!state.refused(), "busy is not a credentials problem");
+        let e = refused_or_busy_exit(Ok(()), Some(&state)).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_SINK_BUSY);
+        assert_eq!(
+            e.to_string(),
+            "the sink is busy: this sink already serves 256 authenticated control connections; no verdict: run again later, or spread the senders over more sinks"
+        );
+        let state = LinkState::default();
+        event(busy(), &state);
+        event(
+            ClientEvent::Connected {
+                addr: ([127, 0, 0, 1], 9).into(),
+                sink_session: "s".into(),
+                reconnect: 0,
+            },
+            &state,
+        );
+        assert!(refused_or_busy_exit(Ok(()), Some(&state)).is_ok());
     }
 }

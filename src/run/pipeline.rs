@@ -124,8 +124,9 @@ pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Resul
         server.stop();
     }
     if result.is_ok() {
-        // A sender the sink refused ends at once, without lingering for a scrape.
-        super::link_state::refused_means_exit_3(Ok(()), link.as_deref())?;
+        // A sender the sink refused, or gave up on as busy, ends at once, without lingering
+        // for a scrape.
+        super::link_state::refused_or_busy_exit(Ok(()), link.as_deref())?;
     }
     if reporting.metrics.is_some() {
         exporting::linger(reporting.metrics_linger, &signal, interrupted);

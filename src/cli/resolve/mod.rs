@@ -183,7 +183,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
     let metrics = common.metrics;
     if secret.is_none() && !args.listen.ip().is_loopback() && !args.insecure_control {
         return Err(Error::Unsupported(format!(
-            "the sink listens on {} (not loopback) but has no secret for its control channel; give it --secret-file FILE (make one with `head -c32 /dev/urandom | base64 > FILE`) or accept unauthenticated senders with --insecure-control",
+            "the sink listens on {} (not loopback) but has no secret for its control channel; give it --secret-file FILE (make one with `umask 077; head -c32 /dev/urandom | base64 > FILE`) or accept unauthenticated senders with --insecure-control",
             args.listen
         )));
     }

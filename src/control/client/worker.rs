@@ -21,7 +21,7 @@ use super::{
 };
 use crate::clock;
 use crate::control::DeadlineStream;
-use crate::control::auth::client_handshake;
+use crate::control::auth::{AuthError, client_handshake};
 use crate::control::channel::Channel;
 use crate::control::clock::{BURST, Estimator, Sample};
 use crate::control::frame::FrameError;
@@ -70,6 +70,7 @@ enum Shown {
     Connected,
     Unreachable,
     Refused,
+    Busy,
     Lost,
 }
 
@@ -311,6 +312,14 @@ impl Worker {
                     reason: reason.clone(),
                 },
             ),
+            Fail::Busy(reason) => (
+                Shown::Busy,
+                ClientEvent::Busy {
+                    addr: self.cfg.addr,
+                    reason: reason.clone(),
+                    retry_in,
+                },
+            ),
             Fail::Unreachable(reason) => (
                 Shown::Unreachable,
                 ClientEvent::Unreachable {
@@ -355,12 +364,10 @@ impl Worker {
         stream.set_write_timeout(Some(io)).map_err(unreachable)?;
         let mut ds = DeadlineStream::new(&stream, Instant::now() + io);
         let secret = self.cfg.secret.as_deref();
-        let (_, mut channel) = client_handshake(&mut ds, secret, io).map_err(|e| {
-            if e.is_auth() {
-                Fail::Refused(format!("sink at {addr} refused: {e}"))
-            } else {
-                Fail::Unreachable(format!("handshake with sink at {addr} failed: {e}"))
-            }
+        let (_, mut channel) = client_handshake(&mut ds, secret, io).map_err(|e| match e {
+            AuthError::Busy(_) => Fail::Busy(e.to_string()),
+            e if e.is_auth() => Fail::Refused(format!("sink at {addr} refused: {e}")),
+            e => Fail::Unreachable(format!("handshake with sink at {addr} failed: {e}")),
         })?;
         let lost = |e: String| Fail::Unreachable(format!("sink at {addr}: {e}"));
         let mut hello = self.view.hello(self.connections);

@@ -1,6 +1,7 @@
 //! The sink's accept loop and per-connection protocol: handshake, Hello/Welcome, session.
 //!
-//! Every failure ends only its own connection, with one rate-limited log line and one counter.
+//! Every failure ends only its own connection, with one rate-limited log line and one counter;
+//! the accept loop places each connection ([`super::admission`]) and logs an eviction.
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -9,10 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::admission::{Admitted, Ticket};
 use super::{POLL, Shared, Source, TICK, bump};
 use crate::clock;
 use crate::control::DeadlineStream;
-use crate::control::auth::{AuthError, server_handshake};
+use crate::control::auth::{AuthError, BUSY, server_handshake};
 use crate::control::channel::Channel;
 use crate::control::frame::{FrameError, write_frame};
 use crate::control::msg::{ClockReply, Heartbeat, Hello, Message, Refused, Welcome};
@@ -41,38 +43,54 @@ pub(super) fn accept_loop(source: &Source, sh: &Arc<Shared>) {
                 if stream.set_nonblocking(false).is_err() {
                     continue;
                 }
-                if sh.active.load(Ordering::Relaxed) >= sh.config.max_connections {
-                    bump(&sh.stats.rejected_busy);
-                    let _ = stream.set_write_timeout(Some(TICK));
-                    let reason = format!(
-                        "busy: this sink already serves {} control connections",
-                        sh.config.max_connections
-                    );
-                    sh.log.line(format!("control: {peer}: refused: {reason}"));
-                    let _ = write_frame(&mut &stream, &Message::Refused(Refused { reason }));
-                    continue;
-                }
                 let id = next_id;
                 next_id += 1;
+                let Ok(handle) = stream.try_clone() else {
+                    continue;
+                };
+                let ticket = match sh.admission.admit(id, peer, handle) {
+                    Admitted::In(ticket, evicted) => {
+                        if let Some(old) = evicted {
+                            bump(&sh.stats.evicted);
+                            sh.log.line(format!(
+                                "control: {old}: dropped: unauthenticated, evicted for a newer connection (at most {} at once, {} per address)",
+                                sh.config.max_unauthenticated,
+                                sh.config.max_unauthenticated_per_address
+                            ));
+                        }
+                        ticket
+                    }
+                    Admitted::Busy => {
+                        bump(&sh.stats.rejected_busy);
+                        let _ = stream.set_write_timeout(Some(TICK));
+                        let reason = format!(
+                            "{BUSY}this sink already serves {} authenticated control connections",
+                            sh.config.max_connections
+                        );
+                        sh.log.line(format!("control: {peer}: refused: {reason}"));
+                        let _ = write_frame(&mut &stream, &Message::Refused(Refused { reason }));
+                        continue;
+                    }
+                };
                 if let (Ok(clone), Ok(mut conns)) = (stream.try_clone(), sh.conns.lock()) {
                     conns.insert(id, clone);
                 }
-                sh.active.fetch_add(1, Ordering::Relaxed);
                 let sh2 = sh.clone();
+                let place = ticket.clone();
                 let spawned = thread::Builder::new()
                     .name("ctl-conn".into())
                     .spawn(move || {
-                        serve(&sh2, &stream, peer, first);
+                        serve(&sh2, &stream, peer, first, &place);
                         let _ = stream.shutdown(Shutdown::Both);
                         if let Ok(mut conns) = sh2.conns.lock() {
                             conns.remove(&id);
                         }
-                        sh2.active.fetch_sub(1, Ordering::Relaxed);
+                        let _ = sh2.admission.leave(&place);
                     });
                 match spawned {
                     Ok(h) => workers.push(h),
                     Err(e) => {
-                        sh.active.fetch_sub(1, Ordering::Relaxed);
+                        let _ = sh.admission.leave(&ticket);
                         if let Ok(mut conns) = sh.conns.lock() {
                             conns.remove(&id);
                         }
@@ -141,14 +159,17 @@ fn handshake_failure<'a>(
     }
 }
 
-fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
+fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, ticket: &Ticket) {
     let cfg = &sh.config;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
     let mut ds =
         DeadlineStream::new(stream, Instant::now() + cfg.handshake_timeout).with_prefix(first);
     let mut channel = match server_handshake(&mut ds, cfg.secret.as_deref(), &cfg.sink_session) {
-        Ok(c) => c,
+        Ok(c) if sh.admission.authenticated(ticket) => c,
+        // Evicted: logged and counted when it was closed.
+        Ok(_) => return,
+        Err(_) if sh.admission.leave(ticket) => return,
         Err(e) => {
             if !sh.stop.load(Ordering::Relaxed) {
                 let (line, counter) = handshake_failure(sh, peer, &e);
@@ -159,14 +180,17 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>) {
         }
     };
     bump(&sh.stats.authenticated);
+    // Authenticated: the Hello may take as long as any silence the session allows.
+    let silence = cfg.heartbeat * 3;
+    let _ = stream.set_write_timeout(Some(silence));
+    ds.extend(Instant::now() + silence);
     let hello = match channel.recv(&mut ds) {
         Ok(Message::Hello(h)) => h,
         Ok(m) => return protocol_error(sh, peer, &format!("expected Hello, got {}", m.name())),
         Err(FrameError::Timeout) => {
             bump(&sh.stats.timeouts);
             return sh.log.line(format!(
-                "control: {peer}: dropped: no Hello within {:?}",
-                cfg.handshake_timeout
+                "control: {peer}: dropped: no Hello within {silence:?} of its handshake"
             ));
         }
         Err(e) => return frame_error(sh, peer, &e),

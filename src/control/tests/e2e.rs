@@ -1,5 +1,6 @@
 //! Client and server end to end over 127.0.0.1 with fake books: hello, progress, verdict,
-//! restarts, unreachable sinks, wrong secrets, garbage, silent clients and connection floods.
+//! restarts, unreachable sinks, wrong secrets, a busy sink, garbage, silent clients and
+//! connection floods.
 
 use super::*;
 
@@ -291,7 +292,11 @@ fn thousand_connect_close_then_real_client_served() {
     wait_count(&stats, |s| s.accepted.load(Ordering::Relaxed), 1000);
     wait_count(
         &stats,
-        |s| s.protocol_errors.load(Ordering::Relaxed) + s.rejected_busy.load(Ordering::Relaxed),
+        |s| {
+            s.protocol_errors.load(Ordering::Relaxed)
+                + s.rejected_busy.load(Ordering::Relaxed)
+                + s.evicted.load(Ordering::Relaxed)
+        },
         1000,
     );
     // Every failed connection is one line, logged or counted in a "N more ... suppressed" line
@@ -326,6 +331,103 @@ fn thousand_connect_close_then_real_client_served() {
     );
     let (c, _) = client(addr, None);
     assert_eq!(c.finish(goodbye(), WAIT).unwrap().sink_session, "sink-1");
+}
+
+#[test]
+fn a_busy_sink_is_retried_with_the_usual_backoff_and_named_busy() {
+    let s = sink_at(
+        "127.0.0.1:0".parse().unwrap(),
+        "sink-1",
+        Some("sixteen-byte-key"),
+        |c| c.max_connections = 1,
+    );
+    let addr = s.server.local_addr();
+    let (first, ev1) = client(addr, Some("sixteen-byte-key"));
+    wait_event(&ev1, |e| matches!(e, ClientEvent::Connected { .. }));
+    // The one place is held by an authenticated sender: the second is told the sink is busy,
+    // never that its credentials are wrong, and retries sooner than its longest backoff.
+    let (second, ev2) = client_backing_off(addr, Some("sixteen-byte-key"), Duration::from_secs(60));
+    let e = wait_event(&ev2, |e| {
+        matches!(e, ClientEvent::Busy { .. } | ClientEvent::Refused { .. })
+    });
+    let ClientEvent::Busy {
+        reason, retry_in, ..
+    } = e
+    else {
+        panic!("busy taken for a refusal: {e:?}");
+    };
+    assert_eq!(
+        reason,
+        "the sink is busy: this sink already serves 1 authenticated control connections"
+    );
+    assert!(retry_in < Duration::from_secs(1), "{retry_in:?}");
+    assert!(wait_log(&s.log, "refused: busy").contains("already serves 1 authenticated"));
+    // A sender that gives up while the sink is still busy says so.
+    let (third, _) = client_backing_off(addr, Some("sixteen-byte-key"), Duration::from_secs(60));
+    assert_eq!(
+        third.finish(goodbye(), Duration::from_millis(600)),
+        Err(NoVerdict::Busy(reason.clone()))
+    );
+    // Once the place is free, the retries get the second one in.
+    assert!(first.finish(goodbye(), WAIT).is_ok());
+    wait_event(&ev2, |e| matches!(e, ClientEvent::Connected { .. }));
+    assert!(second.finish(goodbye(), WAIT).is_ok());
+    assert_eq!(s.server.stats().auth_failed.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_sender_with_the_secret_gets_in_during_a_flood_of_silent_connections() {
+    use std::sync::atomic::AtomicBool;
+    let s = sink(Some("sixteen-byte-key"));
+    let addr = s.server.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Silent connections, held open, from one address and from many: far more than the caps,
+    // at well over 85 a second each.
+    let floods: Vec<_> = [
+        vec![[127, 0, 0, 1]],
+        (2..=40).map(|n| [127, 0, 0, n]).collect(),
+    ]
+    .into_iter()
+    .map(|from| {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            let mut made = 0u64;
+            for i in 0..4000usize {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let ip: [u8; 4] = from[i % from.len()];
+                let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                    .unwrap();
+                sock.bind(&SocketAddr::from((ip, 0)).into()).unwrap();
+                if sock.connect(&addr.into()).is_ok() {
+                    made += 1;
+                    held.push(sock);
+                }
+                if held.len() > 300 {
+                    held.remove(0);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            made
+        })
+    })
+    .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = s.server.stats();
+    assert!(
+        stats.evicted.load(Ordering::Relaxed) > 0,
+        "the flood filled the caps"
+    );
+    let (c, ev) = client(addr, Some("sixteen-byte-key"));
+    wait_event(&ev, |e| matches!(e, ClientEvent::Connected { .. }));
+    assert_eq!(c.finish(goodbye(), WAIT).unwrap().sink_session, "sink-1");
+    stop.store(true, Ordering::Relaxed);
+    let made: u64 = floods.into_iter().map(|f| f.join().unwrap()).sum();
+    assert!(made > 200, "{made}");
+    assert_eq!(stats.authenticated.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.rejected_busy.load(Ordering::Relaxed), 0);
 }
 
 #[test]
