@@ -79,7 +79,27 @@ fn runs_without_a_control_channel_are_one_sender_each_and_their_series_add_up() 
         u(&sink, "rx_packets"),
     );
     assert_eq!(u(&sink, "rx_packets"), delivered, "{sink}");
-    assert_eq!(senders, series, "the JSON's senders are the series: {sink}");
+    // The series hold the same books, labelled IP/run- and a keyed digest instead of the epoch
+    // the JSON names (the epoch is what an off-path injector would need).
+    let counts = |m: &BTreeMap<String, u64>| {
+        let mut v: Vec<u64> = m.values().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        counts(&senders),
+        counts(&series),
+        "the JSON's senders are the series: {sink}"
+    );
+    for label in series.keys() {
+        let (ip, digest) = label
+            .split_once("/run-")
+            .unwrap_or_else(|| panic!("{label}"));
+        assert!(
+            senders.keys().all(|name| name != &format!("{ip}/{digest}")),
+            "a label publishes an epoch: {label}"
+        );
+    }
     assert_eq!(
         senders.len(),
         3,
