@@ -174,6 +174,20 @@ fn inject() -> Injected {
     injected
 }
 
+/// A sink on 127.0.0.1:`DATA_PORT` in namespace `ns` (JSON, metrics on `metrics_port`, then
+/// `extra`), once its control port listens.
+fn start_sink(ns: &str, metrics_port: u16, extra: &[&str]) -> Proc {
+    let (listen, metrics) = (
+        format!("127.0.0.1:{DATA_PORT}"),
+        format!("127.0.0.1:{metrics_port}"),
+    );
+    let mut args = vec!["sink", "--listen", &listen, "--json", "--metrics", &metrics];
+    args.extend_from_slice(extra);
+    let mut sink = Proc::ringblast(Some(ns), &args);
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    sink
+}
+
 #[test]
 #[ignore = "needs root: a network namespace of its own, an AF_PACKET sniffer and a raw socket"]
 fn forged_datagrams_change_no_number() {
@@ -182,20 +196,7 @@ fn forged_datagrams_change_no_number() {
     let secret = secret_file();
     let secret = secret.path().to_str().unwrap();
     let listen = format!("127.0.0.1:{DATA_PORT}");
-    let mut sink = Proc::ringblast(
-        Some(&ns.0),
-        &[
-            "sink",
-            "--listen",
-            &listen,
-            "--secret-file",
-            secret,
-            "--json",
-            "--metrics",
-            "127.0.0.1:9102",
-        ],
-    );
-    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let sink = start_sink(&ns.0, 9102, &["--secret-file", secret]);
     let before = UdpSnmp::read(&ns.0);
     let injector = spawn_in_netns(&ns.0, inject);
     let send = Proc::ringblast(
@@ -313,23 +314,11 @@ const FLOOD_GROWTH_BOUND_KIB: u64 = 8 * 1024;
 fn a_random_epoch_flood_keeps_the_books_bounded() {
     let _guard = traffic_lock();
     let ns = Netns::create("flood");
-    let listen = format!("127.0.0.1:{DATA_PORT}");
-    let mut sink = Proc::ringblast(
-        Some(&ns.0),
-        &[
-            "sink",
-            "--listen",
-            &listen,
-            "--json",
-            "--session-idle",
-            "1s",
-            "--max-senders",
-            "16",
-            "--metrics",
-            "127.0.0.1:9103",
-        ],
+    let sink = start_sink(
+        &ns.0,
+        9103,
+        &["--session-idle", "1s", "--max-senders", "16"],
     );
-    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
     let before = UdpSnmp::read(&ns.0);
     let pid = sink.pid();
     // 2 000 runs a second, two datagrams each, for 60 s; the RSS is taken once the table has

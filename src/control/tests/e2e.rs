@@ -414,10 +414,15 @@ fn a_sender_with_the_secret_gets_in_during_a_flood_of_silent_connections() {
         })
     })
     .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // The client connects once the flood has filled the caps and 200 of its connections were
+    // evicted for others (so more than 200 were made), not after a guessed time.
     let stats = s.server.stats();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while stats.evicted.load(Ordering::Relaxed) < 200 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(
-        stats.evicted.load(Ordering::Relaxed) > 0,
+        stats.evicted.load(Ordering::Relaxed) >= 200,
         "the flood filled the caps"
     );
     let (c, ev) = client(addr, Some("sixteen-byte-key"));
