@@ -31,19 +31,30 @@ impl Books {
         let refusals = self.refusals(self.sessions[slot as usize].key.epoch);
         let s = &mut self.sessions[slot as usize];
         s.tracker.finish();
-        fold(s, &mut self.per_flow, &mut self.counted_drops);
-        if let (Some((tail_end, failed_total)), Some(highest)) =
-            (end.or(s.progress), s.tracker.highest())
-        {
-            let tail = tail_end.saturating_sub(highest.saturating_add(1));
-            // Failures the sink has not heard of: the sender's total since the last packet
-            // (32 bits never wrap within one tail).
-            let late = u64::from((failed_total as u32).wrapping_sub(s.failed32));
-            let in_session = if s.stated_start {
+        let stated = end.or(s.progress);
+        // The sender's failures the sink has not heard of (a send can fail after a later
+        // number was stamped): the sender's total since the last packet (32 bits never wrap
+        // within one tail). They count before the window's gaps settle, or a gap the goodbye
+        // explains would be booked lost, and a count booked never comes back.
+        let in_session = stated.map(|(_, failed_total)| {
+            // A progress report older than the last packet is behind it: nothing late.
+            let late = match (failed_total as u32).wrapping_sub(s.failed32) {
+                ahead if ahead <= u32::MAX >> 1 => u64::from(ahead),
+                _ => 0,
+            };
+            if s.stated_start {
                 failed_total
             } else {
-                s.failed + late
-            };
+                s.failed.saturating_add(late)
+            }
+        });
+        if let Some(in_session) = in_session {
+            s.failed = s.failed.max(in_session);
+        }
+        fold(s, &mut self.per_flow, &mut self.counted_drops);
+        if let (Some((tail_end, _)), Some(highest)) = (stated, s.tracker.highest()) {
+            let in_session = s.failed;
+            let tail = tail_end.saturating_sub(highest.saturating_add(1));
             let gaps = s.tracker.counters().lost + tail;
             let net = gaps.saturating_sub(in_session);
             let new = net.saturating_sub(s.netted);

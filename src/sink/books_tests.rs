@@ -181,6 +181,20 @@ fn a_long_real_loss_is_never_taken_for_failed_sends() {
 }
 
 #[test]
+fn a_failed_send_the_headers_never_told_is_netted_by_the_goodbye_not_lost() {
+    // Regression (CI, a tbf-limited run): send 98 failed after 99 was stamped, so no header
+    // says so; the goodbye's total does, and it must count before the window's gaps settle.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    for seq in (0..100).filter(|s| *s != 98) {
+        b.record(packet(6, 0, seq, 0)).unwrap();
+    }
+    goodbye(&mut b, &mailbox, key(6, 0), 100, 1);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.send_failed), (99, 0, 1), "{s:?}");
+}
+
+#[test]
 fn goodbye_makes_a_dropped_tail_lost_exactly() {
     let mailbox = Mailbox::new(4);
     let mut b = Books::new(4, 4, false);
