@@ -2,13 +2,14 @@
 //! (`Header::write`, as `sender::slots` calls it for every packet), and the sink's parse plus
 //! `Books::record` (session lookup, sequence tracker, counters and the clock-corrected latency
 //! sample, as `sink` calls them for every datagram), the sequence tracker alone, and the
-//! pacer's per-batch decision.
+//! pacer's per-batch decision, and the per-run proof a secret adds to every datagram.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ringblast::pacing::Pacer;
 use ringblast::proto::header::{self, HEADER_LEN, Header};
+use ringblast::proto::proof::{DataKey, Proof};
 use ringblast::proto::seq::SeqTracker;
 use ringblast::sink::books::{Books, Packet};
 use ringblast::sink::mailbox::{Mailbox, SessionKey, ToWorker};
@@ -126,6 +127,7 @@ fn books_benches(c: &mut Criterion) {
                     now_real_ns: h.timestamp_ns + 5_000_040_000,
                     sent_ns: h.timestamp_ns,
                     compact: false,
+                    proof: Proof::Missing,
                     size_class: 0,
                     drops_behind: 0,
                 });
@@ -161,12 +163,43 @@ fn books_benches(c: &mut Criterion) {
                     now_real_ns: h.timestamp_ns + 5_000_040_000 + (i * 7_919) % 50_000,
                     sent_ns: h.timestamp_ns,
                     compact: false,
+                    proof: Proof::Missing,
                     size_class: 0,
                     drops_behind: 0,
                 });
             }
         })
     });
+    group.finish();
+}
+
+/// What a secret adds per packet (`proto::proof`): the sender's stamp and the sink's check, by
+/// the run's token and by `--auth-data`'s tag, on a 64-byte and a 1400-byte datagram (the tag
+/// covers the header and the length only, so its cost does not grow with the payload).
+fn proof_benches(c: &mut Criterion) {
+    let run = DataKey::from_secret(b"a bench's secret, 32 bytes long.").run(7);
+    let mut group = c.benchmark_group("proof");
+    for len in [64usize, 1400] {
+        let mut d = vec![0u8; len];
+        for (name, tagged) in [("token", false), ("tag", true)] {
+            let flags = if tagged { 1 } else { 0 };
+            Header {
+                flags,
+                failed: 0,
+                flow: 7,
+                epoch: 7,
+                seq: 0,
+                timestamp_ns: 0,
+            }
+            .write(&mut d);
+            group.bench_function(format!("stamp_{name}_{len}"), |b| {
+                b.iter(|| run.stamp(tagged, black_box(&mut d[..])))
+            });
+            group.bench_function(format!("check_{name}_{len}"), |b| {
+                b.iter(|| run.admits(&Proof::read(black_box(&d[..]), Some(flags))))
+            });
+        }
+    }
     group.finish();
 }
 
@@ -188,6 +221,7 @@ criterion_group!(
     header_benches,
     seq_benches,
     books_benches,
+    proof_benches,
     pacing_benches
 );
 criterion_main!(benches);

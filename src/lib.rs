@@ -26,6 +26,7 @@ pub mod proto {
     #[cfg(test)]
     mod fuzz;
     pub mod header;
+    pub mod proof;
     pub(crate) mod record;
     pub mod seq;
 }

@@ -34,7 +34,7 @@ pub(crate) fn errno_class(errno: i32) -> usize {
 }
 
 /// Reasons a received datagram is not counted as traffic (also the `reason` label values).
-pub(crate) const INVALID_LABELS: [&str; 8] = [
+pub(crate) const INVALID_LABELS: [&str; 9] = [
     "short",
     "magic",
     "version",
@@ -43,6 +43,7 @@ pub(crate) const INVALID_LABELS: [&str; 8] = [
     "unannounced",
     "source",
     "implausible",
+    "auth",
 ];
 
 /// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
@@ -371,7 +372,7 @@ counter_set! {
         /// Sender: zero-copy notifications that report a copy.
         zc_copied:,
         /// Sink: invalid datagrams by reason ([`INVALID_LABELS`]).
-        invalid: 8,
+        invalid: 9,
         /// Sink: datagrams the kernel dropped on this socket (`SO_RXQ_OVFL`).
         kernel_drops:,
         /// Sink: multishot receives ended because the buffer ring ran dry.

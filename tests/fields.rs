@@ -32,7 +32,7 @@ fn dscp_ttl_port_tuples_and_payload_pattern_are_on_the_wire() {
         );
     }
     // The payload after the UDP header (8) and the 32-byte ringblast header starts with it.
-    rules += " udp dport 7400-7403 @th,320,32 0xdeadbeef counter name \"pattern\"\n }\n";
+    rules += " udp dport 7400-7403 @th,384,32 0xdeadbeef counter name \"pattern\"\n }\n";
     rules += " chain nat {\n type nat hook prerouting priority -100; policy accept;\n udp dport 7401-7403 redirect to :7400\n }\n}\n";
     nft(&lab.rx, &rules);
     let to = "10.209.0.2:7400";

@@ -7,7 +7,10 @@
 //!   real loss hidden as failed sends;
 //! - copies back-dated by 100 s, or stamped 1 ns after the Unix epoch, are duplicates that
 //!   give no latency or jitter sample;
-//! - the same jump from another address is refused for its `source`.
+//! - the same jump from another address is refused for its `source`;
+//! - the right epoch, source and port with a wrong proof (an off-path guess) is `auth`;
+//! - with `--auth-data`, every changed datagram, even one just ahead of the run that only
+//!   the tag can tell, is `auth`, and an unchanged copy is a duplicate.
 //!
 //! The observers are the kernel's `Udp` counters of the test's own namespace (every datagram
 //! the sink read is booked once, and every one the sender sent was counted) and the
@@ -29,6 +32,8 @@ const DATA_PORT: u16 = 7000;
 const SEQ_AT: usize = 16;
 const TIMESTAMP_AT: usize = 24;
 const FAILED_AT: usize = 6;
+/// The first byte of the per-run proof, right after the 32-byte header.
+const PROOF_AT: usize = 32;
 
 /// One real datagram of the victim's run, as sniffed.
 struct Sniffed {
@@ -122,14 +127,20 @@ fn spoof(raw: &Socket, source: SocketAddrV4, payload: &[u8]) {
     raw.send_to(&packet, &to).expect("send a spoofed datagram");
 }
 
-/// What the injector sent: from another address, and as the victim.
+/// What the injector sent: from another address, as the victim, with a wrong proof, numbers
+/// the victim has not sent yet (with `--auth-data` only: its token would prove them), and
+/// unchanged copies.
 struct Injected {
     from_other: u64,
     as_victim: u64,
+    wrong_proof: u64,
+    unsent: u64,
+    copies: u64,
 }
 
-/// Sniffs one datagram and sends every forgery, paced so the sink's socket never overflows.
-fn inject() -> Injected {
+/// Sniffs one datagram and sends every forgery, paced so the sink's socket never overflows;
+/// `tagged`: the victim tags its datagrams (`--auth-data`).
+fn inject(tagged: bool) -> Injected {
     let real = sniff();
     let other = UdpSocket::bind("127.0.0.99:0").unwrap();
     let raw = Socket::new(
@@ -143,6 +154,9 @@ fn inject() -> Injected {
     let mut injected = Injected {
         from_other: 0,
         as_victim: 0,
+        wrong_proof: 0,
+        unsent: 0,
+        copies: 0,
     };
     for _ in 0..10 {
         other
@@ -154,22 +168,50 @@ fn inject() -> Injected {
         injected.from_other += 1;
         pace();
     }
-    let mut victim = |payload: Vec<u8>| {
+    let victim = |payload: Vec<u8>, count: &mut u64| {
         spoof(&raw, real.source, &payload);
-        injected.as_victim += 1;
+        *count += 1;
         pace();
     };
+    let mut as_victim = 0;
     for i in 0..10 {
-        victim(real.forged(seq + 1_000_000_000_000 + i, None, None));
-        victim(real.forged(u64::MAX - 1 - i, None, None));
+        victim(
+            real.forged(seq + 1_000_000_000_000 + i, None, None),
+            &mut as_victim,
+        );
+        victim(real.forged(u64::MAX - 1 - i, None, None), &mut as_victim);
         // Ahead of the run, with the failed count moved back by one: 2^32 - 1 more failures.
-        victim(real.forged(seq + 5_000 + i, None, Some(real.failed().wrapping_sub(1))));
+        let failed = Some(real.failed().wrapping_sub(1));
+        victim(real.forged(seq + 5_000 + i, None, failed), &mut as_victim);
     }
     for _ in 0..500 {
-        victim(real.forged(seq, Some(real.sent_ns() - 100_000_000_000), None));
+        let back_dated = Some(real.sent_ns() - 100_000_000_000);
+        victim(real.forged(seq, back_dated, None), &mut as_victim);
     }
     for _ in 0..20 {
-        victim(real.forged(seq, Some(1), None));
+        victim(real.forged(seq, Some(1), None), &mut as_victim);
+    }
+    injected.as_victim = as_victim;
+    // An off-path guess: the right epoch, source and port, and a wrong proof.
+    let mut wrong_proof = 0;
+    for i in 0..10u64 {
+        let mut p = real.forged(seq + 1 + i, None, None);
+        p[PROOF_AT] ^= 0x5a;
+        victim(p, &mut wrong_proof);
+    }
+    injected.wrong_proof = wrong_proof;
+    if tagged {
+        // Numbers just ahead of the run: plausible, so only the tag can refuse them.
+        let mut unsent = 0;
+        for i in 0..50 {
+            victim(real.forged(seq + 2_000 + i, None, None), &mut unsent);
+        }
+        injected.unsent = unsent;
+        let mut copies = 0;
+        for _ in 0..10 {
+            victim(real.payload.clone(), &mut copies);
+        }
+        injected.copies = copies;
     }
     injected
 }
@@ -191,6 +233,18 @@ fn start_sink(ns: &str, metrics_port: u16, extra: &[&str]) -> Proc {
 #[test]
 #[ignore = "needs root: a network namespace of its own, an AF_PACKET sniffer and a raw socket"]
 fn forged_datagrams_change_no_number() {
+    forgeries_against(false);
+}
+
+#[test]
+#[ignore = "needs root: a network namespace of its own, an AF_PACKET sniffer and a raw socket"]
+fn with_auth_data_no_changed_datagram_is_counted_even_on_path() {
+    forgeries_against(true);
+}
+
+/// A victim (tagging its datagrams when `tagged`) and a sink with a secret, and the
+/// injector's forgeries: the victim's verdict and the sink's books are the truth.
+fn forgeries_against(tagged: bool) {
     let _guard = traffic_lock();
     let ns = Netns::create("forge");
     let secret = secret_file();
@@ -198,26 +252,27 @@ fn forged_datagrams_change_no_number() {
     let listen = format!("127.0.0.1:{DATA_PORT}");
     let sink = start_sink(&ns.0, 9102, &["--secret-file", secret]);
     let before = UdpSnmp::read(&ns.0);
-    let injector = spawn_in_netns(&ns.0, inject);
-    let send = Proc::ringblast(
-        Some(&ns.0),
-        &[
-            "send",
-            "--to",
-            &listen,
-            "--secret-file",
-            secret,
-            "--json",
-            "--name",
-            "victim",
-            "--rate",
-            "5kpps",
-            "--count",
-            "20000",
-            "--gso",
-            "1",
-        ],
-    );
+    let injector = spawn_in_netns(&ns.0, move || inject(tagged));
+    let mut args = vec![
+        "send",
+        "--to",
+        &listen,
+        "--secret-file",
+        secret,
+        "--json",
+        "--name",
+        "victim",
+        "--rate",
+        "5kpps",
+        "--count",
+        "20000",
+        "--gso",
+        "1",
+    ];
+    if tagged {
+        args.push("--auth-data");
+    }
+    let send = Proc::ringblast(Some(&ns.0), &args);
     let injected = injector.join().expect("the injector");
     let (status, out, err) = send.finish();
     sink.interrupt();
@@ -264,7 +319,7 @@ fn forged_datagrams_change_no_number() {
     );
 
     // Every datagram the kernel queued for the sink was booked once, and the injector's own
-    // count shows up exactly as invalid (source, implausible) or duplicate.
+    // count shows up exactly as invalid (auth, source, implausible) or duplicate.
     let by_reason = &sink["rx_invalid_by_reason"];
     assert_eq!(
         kernel.in_datagrams,
@@ -272,14 +327,25 @@ fn forged_datagrams_change_no_number() {
         "InDatagrams: {ctx}"
     );
     assert_eq!(u(&sink, "rx_packets"), u(verdict, "rx_packets"), "{ctx}");
-    assert_eq!(u(by_reason, "source"), injected.from_other, "{ctx}");
-    assert_eq!(
-        u(by_reason, "implausible") + u(&sink, "rx_duplicates"),
-        injected.as_victim,
-        "{ctx}"
-    );
-    assert!(u(by_reason, "implausible") >= 20, "{ctx}");
     assert_eq!(u(&sink, "rx_lost"), 0, "{ctx}");
+    if tagged {
+        // Every changed datagram fails its tag, whoever sent it; an unchanged copy is a duplicate.
+        assert_eq!(
+            u(by_reason, "auth"),
+            injected.from_other + injected.as_victim + injected.wrong_proof + injected.unsent,
+            "{ctx}"
+        );
+        assert_eq!(u(&sink, "rx_duplicates"), injected.copies, "{ctx}");
+    } else {
+        assert_eq!(u(by_reason, "auth"), injected.wrong_proof, "{ctx}");
+        assert_eq!(u(by_reason, "source"), injected.from_other, "{ctx}");
+        assert_eq!(
+            u(by_reason, "implausible") + u(&sink, "rx_duplicates"),
+            injected.as_victim,
+            "{ctx}"
+        );
+        assert!(u(by_reason, "implausible") >= 20, "{ctx}");
+    }
 }
 
 /// The resident set of process `pid`, in KiB.

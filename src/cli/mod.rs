@@ -306,7 +306,8 @@ pub(crate) struct TrafficArgs {
     #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_DST_PORTS")]
     pub(crate) dst_ports: Option<(u16, u16)>,
     /// Payload after the header: `zero`, `random` or `pattern:HEX`, written into the send
-    /// buffers once at start (no per-packet work).
+    /// buffers once at start (no per-packet work); with --secret-file the 8 bytes after the
+    /// header carry the run's proof instead.
     #[arg(long, default_value = "zero", value_parser = parse_payload, env = "RINGBLAST_PAYLOAD")]
     pub(crate) payload: PayloadFill,
     /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
@@ -379,6 +380,11 @@ pub(crate) struct SendArgs {
     /// bytes, e.g. `umask 077; head -c32 /dev/urandom | base64 > FILE`.
     #[arg(long, env = "RINGBLAST_SECRET_FILE")]
     pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// Tag every datagram (SipHash-2-4 keyed from the secret, over its header and length), so
+    /// that not even an attacker on the path can forge one; needs --secret-file. Without it
+    /// each datagram carries its run's token, which stops off-path forgery only.
+    #[arg(long, env = "RINGBLAST_AUTH_DATA", requires = "secret_file")]
+    pub(crate) auth_data: bool,
     /// Traffic shape.
     #[command(flatten)]
     pub(crate) traffic: TrafficArgs,
@@ -601,6 +607,9 @@ pub(crate) struct SearchArgs {
     /// File holding the secret shared with the sink.
     #[arg(long)]
     pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// Tag every trial's datagrams (see `send --auth-data`); needs --secret-file.
+    #[arg(long, requires = "secret_file")]
+    pub(crate) auth_data: bool,
     /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
     #[arg(long)]
     pub(crate) json: bool,

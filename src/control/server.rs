@@ -28,6 +28,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use super::auth::Secret;
 use super::msg::{ClockEstimate, Goodbye, Hello, Progress, Verdict};
 use crate::error::Error;
+use crate::proto::proof::RunProof;
 
 mod admission;
 mod conn;
@@ -89,8 +90,9 @@ pub(crate) fn places() -> usize {
 
 /// The sink's accounting, as the control channel sees it. Called from connection threads.
 pub(crate) trait SinkBooks: Send + Sync + 'static {
-    /// A sender said Hello in protocol `version`; returns the uptime for Welcome.
-    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64;
+    /// A sender said Hello in protocol `version`, its datagrams proven by `proof` (with a
+    /// secret); returns the uptime for Welcome.
+    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8, proof: Option<RunProof>) -> u64;
     /// A sender reported progress.
     fn progress(&self, peer: SocketAddr, name: &str, epoch: u32, progress: &Progress);
     /// A sender told its estimate of this sink's clock offset.

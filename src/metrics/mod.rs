@@ -279,7 +279,7 @@ mod tests {
         let schedule = 2 + 6 + 2 + 2 * 8; // step, steps, 6 step results, 2 verdicts, 8 classes × 2
         let memory = (2 + 2) * (2 + 1); // 4 queues × (node, hugepages, pages on 1 node)
         let rx_sizes = 2 * (8 + 1); // 8 size classes and `other`, packets and bytes
-        let rx = 2 * ((16 + 1) * 5 + 8 + 3 + 7 + 22 + 6 + 2); // per sink queue
+        let rx = 2 * ((16 + 1) * 5 + 9 + 3 + 7 + 22 + 6 + 2); // per sink queue
         let senders = 65 * (13 + 2 * 22); // 13 series, a latency and a jitter histogram
         let control = 10; // CONTROL_RESULTS
         let nodes_and_info = 1 + 3;
@@ -293,9 +293,9 @@ mod tests {
                 + senders
                 + control
                 + nodes_and_info,
-            "4132 series"
+            "4134 series"
         );
-        assert_eq!(n, 4132);
+        assert_eq!(n, 4134);
         let err = check_cardinality(&shape, 10).unwrap_err().to_string();
         assert!(err.contains("2 sender queues × 8 flows"), "{err}");
         assert!(err.contains("--max-series 10"), "{err}");

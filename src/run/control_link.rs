@@ -6,6 +6,7 @@
 //! its own kernel (the same boot id) shares its clock; any other waits for the sender's offset
 //! estimate; `pair` is one process, so one clock.
 
+use crate::proto::proof::RunProof;
 use crate::say;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -290,6 +291,7 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
         elapsed_ns,
         step: 0,
         clock: in_process_clock(),
+        proof: None,
     }
 }
 
@@ -300,8 +302,9 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64 {
+    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8, proof: Option<RunProof>) -> u64 {
         let h = registry::Hello {
+            proof,
             name: hello.name.clone(),
             epoch: hello.epoch,
             flows: hello

@@ -226,6 +226,7 @@ impl PartSink for InProcess {
             elapsed_ns: 0,
             step: part as u32,
             clock: verdict::in_process_clock(),
+            proof: None,
         };
         let (_, line) = self.registry.hello(None, &hello);
         if part == 0 {

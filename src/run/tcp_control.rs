@@ -6,6 +6,7 @@
 //! verdict on this sender run, which its summary carries ([`attach_verdict`]). Nothing here
 //! runs on a worker thread.
 
+use crate::proto::proof::RunProof;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use serde_json::{Map, Value, json};
@@ -67,7 +68,7 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8) -> u64 {
+    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8, _: Option<RunProof>) -> u64 {
         say!(
             "control: sender {} (run {:08x}) said hello from {peer}",
             hello.name,

@@ -95,6 +95,9 @@ pub(crate) struct SenderConfig {
     pub(crate) part_epochs: Arc<[u32]>,
     /// `ringblast search`'s trials, one part each, instead of `rate_pps` and `duration`.
     pub(crate) trials: Option<Arc<trials::TrialBoard>>,
+    /// With a secret: the key each part's proof is derived from (`proto::proof`), and whether
+    /// the proof is a tag (`--auth-data`) rather than the run's token.
+    pub(crate) proof: Option<(Arc<crate::proto::proof::DataKey>, bool)>,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -196,7 +199,13 @@ impl SenderWorker {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
-        let slots = Slots::new(&config, &mut engine, &place.flows)?;
+        let mut slots = Slots::new(&config, &mut engine, &place.flows)?;
+        if let Some((key, tagged)) = &config.proof {
+            slots.prove(
+                config.part_epochs.iter().map(|e| key.run(*e)).collect(),
+                *tagged,
+            );
+        }
         let n = place.flows.len();
         // A search's trials are parts with no end on the clock: each ends when its trial does.
         let part_ends: Vec<u64> = match (&config.schedule, &config.trials) {
@@ -259,7 +268,7 @@ impl SenderWorker {
             let (offset, len) = self.slots.stamp(
                 &mut self.engine,
                 slot,
-                flow,
+                (flow, self.parts.current()),
                 segs,
                 (epoch, seq, failed),
                 now_real,

@@ -8,7 +8,10 @@
 use super::SenderConfig;
 use crate::{
     error::Error,
-    proto::header::{COMPACT_LEN, Header},
+    proto::{
+        header::{COMPACT_LEN, Header},
+        proof::{FLAG_TAGGED, RunProof},
+    },
     ring::Engine,
 };
 
@@ -28,6 +31,10 @@ pub(super) struct Slots {
     order: Vec<u8>,
     next_in_order: usize,
     class_of: Vec<u8>,
+    /// With a secret, each part's proof (`proto::proof`), written after every header.
+    proofs: Vec<RunProof>,
+    /// The header flags: [`FLAG_TAGGED`] when the proof is a tag.
+    flags: u8,
 }
 
 impl Slots {
@@ -74,7 +81,16 @@ impl Slots {
             order: config.sizes.order.clone(),
             next_in_order: 0,
             class_of: vec![0; window],
+            proofs: Vec::new(),
+            flags: 0,
         })
+    }
+
+    /// Proves every packet with its part's entry of `proofs` (by the run's token, or by a tag
+    /// when `tagged`).
+    pub(super) fn prove(&mut self, proofs: Vec<RunProof>, tagged: bool) {
+        self.proofs = proofs;
+        self.flags = if tagged { FLAG_TAGGED } else { 0 };
     }
 
     /// Slots in flight.
@@ -122,15 +138,16 @@ impl Slots {
         usize::from(self.class_of[slot as usize])
     }
 
-    /// Writes `segs` headers into `slot` for flow index `flow`: session `epoch`, sequence
-    /// numbers `seq..seq+segs`, each carrying the flow's failed-send count `failed`, in packets
-    /// of the next size class of the order (the full header from 32 bytes, the compact one
-    /// below); returns the arena offset and length of the send.
+    /// Writes `segs` headers into `slot` for flow index `flow` in schedule part `part`: session
+    /// `epoch`, sequence numbers `seq..seq+segs`, each carrying the flow's failed-send count
+    /// `failed`, in packets of the next size class of the order (the full header from 32
+    /// bytes, the compact one below), each followed by its part's proof when proven; returns
+    /// the arena offset and length of the send.
     pub(super) fn stamp(
         &mut self,
         engine: &mut Engine,
         slot: u32,
-        flow: usize,
+        (flow, part): (usize, usize),
         segs: u16,
         (epoch, seq, failed): (u32, u64, u64),
         timestamp_ns: u64,
@@ -147,8 +164,10 @@ impl Slots {
         self.segments[slot as usize] = segs;
         self.class_of[slot as usize] = class;
         if let Some(bytes) = engine.arena_bytes_mut(offset, len) {
+            let proof = self.proofs.get(part);
+            let tagged = self.flags & FLAG_TAGGED != 0;
             let mut header = Header {
-                flags: 0,
+                flags: self.flags,
                 failed: failed as u32,
                 flow: self.flow_ids[flow],
                 epoch,
@@ -156,7 +175,13 @@ impl Slots {
                 timestamp_ns,
             };
             for packet in bytes.chunks_exact_mut(size) {
-                header.write_fitting(packet);
+                match proof {
+                    Some(proof) => {
+                        header.write_proven(packet);
+                        proof.stamp(tagged, packet);
+                    }
+                    None => header.write_fitting(packet),
+                }
                 header.seq += 1;
             }
         }

@@ -48,6 +48,7 @@ use super::mailbox::{CloseCause, EpochRefusals, Mailbox, SessionKey, SessionView
 use crate::{
     proto::{
         header::extend_seq,
+        proof::{Proof, RunProof},
         seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
     },
     stats::{NO_TRANSIT, RxFlow, SessionCounters, count_jitter, latency_cell},
@@ -107,6 +108,8 @@ struct Session {
     last_transit: i64,
     /// Its sender run said hello (it holds no unannounced slot).
     announced: bool,
+    /// With a secret, the proof its run's datagrams carry (`proto::proof`): any other is refused.
+    proof: Option<RunProof>,
     dirty: bool,
 }
 
@@ -126,6 +129,7 @@ pub(crate) struct Admission {
 struct Announced {
     epoch: u32,
     refusals: EpochRefusals,
+    proof: Option<RunProof>,
 }
 
 /// Why a packet was not counted.
@@ -140,6 +144,8 @@ pub enum Refused {
     Implausible,
     /// Every session slot it may take is taken.
     TableFull,
+    /// Its run is proven (a sink with a secret) and it carries no proof, or a wrong one.
+    Auth,
     /// Its sender never said hello, and the sink books only senders that did.
     Unannounced,
 }
@@ -159,6 +165,8 @@ pub struct Packet {
     pub sent_ns: u64,
     /// It carried the compact header: `seq` holds only the low 32 bits, and no timestamp.
     pub compact: bool,
+    /// The proof after its header (`proto::proof`).
+    pub proof: Proof,
     /// Its size class (`sink::sizes`).
     pub size_class: usize,
     /// Kernel drops the books know of that happened after the kernel queued it (its
@@ -250,6 +258,7 @@ impl Books {
                     correction: None,
                     last_transit: NO_TRANSIT,
                     announced: false,
+                    proof: None,
                     dirty: false,
                 })
                 .collect(),
@@ -312,7 +321,17 @@ impl Books {
     /// Opens a session for `p`'s key if the admission allows it.
     fn open(&mut self, p: &Packet) -> Result<u32, Refused> {
         match self.announced_at(p.key.epoch) {
-            Some(_) => self.insert(p.key, p.source, true).ok_or(Refused::TableFull),
+            Some(i) => {
+                let proof = self.announced[i].proof;
+                if !p.compact && proof.is_some_and(|r| !r.admits(&p.proof)) {
+                    return Err(Refused::Auth);
+                }
+                let slot = self
+                    .insert(p.key, p.source, true)
+                    .ok_or(Refused::TableFull)?;
+                self.sessions[slot as usize].proof = proof;
+                Ok(slot)
+            }
             None if p.now_ns >= self.admission.refuse_unannounced_from_ns => {
                 Err(Refused::Unannounced)
             }
@@ -325,8 +344,9 @@ impl Books {
         }
     }
 
-    /// Sender run `epoch` said hello; its first send was at monotonic `since_ns`.
-    fn announce(&mut self, epoch: u32, since_ns: u64) {
+    /// Sender run `epoch` said hello; its first send was at monotonic `since_ns`, and its
+    /// datagrams carry `proof` (with a secret).
+    fn announce(&mut self, epoch: u32, since_ns: u64, proof: Option<RunProof>) {
         if self.announced_at(epoch).is_none() {
             let entry = Announced {
                 epoch,
@@ -334,6 +354,7 @@ impl Books {
                     packets: 0,
                     uncertain: self.last_refusal_ns != 0 && self.last_refusal_ns >= since_ns,
                 },
+                proof,
             };
             if self.announced.len() < ANNOUNCED_EPOCHS {
                 self.announced.push(entry);
@@ -344,9 +365,13 @@ impl Books {
         }
         for &slot in &self.live {
             let s = &mut self.sessions[slot as usize];
-            if s.key.epoch == epoch && !s.announced {
-                s.announced = true;
-                self.unannounced_live -= 1;
+            if s.key.epoch == epoch {
+                // A session opened before the hello (a sink's start-up grace) is proven from now.
+                s.proof = proof;
+                if !s.announced {
+                    s.announced = true;
+                    self.unannounced_live -= 1;
+                }
             }
         }
     }
@@ -442,6 +467,7 @@ impl Books {
         s.correction = correction;
         s.last_transit = NO_TRANSIT;
         s.announced = announced;
+        s.proof = None;
         s.dirty = true;
         self.unannounced_live += usize::from(!announced);
         Some(slot)
@@ -489,10 +515,18 @@ impl Books {
         };
         self.last_slot = slot;
         let s = &mut self.sessions[slot as usize];
+        let mut p = p;
+        match s.proof {
+            Some(r) if p.compact => {
+                let (failed32, seq32) = r.unmask(p.failed32, p.seq as u32);
+                (p.failed32, p.seq) = (failed32, u64::from(seq32));
+            }
+            Some(r) if !r.admits(&p.proof) => return Err(Refused::Auth),
+            _ => {}
+        }
         if s.source != p.source {
             return Err(Refused::Source);
         }
-        let mut p = p;
         if p.compact {
             // The low 32 bits, next to the highest number so far (or the stated start).
             p.seq = extend_seq(s.tracker.reference().unwrap_or(0), p.seq as u32);
@@ -638,7 +672,11 @@ impl Books {
                     }
                 }
             }
-            ToWorker::Announce { epoch, since_ns } => self.announce(epoch, since_ns),
+            ToWorker::Announce {
+                epoch,
+                since_ns,
+                proof,
+            } => self.announce(epoch, since_ns, proof),
             ToWorker::Close { key, end, failed } => {
                 self.pending.retain(|(k, _)| *k != key);
                 self.pending_next = 0;

@@ -22,6 +22,7 @@ fn packet(epoch: u32, flow: u32, seq: u64, failed: u64) -> Packet {
         now_real_ns: SENT + 1_500,
         sent_ns: SENT,
         compact: false,
+        proof: crate::proto::proof::Proof::Missing,
         size_class: 0,
         drops_behind: 0,
     }
@@ -633,7 +634,15 @@ impl Packet {
 }
 
 fn announce(b: &mut Books, mailbox: &Mailbox, epoch: u32, since_ns: u64) {
-    b.apply(ToWorker::Announce { epoch, since_ns }, mailbox, 0);
+    b.apply(
+        ToWorker::Announce {
+            epoch,
+            since_ns,
+            proof: None,
+        },
+        mailbox,
+        0,
+    );
 }
 
 #[test]
@@ -857,4 +866,114 @@ fn a_jump_the_kernel_dropped_in_a_burst_is_loss_not_implausible() {
         (2, 40_000_000, 0),
         "{s:?}"
     );
+}
+
+/// `p` carrying `proof`'s token.
+fn proven(p: Packet, proof: &crate::proto::proof::RunProof) -> Packet {
+    let mut d = [0u8; 64];
+    crate::proto::header::Header {
+        flags: 0,
+        failed: p.failed32,
+        flow: p.key.flow,
+        epoch: p.key.epoch,
+        seq: p.seq,
+        timestamp_ns: p.sent_ns,
+    }
+    .write(&mut d);
+    proof.stamp(false, &mut d);
+    Packet {
+        proof: crate::proto::proof::Proof::read(&d, Some(0)),
+        ..p
+    }
+}
+
+#[test]
+fn a_proven_run_counts_only_datagrams_with_its_proof_and_a_forged_first_binds_nothing() {
+    use crate::proto::proof::DataKey;
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    let key_ = DataKey::from_secret(b"0123456789abcdef");
+    let run = key_.run(8);
+    b.apply(
+        ToWorker::Announce {
+            epoch: 8,
+            since_ns: 0,
+            proof: Some(run),
+        },
+        &mailbox,
+        0,
+    );
+    let from = |port: u16, p: Packet| Packet {
+        source: Some(SocketAddr::from(([10, 0, 0, 1], port))),
+        ..p
+    };
+    // A forgery that arrives first, from elsewhere, with no proof or another run's: it opens
+    // no session, so it binds none to its address.
+    assert_eq!(b.record(from(9, packet(8, 0, 5, 0))), Err(Refused::Auth));
+    assert_eq!(
+        b.record(from(9, proven(packet(8, 0, 5, 0), &key_.run(9)))),
+        Err(Refused::Auth)
+    );
+    assert_eq!(b.live(), 0);
+    for seq in 0..10 {
+        b.record(from(1, proven(packet(8, 0, seq, 0), &run)))
+            .unwrap();
+    }
+    // Unproven and wrongly proven full headers of the run are refused; the run's own proof
+    // from another address is still refused for its source.
+    assert_eq!(b.record(from(1, packet(8, 0, 10, 0))), Err(Refused::Auth));
+    assert_eq!(
+        b.record(from(2, proven(packet(8, 0, 10, 0), &run))),
+        Err(Refused::Source)
+    );
+    // A compact header counts with its numbers unmasked by the token; one written without the
+    // token decodes to a number far from the run's, which moves nothing.
+    let compact = |seq: u64, masked: bool| {
+        let mut d = [0u8; 18];
+        crate::proto::header::Header {
+            flags: 0,
+            failed: 0,
+            flow: 0,
+            epoch: 8,
+            seq,
+            timestamp_ns: 0,
+        }
+        .write_fitting(&mut d);
+        if masked {
+            run.stamp(false, &mut d);
+        }
+        let (h, _) = crate::proto::header::parse_any(&d).unwrap();
+        Packet {
+            compact: true,
+            seq: h.seq,
+            failed32: h.failed,
+            ..packet(8, 0, seq, 0)
+        }
+    };
+    b.record(from(1, compact(10, true))).unwrap();
+    assert!(b.record(from(1, compact(11, false))).is_err());
+    goodbye(&mut b, &mailbox, key(8, 0), 11, 0);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost, s.duplicates, s.late), (11, 0, 0, 0));
+}
+
+#[test]
+fn a_session_opened_before_its_hello_is_proven_from_the_hello_on() {
+    use crate::proto::proof::DataKey;
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    let run = DataKey::from_secret(b"0123456789abcdef").run(8);
+    // In a sink's start-up grace, a run's datagrams open its session before its hello.
+    b.record(packet(8, 0, 0, 0)).unwrap();
+    b.apply(
+        ToWorker::Announce {
+            epoch: 8,
+            since_ns: 0,
+            proof: Some(run),
+        },
+        &mailbox,
+        0,
+    );
+    assert_eq!(b.record(packet(8, 0, 1, 0)), Err(Refused::Auth));
+    b.record(proven(packet(8, 0, 1, 0), &run)).unwrap();
 }

@@ -48,7 +48,12 @@ pub enum ToWorker {
     /// Sender run `epoch` said hello (authenticated, where the sink has a secret): its sessions
     /// take the slots reserved for announced senders. `since_ns`: the monotonic time of its
     /// first send, as its hello tells, so datagrams refused before then are not its head.
-    Announce { epoch: u32, since_ns: u64 },
+    Announce {
+        epoch: u32,
+        since_ns: u64,
+        /// With a secret, the proof its datagrams must carry.
+        proof: Option<crate::proto::proof::RunProof>,
+    },
 }
 
 /// Why a worker closed a session.

@@ -47,7 +47,7 @@ use crate::{
     error::Error,
     mem::{Arena, PAGE_SIZE, Populate, limits},
     net,
-    proto::header,
+    proto::{header, proof::Proof},
     ring::{BufOrder, BufRingLayout, Completion, Engine, RingSize, Wait, probe},
     stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class},
 };
@@ -65,6 +65,9 @@ pub(crate) const INVALID_UNANNOUNCED: usize = 5;
 const INVALID_SOURCE: usize = 6;
 /// Index of the `implausible` reason in `WorkerCounters::invalid`.
 const INVALID_IMPLAUSIBLE: usize = 7;
+/// Index of the `auth` reason in `WorkerCounters::invalid`: a proven run's datagram without
+/// its proof.
+const INVALID_AUTH: usize = 8;
 /// Everything one sink worker needs, resolved before start.
 #[derive(Clone, Debug)]
 pub(crate) struct SinkConfig {
@@ -384,6 +387,7 @@ impl SinkWorker {
                 now_real_ns: now_real,
                 sent_ns: h.timestamp_ns,
                 compact,
+                proof: Proof::read(datagram, (!compact).then_some(h.flags)),
                 size_class: if datagram.len() == full_len {
                     *full_class.get_or_insert_with(|| self.config.sizes.class_of(full_len))
                 } else {
@@ -431,6 +435,7 @@ impl SinkWorker {
                 Err(Refused::Unannounced) => self.counters.invalid[INVALID_UNANNOUNCED] += 1,
                 Err(Refused::Source) => self.counters.invalid[INVALID_SOURCE] += 1,
                 Err(Refused::Implausible) => self.counters.invalid[INVALID_IMPLAUSIBLE] += 1,
+                Err(Refused::Auth) => self.counters.invalid[INVALID_AUTH] += 1,
             }
         }
         run.flush(&mut self.latency);

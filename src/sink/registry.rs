@@ -65,6 +65,8 @@ pub(crate) struct Hello {
     pub(crate) step: u32,
     /// Its clock as the hello tells: the sink's own (same kernel), or unknown until an estimate.
     pub(crate) clock: LatencyClock,
+    /// With a secret, the proof its datagrams carry (`proto::proof`).
+    pub(crate) proof: Option<crate::proto::proof::RunProof>,
 }
 
 /// What the sink saw of one sender run, after its goodbye.
@@ -354,6 +356,7 @@ impl Registry {
         // Announced before its clock and starts, so its sessions are announced when they open.
         self.broadcast(ToWorker::Announce {
             epoch: hello.epoch,
+            proof: hello.proof,
             since_ns: clock::monotonic_ns().saturating_sub(hello.elapsed_ns),
         });
         if let Some(correction) = correction {

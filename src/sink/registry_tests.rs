@@ -28,6 +28,7 @@ fn packet(epoch: u32, seq: u64) -> Packet {
         now_real_ns: 1_700_000_000_000_000_000,
         sent_ns: 1_700_000_000_000_000_000,
         compact: false,
+        proof: crate::proto::proof::Proof::Missing,
         size_class: 0,
         drops_behind: 0,
     }
@@ -54,6 +55,7 @@ fn restarts_under_one_name_add_up_and_goodbye_gives_the_tail() {
             elapsed_ns: 0,
             step: 0,
             clock: LatencyClock::same_clock(),
+            proof: None,
         };
         let (_, line) = registry.hello(None, &hello);
         assert!(
@@ -102,6 +104,7 @@ fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_ip_and_epo
             elapsed_ns: 0,
             step: 0,
             clock: LatencyClock::unknown(NO_ESTIMATE_YET),
+            proof: None,
         },
     );
     let r = Arc::clone(&registry);
@@ -176,6 +179,7 @@ fn refused_datagrams_of_an_announced_run_are_never_lost_and_its_verdict_counts_t
             elapsed_ns: 0,
             step: 0,
             clock: LatencyClock::same_clock(),
+            proof: None,
         },
     );
     // The hello still waits in the inbox: the worker finds it on the first refusal.
@@ -225,6 +229,7 @@ fn a_runs_clock_estimate_reaches_the_worker_and_its_verdict() {
             elapsed_ns: 0,
             step: 0,
             clock: LatencyClock::unknown(NO_ESTIMATE_YET),
+            proof: None,
         },
     );
     round(&mut books, &shared);
@@ -282,6 +287,7 @@ fn hello_of(name: &str, epoch: u32) -> Hello {
         elapsed_ns: 0,
         step: 0,
         clock: LatencyClock::same_clock(),
+        proof: None,
     }
 }
 

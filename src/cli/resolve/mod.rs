@@ -142,6 +142,10 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     let queues = planned("send", &placement_args(common, args.to, &[]), notes)?;
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = sender_link(args, flows)?;
+    let mut configs = configs;
+    if let Some(secret) = link.as_ref().and_then(|l| l.secret.as_ref()) {
+        prove_sends(&mut configs, secret, args.auth_data)?;
+    }
     Ok((queues, configs, link))
 }
 
@@ -285,6 +289,30 @@ fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<control_link::Sen
         secret: read_secret(args.secret_file.as_deref())?,
         name: sender_name(args.name.clone(), args.common.queues, flows)?,
     }))
+}
+
+/// With a secret, every datagram carries its run's proof (`proto::proof`); a tag needs the
+/// full header and room after it.
+fn prove_sends(
+    configs: &mut [(crate::sender::SenderConfig, Vec<u32>)],
+    secret: &crate::control::auth::Secret,
+    tagged: bool,
+) -> Result<(), Error> {
+    use crate::proto::proof::PROVEN_LEN;
+    let smallest = configs
+        .iter()
+        .flat_map(|(c, _)| c.sizes.classes.iter().map(|k| k.payload))
+        .min();
+    if let Some(size) = smallest.filter(|s| tagged && *s < PROVEN_LEN) {
+        return Err(Error::Usage(format!(
+            "--size {size} leaves no room for the tag --auth-data puts after the 32-byte header; use --size {PROVEN_LEN} or more, or leave --auth-data off (the run's token then masks the small datagrams' numbers)"
+        )));
+    }
+    let key = Arc::new(secret.data_key());
+    for (config, _) in configs {
+        config.proof = Some((Arc::clone(&key), tagged));
+    }
+    Ok(())
 }
 
 /// `pair`'s exporter: on by default at the documented port, off with `--no-metrics`.

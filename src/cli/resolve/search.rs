@@ -52,6 +52,9 @@ fn trial_send_args(args: &SearchArgs) -> Result<SendArgs, Error> {
         argv.push("--secret-file".into());
         argv.push(secret.display().to_string());
     }
+    if args.auth_data {
+        argv.push("--auth-data".into());
+    }
     if let Some(metrics) = args.metrics {
         argv.extend([
             "--metrics".to_string(),

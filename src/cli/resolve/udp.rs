@@ -151,6 +151,7 @@ pub(crate) fn sender_configs(
                     .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
                 part_epochs: Arc::clone(&part_epochs),
                 trials: None,
+                proof: None,
             };
             (config, my_flows)
         })

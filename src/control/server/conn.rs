@@ -201,7 +201,8 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, tick
     }
     let mut hello = hello;
     loop {
-        let uptime_ns = sh.books.hello(peer, &hello, channel.version());
+        let proof = cfg.secret.as_ref().map(|s| s.data_key().run(hello.epoch));
+        let uptime_ns = sh.books.hello(peer, &hello, channel.version(), proof);
         let welcome = Welcome {
             sink_session: cfg.sink_session.clone(),
             uptime_ns,

@@ -20,6 +20,7 @@ use super::frame::{self, decode, encode};
 use super::msg::*;
 use super::server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks};
 use crate::error::Error;
+use crate::proto::proof::RunProof;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -31,7 +32,7 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, _: SocketAddr, hello: &Hello, _: u8) -> u64 {
+    fn hello(&self, _: SocketAddr, hello: &Hello, _: u8, _: Option<RunProof>) -> u64 {
         let _ = self.hellos.lock().unwrap().send(hello.clone());
         42
     }
