@@ -563,8 +563,11 @@ fn run_case(case: &Case, lua: &std::path::Path, dir: &std::path::Path) {
             "control message type {kind} decoded: {frames:?}"
         );
     }
+    // Without a secret (the compact cases) nothing is sealed.
     assert!(
-        frames.iter().all(|&(t, sealed)| sealed == (t > 5)),
-        "handshake frames (types 1-5) in the clear, the rest sealed: {frames:?}"
+        frames
+            .iter()
+            .all(|&(t, sealed)| sealed == (t > 5 && !case.compact)),
+        "handshake frames (types 1-5) in the clear, the rest sealed when a secret is set: {frames:?}"
     );
 }
