@@ -139,7 +139,8 @@ fn tcp_over_ipv6_between_namespaces_matches_nft_byte_counts() {
         "turn tail loss probes off in the sender's namespace (sysctl, procps)"
     );
     let retrans_before = snmp(&lab.tx, "Tcp", "RetransSegs");
-    // No control channel: every connection to the port is a data stream.
+    // No control channel: every connection to the port is a data stream. The secret proves
+    // the run to the sink in each connection's first record.
     let (conns, records, size) = (2u64, 20_000u64, 1000u64);
     let send = tcp::send(
         Some(&lab.tx),
@@ -148,6 +149,8 @@ fn tcp_over_ipv6_between_namespaces_matches_nft_byte_counts() {
             &to,
             "--control",
             "off",
+            "--secret-file",
+            secret,
             "--conns",
             &conns.to_string(),
             "--size",

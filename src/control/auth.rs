@@ -125,12 +125,12 @@ impl Secret {
         Ok((Secret(bytes), warning))
     }
 
-    /// `end`'s keys for the connection with these nonces.
     /// The key every data datagram's proof is derived from (`proto::proof`).
     pub(crate) fn data_key(&self) -> crate::proto::proof::DataKey {
         crate::proto::proof::DataKey::from_secret(&self.0)
     }
 
+    /// `end`'s keys for the connection with these nonces.
     fn channel_keys(&self, nonce_c: &[u8; 32], nonce_s: &[u8; 32], end: End) -> ChannelKeys {
         seal::derive(&self.0, nonce_c, nonce_s, end)
     }

@@ -26,13 +26,14 @@ type TxField = fn(&TxCounters) -> u64;
 /// Which of a sink queue's counters a series shows.
 type RxField = fn(&RxCounters) -> u64;
 
-const INVALID: [(RxField, &str); 6] = [
+const INVALID: [(RxField, &str); 7] = [
     (|c| c.invalid_sequence, "sequence"),
     (|c| c.invalid_magic, "magic"),
     (|c| c.invalid_version, "version"),
     (|c| c.invalid_length, "length"),
     (|c| c.invalid_truncated, "truncated"),
     (|c| c.invalid_depth, "depth"),
+    (|c| c.invalid_auth, "auth"),
 ];
 
 fn labels(q: &QueueView) -> Vec<Label> {

@@ -151,19 +151,6 @@ impl Header {
     }
 }
 
-impl Header {
-    /// Writes the header form a proven run (`proto::proof`) sends in `buf`: the full one when
-    /// its proof fits after it, the compact one below.
-    #[inline]
-    pub(crate) fn write_proven(&self, buf: &mut [u8]) {
-        if buf.len() >= super::proof::PROVEN_LEN {
-            self.write(buf);
-        } else if let Some(head) = buf.first_chunk_mut::<COMPACT_LEN>() {
-            *head = self.to_compact_bytes();
-        }
-    }
-}
-
 /// Copies `N` bytes starting at `AT` out of the header; ranges are constants, so the bounds
 /// are resolved at compile time.
 #[inline]

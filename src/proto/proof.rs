@@ -26,7 +26,7 @@ use siphasher::sip::SipHasher24;
 use std::hash::Hasher;
 use zeroize::Zeroizing;
 
-use super::header::{COMPACT_LEN, HEADER_LEN};
+use super::header::{COMPACT_LEN, HEADER_LEN, Header};
 
 /// Where the proof sits: right after the header.
 pub(crate) const PROOF_AT: Range<usize> = HEADER_LEN..HEADER_LEN + 8;
@@ -55,22 +55,32 @@ impl DataKey {
         DataKey(key)
     }
 
-    /// The proof of sender run `epoch`.
-    pub fn run(&self, epoch: u32) -> RunProof {
-        // A 32-byte PRK is a valid HKDF-SHA256 pseudo-random key, and 8 or 16 bytes are far
-        // below its output limit, so neither call can fail.
-        let hk = Hkdf::<Sha256>::from_prk(self.0.as_slice()).expect("32 bytes is a valid PRK");
+    // A 32-byte PRK is a valid HKDF-SHA256 pseudo-random key, and 8 or 16 bytes are far below
+    // its output limit, so neither expansion below can fail.
+    fn hkdf(&self) -> Hkdf<Sha256> {
+        Hkdf::<Sha256>::from_prk(self.0.as_slice()).expect("32 bytes is a valid PRK")
+    }
+
+    /// The token of sender run `epoch` alone: what a TCP connection's first record carries
+    /// (`proto::record::FLAG_PROOF`).
+    pub fn token(&self, epoch: u32) -> u64 {
         let mut info = *b"token\0\0\0\0";
         info[5..].copy_from_slice(&epoch.to_be_bytes());
         let mut token = [0u8; 8];
-        hk.expand(&info, &mut token).expect("8 bytes");
+        self.hkdf().expand(&info, &mut token).expect("8 bytes");
+        u64::from_be_bytes(token)
+    }
+
+    /// The proof of sender run `epoch`.
+    pub fn run(&self, epoch: u32) -> RunProof {
+        let hk = self.hkdf();
         let mut info = *b"tag key\0\0\0\0";
         info[7..].copy_from_slice(&epoch.to_be_bytes());
         let mut key = [0u8; 16];
         hk.expand(&info, &mut key).expect("16 bytes");
         let half = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes"));
         RunProof {
-            token: u64::from_be_bytes(token),
+            token: self.token(epoch),
             tag_key: (half(0), half(8)),
         }
     }
@@ -136,6 +146,18 @@ impl RunProof {
         h.write(head);
         h.write(&len.to_be_bytes());
         h.finish()
+    }
+
+    /// Writes `header` into `datagram` in the form a proven run sends (the full one when its
+    /// proof fits after it, the compact one below), then the proof ([`Self::stamp`]).
+    #[inline]
+    pub fn write(&self, header: &Header, tagged: bool, datagram: &mut [u8]) {
+        if datagram.len() >= PROVEN_LEN {
+            header.write(datagram);
+        } else if let Some(head) = datagram.first_chunk_mut::<COMPACT_LEN>() {
+            *head = header.to_compact_bytes();
+        }
+        self.stamp(tagged, datagram);
     }
 
     /// Writes this run's proof into `datagram`, whose header is written: after the full header
@@ -226,6 +248,8 @@ mod tests {
             key.run(77),
             "the proof depends on the secret and epoch alone"
         );
+        assert!(run.admits(&Proof::Token(key.token(77))), "the token alone");
+        assert_ne!(key.token(77), key.token(78));
         for tagged in [false, true] {
             let mut d = datagram(if tagged { FLAG_TAGGED } else { 0 }, 64);
             run.stamp(tagged, &mut d);

@@ -9,12 +9,16 @@
 //! |-------:|-----:|--------------------------------------------------------------|
 //! | 0      | 4    | magic `0x52424C53` ("RBLS")                                  |
 //! | 4      | 1    | version (2)                                                  |
-//! | 5      | 1    | flags: [`FLAG_RECORD`] always; [`FLAG_REQUEST`], [`FLAG_RESPONSE`], [`FLAG_ACK`] |
+//! | 5      | 1    | flags: [`FLAG_RECORD`] always; [`FLAG_REQUEST`], [`FLAG_RESPONSE`], [`FLAG_ACK`], [`FLAG_PROOF`] |
 //! | 6      | 4    | record length in bytes, header included (32 ..= [`MAX_RECORD`]) |
 //! | 10     | 2    | flow: the connection's id at its sender                     |
 //! | 12     | 4    | epoch (random per sender run)                                |
 //! | 16     | 8    | record sequence number, 0 for a connection's first record   |
 //! | 24     | 8    | send timestamp, ns since the Unix epoch (a response echoes its request's) |
+//!
+//! With a secret, a connection's first record has [`FLAG_PROOF`] set and carries its sender
+//! run's token (`proto::proof::DataKey::token`) in place of its sequence number, which is 0;
+//! the parser gives the token apart ([`Record::proof`]) and the record's sequence as 0.
 //!
 //! A request (request/response pattern, [`FLAG_REQUEST`]) carries the length of the response it
 //! asks for in the 4 bytes after the header, so requests are at least 36 bytes.
@@ -43,6 +47,9 @@ pub(crate) const FLAG_REQUEST: u8 = 0x20;
 /// Flag bit of a sink's acknowledgement on a stream: its sequence field holds how many records
 /// of this connection the sink has counted so far.
 pub(crate) const FLAG_ACK: u8 = 0x10;
+/// Flag bit of a connection's first record when its sender has a secret: the sequence field
+/// holds the sender run's token instead of 0.
+pub(crate) const FLAG_PROOF: u8 = 0x08;
 /// Bytes of a request's header: the record header and the response length.
 pub(crate) const REQUEST_HEADER_LEN: usize = RECORD_HEADER_LEN + 4;
 /// The largest response a request may ask for.
@@ -150,6 +157,8 @@ pub(crate) struct Record {
     pub(crate) response_len: u32,
     /// Its sequence number was the one expected on this connection.
     pub(crate) in_sequence: bool,
+    /// The token it carried in place of its sequence number ([`FLAG_PROOF`]).
+    pub(crate) proof: Option<u64>,
 }
 
 /// One connection's framing state.
@@ -164,6 +173,8 @@ pub(crate) struct StreamParser {
     /// Payload bytes of the current record still to come (0 while reading a header).
     rest: u32,
     expect_seq: u64,
+    /// The current record's token ([`FLAG_PROOF`]).
+    proof: Option<u64>,
 }
 
 impl Default for StreamParser {
@@ -176,6 +187,7 @@ impl Default for StreamParser {
             current: RecordHeader::default(),
             rest: 0,
             expect_seq: 0,
+            proof: None,
         }
     }
 }
@@ -213,6 +225,12 @@ impl StreamParser {
                         return Err(Broken::Length);
                     };
                     self.current = RecordHeader::parse(h)?;
+                    self.proof = None;
+                    if self.current.flags & FLAG_PROOF != 0 {
+                        self.proof = Some(self.current.seq);
+                        self.current.seq = 0;
+                        self.current.flags &= !FLAG_PROOF;
+                    }
                     if self.current.flags & FLAG_REQUEST != 0 {
                         if (self.current.len as usize) < REQUEST_HEADER_LEN {
                             return Err(Broken::Length);
@@ -246,6 +264,7 @@ impl StreamParser {
                     header: self.current,
                     response_len: self.response_len,
                     in_sequence,
+                    proof: self.proof,
                 });
             }
         }
@@ -325,6 +344,30 @@ mod tests {
         }
         r[32..36].copy_from_slice(&(MAX_RESPONSE as u32 + 1).to_be_bytes());
         assert_eq!(StreamParser::new().feed(&r, |_| {}), Err(Broken::Length));
+    }
+
+    #[test]
+    fn a_first_record_gives_its_token_apart_and_counts_as_sequence_0() {
+        let mut first = record(0xfeed_f00d, 40);
+        first[5] |= FLAG_PROOF;
+        let stream: Vec<u8> = [first.clone(), record(1, 40)].concat();
+        let mut seen = Vec::new();
+        StreamParser::new()
+            .feed(&stream, |r| {
+                seen.push((r.header.seq, r.header.flags, r.in_sequence, r.proof));
+            })
+            .unwrap();
+        assert_eq!(
+            seen,
+            vec![(0, 0, true, Some(0xfeed_f00d)), (1, 0, true, None)]
+        );
+        // Later in a stream a proof record is out of sequence.
+        let stream: Vec<u8> = [record(0, 40), first].concat();
+        let mut seen = Vec::new();
+        StreamParser::new()
+            .feed(&stream, |r| seen.push(r.in_sequence))
+            .unwrap();
+        assert_eq!(seen, vec![true, false]);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub(crate) struct TcpReport {
     placement: (Option<Value>, Option<Value>),
     /// What the sender's control channel found out (its round trip, for the summary).
     link: Option<Arc<super::link_state::LinkState>>,
+    /// Stops the senders (a refused sender).
+    send_control: Option<Arc<Control>>,
     /// What the report learns as the run goes.
     state: TcpState,
 }
@@ -160,6 +162,7 @@ impl TcpReport {
                     .map(|s| crate::report::placement_json(&s.queues, s.group.memory())),
             ),
             link: None,
+            send_control: None,
             json,
             senders,
             sinks,
@@ -206,12 +209,16 @@ impl TcpReport {
         self
     }
 
-    /// What the sender's control channel finds out (none with `--control off`).
+    /// What the sender's control channel finds out (none with `--control off`), and the
+    /// senders' control: a sender whose credentials the sink refused stops at the next tick,
+    /// since a sink with a secret counts none of its connections.
     pub(crate) fn with_link(
         mut self,
         link: Option<Arc<super::link_state::LinkState>>,
+        senders: Arc<Control>,
     ) -> TcpReport {
         self.link = link;
+        self.send_control = Some(senders);
         self
     }
 
@@ -345,6 +352,11 @@ impl Proto for TcpReport {
     fn tick(&mut self, now: u64, snapshot: &Snapshot) {
         if let Some((control, d)) = &self.sink_duration
             && now - self.state.start >= d.as_nanos() as u64
+        {
+            control.request_stop();
+        }
+        if let (Some(link), Some(control)) = (&self.link, &self.send_control)
+            && link.refused()
         {
             control.request_stop();
         }

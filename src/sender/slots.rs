@@ -176,10 +176,7 @@ impl Slots {
             };
             for packet in bytes.chunks_exact_mut(size) {
                 match proof {
-                    Some(proof) => {
-                        header.write_proven(packet);
-                        proof.stamp(tagged, packet);
-                    }
+                    Some(proof) => proof.write(&header, tagged, packet),
                     None => header.write_fitting(packet),
                 }
                 header.seq += 1;

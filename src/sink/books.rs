@@ -225,6 +225,11 @@ pub struct Books {
     announced_next: usize,
     /// Monotonic ns of the latest refused datagram (0: none yet).
     last_refusal_ns: u64,
+    /// The worker's mailbox holds messages not applied yet, maybe the hello of a run whose
+    /// datagrams arrive now: until they are applied, a datagram of a run not announced opens
+    /// no session ([`Refused::Unannounced`], which the worker answers by applying them and
+    /// trying again), so a proven run's first compact datagrams are never read masked.
+    announcements_waiting: bool,
 }
 
 fn hash(key: SessionKey) -> usize {
@@ -285,8 +290,14 @@ impl Books {
             announced: Vec::with_capacity(ANNOUNCED_EPOCHS),
             announced_next: 0,
             last_refusal_ns: 0,
+            announcements_waiting: false,
             empty_look_ns: 0,
         }
+    }
+
+    /// The worker says whether its mailbox holds messages not applied yet.
+    pub(crate) fn set_announcements_waiting(&mut self, waiting: bool) {
+        self.announcements_waiting = waiting;
     }
 
     /// The same books under `admission` (without: every slot open to every session).
@@ -332,7 +343,9 @@ impl Books {
                 self.sessions[slot as usize].proof = proof;
                 Ok(slot)
             }
-            None if p.now_ns >= self.admission.refuse_unannounced_from_ns => {
+            None if self.announcements_waiting
+                || p.now_ns >= self.admission.refuse_unannounced_from_ns =>
+            {
                 Err(Refused::Unannounced)
             }
             None if self.unannounced_live >= self.admission.max_unannounced => {

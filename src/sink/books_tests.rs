@@ -977,3 +977,18 @@ fn a_session_opened_before_its_hello_is_proven_from_the_hello_on() {
     assert_eq!(b.record(packet(8, 0, 1, 0)), Err(Refused::Auth));
     b.record(proven(packet(8, 0, 1, 0), &run)).unwrap();
 }
+
+#[test]
+fn a_run_not_announced_opens_no_session_while_announcements_wait_to_be_applied() {
+    let mut b = Books::new(1, 4, false);
+    b.set_announcements_waiting(true);
+    assert!(matches!(
+        b.record(packet(3, 0, 0, 0)),
+        Err(Refused::Unannounced)
+    ));
+    b.set_announcements_waiting(false);
+    b.record(packet(3, 0, 0, 0)).unwrap();
+    b.set_announcements_waiting(true);
+    b.record(packet(3, 0, 1, 0))
+        .expect("an open session is not held back");
+}

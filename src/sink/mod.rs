@@ -358,6 +358,8 @@ impl SinkWorker {
             .map_or(payload.len(), usize::from)
             .max(1);
         let mut valid = false;
+        self.books
+            .set_announcements_waiting(!self.shared.mailbox.inbox.is_empty());
         // Every segment but maybe the last has the segment's length, so its size class is looked
         // up once, at the first valid one (a length claims a class only from a valid datagram);
         // the segments of one send share a timestamp, so their equal delays go into the
@@ -405,6 +407,7 @@ impl SinkWorker {
                 while let Some(message) = self.shared.mailbox.inbox.pop() {
                     self.books.apply(message, &self.shared.mailbox, now_ns);
                 }
+                self.books.set_announcements_waiting(false);
                 booked = self.books.record(packet);
             }
             if matches!(

@@ -2,7 +2,7 @@
 //! options checked once, the queues planned as UDP's are, and the run described as a [`TcpPlan`]:
 //! a sending side, a receiving side or both.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use super::{
     PAIR_DEFAULT_DURATION, output, pair_metrics, placement_args, plan_pair, planned, read_secret,
@@ -83,6 +83,7 @@ fn send_configs(
                 .send_op
                 .map_or(crate::sender::SendOp::WriteFixed, Into::into),
             epoch,
+            proof_token: None,
             hugepages,
             rr,
         })
@@ -150,6 +151,7 @@ fn sink_config(
         control: None,
         recv: RecvMode::choose()?,
         wait,
+        data_key: None,
     })
 }
 
@@ -158,7 +160,16 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     let common = &args.common;
     let conns_per_queue = args.tcp.conns.unwrap_or(1);
     let link = sender_link(&args, conns_per_queue as usize)?;
-    let (configs, target) = send_configs(
+    if args.auth_data {
+        return Err(Error::Usage(
+            "--auth-data tags UDP datagrams; a TCP connection proves its run in its first record (with --secret-file) and TCP guards the rest of the stream, so leave --auth-data off with --proto tcp".into(),
+        ));
+    }
+    let secret = match &link {
+        Some(link) => link.secret.clone(),
+        None => read_secret(args.secret_file.as_deref())?,
+    };
+    let (mut configs, target) = send_configs(
         args.to,
         &args.traffic,
         &args.tcp,
@@ -166,6 +177,12 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
         None,
         common.hugepages,
     )?;
+    if let Some(secret) = secret {
+        let key = secret.data_key();
+        for config in &mut configs {
+            config.proof_token = Some(key.token(config.epoch));
+        }
+    }
     let mut notes = String::new();
     let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
     let reporting = reporting(common, common.metrics, notes);
@@ -191,12 +208,13 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
     let common = &args.common;
     let secret = read_secret(args.secret_file.as_deref())?;
     let serve_control = secret.is_some() || args.listen.ip().is_loopback() || args.insecure_control;
-    let config = sink_config(
+    let mut config = sink_config(
         args.listen,
         args.tcp.max_conns,
         &args.tuning,
         common.hugepages,
     )?;
+    config.data_key = secret.as_ref().map(|s| Arc::new(s.data_key()));
     let mut notes = String::new();
     let queues = planned(
         "sink",

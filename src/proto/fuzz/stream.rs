@@ -19,8 +19,8 @@ use rand::{Rng, rngs::SmallRng};
 use crate::fuzzing;
 use crate::proto::header::MAGIC;
 use crate::proto::record::{
-    Broken, FLAG_RECORD, FLAG_REQUEST, MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, RECORD_VERSION,
-    REQUEST_HEADER_LEN, Record, RecordHeader, StreamParser,
+    Broken, FLAG_PROOF, FLAG_RECORD, FLAG_REQUEST, MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN,
+    RECORD_VERSION, REQUEST_HEADER_LEN, Record, RecordHeader, StreamParser,
 };
 
 /// How a stream ends: cleanly between records, or broken, with the offset of the byte that
@@ -93,11 +93,14 @@ fn expected(s: &[u8], records: &mut Vec<Record>) -> End {
         if rest.len() < len as usize {
             return truncated;
         }
-        let seq = be64(rest, 16);
+        let flags = rest[5] & !FLAG_RECORD;
+        // A proof record carries its token in the sequence field, and counts as sequence 0.
+        let proof = (flags & FLAG_PROOF != 0).then(|| be64(rest, 16));
+        let seq = if proof.is_some() { 0 } else { be64(rest, 16) };
         records.push(Record {
             header: RecordHeader {
                 len,
-                flags: rest[5] & !FLAG_RECORD,
+                flags: flags & !FLAG_PROOF,
                 flow: u16::from_be_bytes([rest[10], rest[11]]),
                 epoch: be32(rest, 12),
                 seq,
@@ -105,6 +108,7 @@ fn expected(s: &[u8], records: &mut Vec<Record>) -> End {
             },
             response_len,
             in_sequence: seq == expect_seq,
+            proof,
         });
         expect_seq = seq.wrapping_add(1);
         at += len as usize;
@@ -156,13 +160,20 @@ fn push_record(rng: &mut SmallRng, s: &mut Vec<u8>, sent: &mut Vec<Record>, seq:
     if len >= 2 * REQUEST_HEADER_LEN && rng.random_ratio(1, 8) {
         s.copy_within(at..at + RECORD_HEADER_LEN, at + REQUEST_HEADER_LEN);
     }
-    let in_sequence = sent
-        .last()
-        .map_or(seq == 0, |r| seq == r.header.seq.wrapping_add(1));
+    let proof = (flags & FLAG_PROOF != 0).then_some(seq);
+    let header = RecordHeader {
+        flags: flags & !FLAG_PROOF,
+        seq: if proof.is_some() { 0 } else { seq },
+        ..header
+    };
+    let in_sequence = sent.last().map_or(header.seq == 0, |r| {
+        header.seq == r.header.seq.wrapping_add(1)
+    });
     sent.push(Record {
         header,
         response_len,
         in_sequence,
+        proof,
     });
 }
 
@@ -330,11 +341,20 @@ fn fuzz_record_stream() {
         if beyond_cap && end.is_err_and(|(why, _)| why == Broken::Length) {
             over_cap += 1;
         }
-        // Every record yielded re-encodes to exactly the bytes it came from.
+        // Every record yielded re-encodes to exactly the bytes it came from (a proof record
+        // with its flag and token back in place).
         let mut at = 0;
         for r in &got {
             let mut h = [0u8; RECORD_HEADER_LEN];
-            r.header.write(&mut h);
+            let header = match r.proof {
+                Some(token) => RecordHeader {
+                    flags: r.header.flags | FLAG_PROOF,
+                    seq: token,
+                    ..r.header
+                },
+                None => r.header,
+            };
+            header.write(&mut h);
             assert_eq!(h[..], s[at..at + RECORD_HEADER_LEN], "{r:?}");
             if r.header.flags & FLAG_REQUEST != 0 {
                 assert_eq!(be32(&s, at + RECORD_HEADER_LEN), r.response_len, "{r:?}");

@@ -148,7 +148,7 @@ impl TcpReport {
             crate::output::json_line(&Value::Object(line));
         }
         say!(
-            "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}), refused {}",
+            "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}, depth {}, auth {}), refused {}",
             rate(bytes * 8, active_s) / 1e9,
             rx.accepts,
             rx.rx_invalid,
@@ -157,6 +157,8 @@ impl TcpReport {
             rx.invalid_version,
             rx.invalid_length,
             rx.invalid_truncated,
+            rx.invalid_depth,
+            rx.invalid_auth,
             rx.refused,
         );
     }

@@ -105,6 +105,8 @@ pub(crate) struct TcpSendConfig {
     pub(crate) op: SendOp,
     /// Epoch written into every record.
     pub(crate) epoch: u32,
+    /// The run's token, which each connection's first record carries (with a secret).
+    pub(crate) proof_token: Option<u64>,
     /// Try 2 MiB pages for the arena.
     pub(crate) hugepages: bool,
     /// The request/response pattern, `None` for streams.

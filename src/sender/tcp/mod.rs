@@ -30,7 +30,7 @@ use crate::{
     clock,
     error::Error,
     mem::{Arena, limits},
-    proto::record::{FLAG_REQUEST, RECORD_HEADER_LEN, RecordHeader, StreamParser},
+    proto::record::{FLAG_PROOF, FLAG_REQUEST, RECORD_HEADER_LEN, RecordHeader, StreamParser},
     ring::{
         Completion, Engine, probe,
         token::{OpKind, Token},
@@ -227,18 +227,25 @@ impl TcpSendWorker {
         };
         let len = records as usize * self.config.size;
         let offset = self.buffers.offset(i, buffer);
-        let (size, epoch) = (self.config.size, self.config.epoch);
+        let (size, epoch, proof) = (self.config.size, self.config.epoch, self.config.proof_token);
         let response = self.config.rr.map(|rr| rr.response as u32);
         let c = &mut self.conns[i];
         let fd = c.socket.as_ref().map_or(-1, |s| s.as_raw_fd());
         if let Some(bytes) = self.engine.arena_bytes_mut(offset, len) {
             for (k, record) in bytes.chunks_exact_mut(size).enumerate() {
+                let seq = c.next_seq + k as u64;
+                let flags = if response.is_some() { FLAG_REQUEST } else { 0 };
+                // A connection's first record proves its run, with a secret (`proto::record`).
+                let (flags, seq) = match proof {
+                    Some(token) if seq == 0 => (flags | FLAG_PROOF, token),
+                    _ => (flags, seq),
+                };
                 RecordHeader {
                     len: size as u32,
-                    flags: if response.is_some() { FLAG_REQUEST } else { 0 },
+                    flags,
                     flow: c.flow,
                     epoch,
-                    seq: c.next_seq + k as u64,
+                    seq,
                     timestamp_ns: now_real,
                 }
                 .write(record);

@@ -9,6 +9,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use super::{peers, recv_mode::RecvMode, respond};
 use crate::{
     error::Error,
+    proto::proof::DataKey,
     ring::{BufOrder, BufRingLayout, RingSize},
 };
 
@@ -55,6 +56,9 @@ crate::stats::counter_set! {
         buffer_stalls:,
         /// Connections closed for keeping more than 64 requests outstanding.
         invalid_depth:,
+        /// Connections closed because their first record did not prove a sender run of this
+        /// sink's secret (a sink with `--secret-file` only).
+        invalid_auth:,
         /// Responses written completely (request/response pattern).
         responses:,
         /// Bytes of those responses.
@@ -111,6 +115,8 @@ pub(crate) struct TcpSinkConfig {
     pub(crate) recv: RecvMode,
     /// How the worker waits for completions.
     pub(crate) wait: super::TcpWait,
+    /// With a secret: the key every connection's first record must prove its run with.
+    pub(crate) data_key: Option<Arc<DataKey>>,
 }
 
 impl TcpSinkConfig {

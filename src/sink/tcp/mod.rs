@@ -18,7 +18,9 @@
 //! sends its last acknowledgements (waiting at most 500 ms) and then closes. A connection's
 //! first receive is a plain one: when its first bytes are a control frame rather than a record,
 //! the connection goes to the control server (see `peers`), so the control channel shares the
-//! data port. Each connection's tally (its sender run, records, bytes, invalid events) is
+//! data port. With a secret (`--secret-file`), a connection counts only from a first record
+//! that proves its sender run (its token, `proto::record::FLAG_PROOF`) and only records of that
+//! run; one that does not is closed uncounted, as invalid `auth`. Each connection's tally (its sender run, records, bytes, invalid events) is
 //! published to its slot for the per-sender books (see `books`). The loop never allocates,
 //! locks, logs or formats.
 
@@ -46,7 +48,10 @@ use crate::{
     clock,
     error::Error,
     mem::{Arena, PAGE_SIZE, Populate, limits},
-    proto::record::{Broken, Record, StreamParser},
+    proto::{
+        proof::DataKey,
+        record::{Broken, Record, StreamParser},
+    },
     ring::{
         Completion, Engine, Wait, probe,
         token::{OpKind, Token},
@@ -81,6 +86,8 @@ struct Conn {
     first: bool,
     /// The sender run on this connection and what it brought, for the per-sender books.
     tally: peers::ConnTally,
+    /// With a secret: the run the connection's first record proved (none yet).
+    proven: Option<u32>,
 }
 
 /// A TCP sink worker, set up and ready to run.
@@ -101,6 +108,8 @@ pub(crate) struct TcpSinkWorker {
     completions: Vec<Completion>,
     /// How the loop waits for completions (`--rx-wait`).
     wait: TcpWait,
+    /// With a secret: the key a connection's first record must prove its run with.
+    data_key: Option<Arc<DataKey>>,
 }
 
 impl TcpSinkWorker {
@@ -146,6 +155,7 @@ impl TcpSinkWorker {
             free: (0..config.max_conns).rev().collect(),
             unbooked: Vec::with_capacity(config.max_conns as usize),
             control: config.control.clone(),
+            data_key: config.data_key.clone(),
             response_base: config.response_base(),
             wait: config.wait,
             bundles,
@@ -171,7 +181,7 @@ impl TcpSinkWorker {
                     c.owed = respond::Owed::default();
                     (c.reply_len, c.reply_written, c.reply_count) = (0, 0, 0);
                     (c.counted, c.acked, c.close_after_reply) = (0, 0, false);
-                    (c.first, c.tally) = (true, peers::ConnTally::default());
+                    (c.first, c.tally, c.proven) = (true, peers::ConnTally::default(), None);
                     self.shared.slots[i as usize].open();
                     c.fd = Some(fd);
                     self.counters.conns_open += 1;
@@ -253,9 +263,26 @@ impl TcpSinkWorker {
             let counters = &mut self.counters;
             let slot = &self.shared.slots[i];
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
-            let tally = &mut conn.tally;
-            let mut overflow = false;
+            let (tally, proven) = (&mut conn.tally, &mut conn.proven);
+            let key = self.data_key.as_deref();
+            let (mut overflow, mut unproven) = (false, false);
             let mut on_record = |r: Record| {
+                // With a secret, a connection counts only from a first record that proves its
+                // run, and only records of that run (`proto::record::FLAG_PROOF`); the first
+                // that does not closes it, uncounted.
+                if let Some(key) = key {
+                    let epoch = r.header.epoch;
+                    if unproven
+                        || proven.map_or_else(
+                            || r.proof.is_none_or(|t| t ^ key.token(epoch) != 0),
+                            |e| e != epoch,
+                        )
+                    {
+                        unproven = true;
+                        return;
+                    }
+                    *proven = Some(epoch);
+                }
                 if r.response_len > 0 {
                     overflow |= !owed.push(&r);
                 } else if r.in_sequence {
@@ -295,6 +322,13 @@ impl TcpSinkWorker {
                 .received_bytes(bid, len)
                 .try_for_each(|data| parser.feed(data, &mut on_record));
             self.engine.recycle_received(bid, c.result);
+            if unproven {
+                self.counters.rx_invalid += 1;
+                self.counters.invalid_auth += 1;
+                self.conns[i].tally.invalid += 1;
+                self.close(i);
+                return;
+            }
             if let Err(why) = fed {
                 self.broken(i, why);
                 return;
