@@ -23,8 +23,8 @@ use common::{
     proc::Proc,
     snmp,
     tcp::{
-        WAIT, count_streams, no_tail_loss_probes, send, start_sink, start_sink_with, stop_sink,
-        streams,
+        WAIT, count_streams, no_tail_loss_probes, send, start_send, start_sink, start_sink_with,
+        stop_sink, streams,
     },
     u,
 };
@@ -465,13 +465,9 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
     let mut first = start_sink(None, &to);
-    let mut sender = Proc::ringblast(
+    let mut sender = start_send(
         None,
         &[
-            "send",
-            "--proto",
-            "tcp",
-            "--json",
             "--to",
             &to,
             "--conns",

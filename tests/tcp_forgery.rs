@@ -13,8 +13,7 @@ mod common;
 use std::{io::Write, net::TcpStream};
 
 use common::{
-    proc::Proc,
-    tcp::{WAIT, start_sink_with, stop_sink_with_err},
+    tcp::{WAIT, start_send, start_sink_with, stop_sink_with_err},
     u,
 };
 
@@ -61,13 +60,9 @@ fn forged_tcp_records_with_a_live_runs_epoch_change_no_number() {
     let to = format!("127.0.0.1:{port}");
     let mut sink = start_sink_with(None, &to, &["--secret-file", secret]);
     let size = SIZE.to_string();
-    let sender = Proc::ringblast(
+    let sender = start_send(
         None,
         &[
-            "send",
-            "--proto",
-            "tcp",
-            "--json",
             "--to",
             &to,
             "--name",

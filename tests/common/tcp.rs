@@ -51,10 +51,15 @@ pub fn stop_sink(sink: Proc, accepts: u64) -> Value {
     stop_sink_with_err(sink, accepts).0
 }
 
-fn run_send(ns: Option<&str>, args: &[&str]) -> (std::process::ExitStatus, String, String) {
+/// Starts `send --proto tcp --json ARGS`, running on while the caller does more.
+pub fn start_send(ns: Option<&str>, args: &[&str]) -> Proc {
     let mut all = vec!["send", "--proto", "tcp", "--json"];
     all.extend_from_slice(args);
-    Proc::ringblast(ns, &all).finish()
+    Proc::ringblast(ns, &all)
+}
+
+fn run_send(ns: Option<&str>, args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    start_send(ns, args).finish()
 }
 
 /// Runs a TCP sender to its end; returns its exit code, summary and stderr.
