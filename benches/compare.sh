@@ -20,7 +20,10 @@
 # RINGBLAST (path to a ringblast binary; default: cargo build --release),
 # BASELINE (path to an older ringblast binary: adds `baseline` and
 # `baseline_gso` runs with the same arguments to every round, for before/after
-# ratios measured in the same run).
+# ratios measured in the same run), PROOF (0; 1 adds `ringblast_secret` and
+# `ringblast_auth` runs, plain and with GSO, to every round: both sides hold a
+# --secret-file, so each datagram carries its run's token, and `_auth` adds
+# --auth-data's tag; their ratios to `ringblast` are the proof's cost).
 # Results: a table on stdout, raw rows in target/bench/compare.tsv, tool
 # output of the last invocation in target/bench/raw/. Exit status: 0 when
 # every run produced a result (whatever the ratios), 1 when a run failed,
@@ -51,6 +54,8 @@ PACED_SECONDS=5
 PACED_FAST_SECONDS=10
 RINGBLAST="${RINGBLAST:-}"
 BASELINE="${BASELINE:-}"
+PROOF="${PROOF:-0}"
+SECRET_FILE=""
 
 NS="rb-bench-$$"
 NS_CREATED=0
@@ -90,6 +95,7 @@ validate_settings() {
     require_uint REF_GSO "$REF_GSO"
     require_uint SAME_SENDER "$SAME_SENDER"
     require_uint PACED_KPPS "$PACED_KPPS"
+    require_uint PROOF "$PROOF"
     require_number QUIET_CPU "$QUIET_CPU"
     [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "NICE must be an integer, got '$NICE'"
     ((ROUNDS >= 1 && ROUNDS <= 100)) || die "ROUNDS must be 1..100"
@@ -166,6 +172,9 @@ cleanup() {
     fi
     if [[ -n "$TIMES_FILE" ]]; then
         rm -f "$TIMES_FILE"
+    fi
+    if [[ -n "$SECRET_FILE" ]]; then
+        rm -f "$SECRET_FILE"
     fi
     exit "$rc"
 }
@@ -302,11 +311,21 @@ run_one() {
     *) tool_args="$tool" ;;
     esac
     case "$tool_args" in
-    ringblast | ringblast_gso | ringblast_spin | ringblast_inline | ringblast_paced | ringblast_paced_gso | ringblast_balance)
+    ringblast | ringblast_gso | ringblast_spin | ringblast_inline | ringblast_paced | ringblast_paced_gso | ringblast_balance | \
+        ringblast_secret | ringblast_secret_gso | ringblast_auth | ringblast_auth_gso)
         parser=ringblast
         sink_cmd=("$rb" sink --listen "127.0.0.1:$port" --json --duration "${rb_sink_s}s")
         send_cmd=("$rb" send --to "127.0.0.1:$port" --rate max --size "$size" --duration "${DURATION}s" --json)
-        if [[ "$tool_args" == ringblast_gso ]]; then
+        case "$tool_args" in
+        ringblast_secret* | ringblast_auth*)
+            sink_cmd+=(--secret-file "$SECRET_FILE")
+            send_cmd+=(--secret-file "$SECRET_FILE")
+            ;;
+        esac
+        if [[ "$tool_args" == ringblast_auth* ]]; then
+            send_cmd+=(--auth-data)
+        fi
+        if [[ "$tool_args" == ringblast_gso || "$tool_args" == ringblast_secret_gso || "$tool_args" == ringblast_auth_gso ]]; then
             segs="$(gso_segments_for "$size")"
             send_cmd+=(--gso "$segs")
         elif [[ "$tool" == ringblast_spin ]]; then
@@ -452,6 +471,9 @@ run_rounds() {
     if [[ -n "$BASELINE" ]]; then
         tools+=(baseline baseline_gso)
     fi
+    if ((PROOF)); then
+        tools+=(ringblast_secret ringblast_secret_gso ringblast_auth ringblast_auth_gso)
+    fi
     for size in $SIZES; do
         for ((round = 1; round <= ROUNDS; round++)); do
             for ((attempt = 0; attempt <= RETRIES; attempt++)); do
@@ -546,6 +568,10 @@ main() {
     install_missing_tools
     build_binaries
     TIMES_FILE="$(mktemp)"
+    if ((PROOF)); then
+        SECRET_FILE="$(umask 077 && mktemp)"
+        head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRET_FILE"
+    fi
     rm -rf "$RAW_DIR"
     mkdir -p "$RAW_DIR"
     printf 'size\tround\tattempt\ttool\tgso_segs\trx_pps\trx_packets\trx_secs\ttx_pps\tforeign_cpu\tbusy_cpu\tstatus\tbusy_cpu_s\tpkts_per_cpu_s\tpkts_per_sink_cpu_s\n' >"$TSV"

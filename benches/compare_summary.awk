@@ -88,6 +88,14 @@ END {
         ratio_row(z, "ringblast_gso", "baseline_gso", "this build vs BASELINE, gso" segs[z])
         ratio_row(z, "ringblast_gso", "udp_ref", "gso" segs[z] " vs plain ref")
         ratio_row(z, "ringblast_gso", "udp_ref_gso", "gso" segs[z] " vs ref gso->gro")
+        ratio_row(z, "ringblast_secret", "ringblast", "PROOF: token vs none")
+        ratio_row(z, "ringblast_auth", "ringblast", "PROOF: --auth-data tag vs none")
+        ratio_row(z, "ringblast_auth", "ringblast_secret", "PROOF: --auth-data tag vs token")
+        ratio_row(z, "ringblast_secret_gso", "ringblast_gso", "PROOF: token vs none, gso" segs[z])
+        ratio_row(z, "ringblast_auth_gso", "ringblast_gso", "PROOF: --auth-data tag vs none, gso" segs[z])
+        ratio_row(z, "ringblast_auth_gso", "ringblast_secret_gso", "PROOF: --auth-data vs token, gso" segs[z])
+        ratio_row(z, "ringblast_auth", "udp_ref", "PROOF: --auth-data vs blocking ref")
+        ratio_row(z, "ringblast_auth_gso", "udp_ref", "PROOF: --auth-data gso" segs[z] " vs plain ref")
     }
     printf "\n* = no clean pair/run (foreign load >= %s CPU in every one); figure uses all pairs/runs\n", q
     printf "\nForeign CPU load per round (on the two pinned CPUs; max over the round's runs)\n"

@@ -5,7 +5,8 @@
 //! units), 3 for an environment that cannot run ringblast (no io_uring, seccomp, memlock, too
 //! few file descriptors, a port in use, a missing NUMA node), 4 for input `report` cannot read
 //! as ringblast JSON Lines, 5 for a sender that gave up on a sink whose control channel stayed
-//! busy, 1 for anything that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
+//! busy, 6 for a search whose sender could not offer the rates it had to try, 1 for anything
+//! that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
 //! site becomes the file-descriptor error with its fix instead of a bare "os error 24".
 
 use std::io;
@@ -22,6 +23,9 @@ pub(crate) const EXIT_BAD_INPUT: i32 = 4;
 pub(crate) const EXIT_RUNTIME: i32 = 1;
 /// Exit status for a sender that gave up on a sink whose control channel stayed busy.
 pub(crate) const EXIT_SINK_BUSY: i32 = 5;
+/// Exit status for a search that ended at the rate its own sender could offer, not at a bound
+/// the device under test set.
+pub(crate) const EXIT_SENDER_LIMITED: i32 = 6;
 
 /// Everything that can stop a ringblast run.
 #[derive(Debug, Error)]
@@ -39,6 +43,10 @@ pub enum Error {
     /// gave up.
     #[error("{0}")]
     SinkBusy(String),
+    /// A search's sender could not offer the rates the search had to try: its result is a
+    /// lower bound on what the device under test passes, set by this host.
+    #[error("{0}")]
+    SenderLimited(String),
     /// Locked memory is too small for the buffers to register.
     #[error(
         "need {need} bytes of locked memory but RLIMIT_MEMLOCK is {limit} bytes and CAP_IPC_LOCK is missing; \
@@ -99,6 +107,7 @@ impl Error {
             Error::Usage(_) => EXIT_USAGE,
             Error::BadInput(_) => EXIT_BAD_INPUT,
             Error::SinkBusy(_) => EXIT_SINK_BUSY,
+            Error::SenderLimited(_) => EXIT_SENDER_LIMITED,
             Error::Unsupported(_) | Error::MemlockTooLow { .. } | Error::NoFiles { .. } => {
                 EXIT_UNSUPPORTED
             }

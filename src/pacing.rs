@@ -8,8 +8,23 @@
 //!
 //! The rate is held in nano-packets per second and all schedule math is integer (`u128`); any
 //! result beyond `u64` saturates.
+//!
+//! It also holds the one test of whether a paced sender kept its schedule: `send`, each
+//! `--rate-steps` step and each search trial call a run that offered less than was due, by more
+//! than a tolerance, *sender-limited*.
 
 use crate::schedule::RateSchedule;
+
+/// How far below what was due a paced run may offer and still count as offering its rate: 1 %
+/// (`ringblast search --offered-tolerance` sets its own).
+pub(crate) const OFFERED_TOLERANCE: f64 = 0.01;
+
+/// Whether a paced run that sent `sent` packets (the kernel accepted them) where `due` fell
+/// due is sender-limited: short by more than `tolerance`. What such a run measured is its own
+/// host's limit, not the network's.
+pub(crate) fn sender_limited(sent: u64, due: f64, tolerance: f64) -> bool {
+    (sent as f64) < due * (1.0 - tolerance)
+}
 
 const NANOS_PER_SECOND: u128 = 1_000_000_000;
 /// The rate is stored as packets per second times this factor.

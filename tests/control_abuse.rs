@@ -567,7 +567,8 @@ fn a_sender_that_gives_up_on_a_busy_sink_says_so_and_exits_5() {
 
 /// A sink with one place (the test hook), held by a paced sender with the secret: a second
 /// sender with the secret is told the sink is busy, never that its credentials are wrong,
-/// retries until it gives up on its verdict, and exits 5; the first is served throughout.
+/// retries until it gives up on its verdict, and exits 5, and so does a search; the first is
+/// served throughout.
 fn busy_sink() {
     let secret = secret_file();
     let secret_path = secret.path().to_str().unwrap();
@@ -590,7 +591,7 @@ fn busy_sink() {
             "--rate",
             "1kpps",
             "--duration",
-            "10s",
+            "20s",
         ],
     ));
     holder.wait_line("control: connected to sink", Duration::from_secs(10));
@@ -629,6 +630,29 @@ fn busy_sink() {
         "busy named as a credentials problem: {err}"
     );
     assert_eq!(last_json(&out, "send")["tx_packets"], 200, "{out}");
+    let search = std::process::Command::new(bin())
+        .args(["search", "--to", &format!("127.0.0.1:{port}")])
+        .args(["--secret-file", secret_path, "--max-rate", "2kpps"])
+        .args([
+            "--trial",
+            "200ms",
+            "--final-trial",
+            "200ms",
+            "--max-time",
+            "30s",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&search.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(19),
+        "the search gave up after the holder left: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(search.status.code(), Some(5), "{err}");
+    let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    assert!(last.contains("the sink is busy"), "{err}");
+    assert!(!err.contains("credentials"), "{err}");
     let (status, out, err) = holder.finish();
     assert!(status.success(), "{err}");
     let send = last_json(&out, "send");

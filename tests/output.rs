@@ -189,7 +189,7 @@ fn a_missed_target_is_said_and_fails_only_with_min_rate_ratio() {
     let stdout = text(&out.stdout);
     let warning = stdout
         .lines()
-        .find(|l| l.starts_with("send: warning: fell short of the target:"))
+        .find(|l| l.starts_with("send: warning: sender-limited:"))
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(warning.contains("of 50000000pps"), "{warning}");
     assert!(stdout.contains("of the 50000000pps target)"), "{stdout}");

@@ -1,5 +1,6 @@
-//! `ringblast search` against a known bottleneck: a tbf qdisc at 20 Mbit/s on the sender's veth
-//! between two namespaces this test creates. tbf charges each packet its whole frame: the
+//! `ringblast search` against a known bottleneck: a tbf qdisc at 20 Mbit/s on a router
+//! namespace's egress towards the sink, between namespaces this test creates (a qdisc on the
+//! sender's own egress would refuse its sends, which makes the sender, not the path, the limit). tbf charges each packet its whole frame: the
 //! 64-byte payload (ringblast's header is inside it) + UDP 8 + IP 20 + Ethernet 14 = 106 bytes,
 //! read back from the qdisc's own byte and packet counters, so the true limit is
 //! 20e6 / 8 / 106 ≈ 23 585 pps. A trial of `d` seconds can pass a little above it, by what the
@@ -9,19 +10,106 @@
 //! of; the PDR lies at or above the NDR, and the whole search converges within its
 //! `--max-time` with short trials. `--max-time` running out exits 1. Every trial runs on one
 //! control connection, counted by the sink's kernel (nft). With `--metrics`, each trial's verdict
-//! is served as a step, scraped from the sink's side.
+//! is served as a step, scraped from the sink's side. A search whose own CPU is capped (a CPU
+//! cgroup) passes no trial it did not offer, by the namespace's own count of datagrams sent,
+//! and ends at what its sender could offer with exit 6.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use common::*;
 use serde_json::Value;
 
-fn search(lab: &Lab, secret: &str, args: &[&str]) -> std::process::Output {
+/// A sender, a router and a sink namespace: `10.<net>.0.1` routes through the router to the
+/// sink at `10.<net>.1.2`; the router's device towards the sink is `dev`. Deleted on drop.
+struct Routed {
+    tx: String,
+    router: String,
+    rx: String,
+    dev: String,
+}
+
+impl Routed {
+    fn create(tag: &str, net: u8) -> Routed {
+        let id = std::process::id() % 100_000;
+        let r = Routed {
+            tx: format!("rb{tag}tx{id}"),
+            router: format!("rb{tag}rt{id}"),
+            rx: format!("rb{tag}rx{id}"),
+            dev: format!("rb{tag}{id}c"),
+        };
+        let (a, b, d) = (
+            format!("rb{tag}{id}a"),
+            format!("rb{tag}{id}b"),
+            format!("rb{tag}{id}d"),
+        );
+        let ip = |args: &[&str]| Command::new("ip").args(args).status().unwrap().success();
+        let n = |last: &str| format!("10.{net}.{last}");
+        let ok = [&r.tx, &r.router, &r.rx]
+            .iter()
+            .all(|ns| ip(&["netns", "add", ns]) && ip(&["-n", ns, "link", "set", "lo", "up"]))
+            && ip(&[
+                "link", "add", &a, "netns", &r.tx, "type", "veth", "peer", "name", &b, "netns",
+                &r.router,
+            ])
+            && ip(&[
+                "link", "add", &r.dev, "netns", &r.router, "type", "veth", "peer", "name", &d,
+                "netns", &r.rx,
+            ])
+            && ip(&["-n", &r.tx, "addr", "add", &n("0.1/24"), "dev", &a])
+            && ip(&["-n", &r.router, "addr", "add", &n("0.254/24"), "dev", &b])
+            && ip(&[
+                "-n",
+                &r.router,
+                "addr",
+                "add",
+                &n("1.254/24"),
+                "dev",
+                &r.dev,
+            ])
+            && ip(&["-n", &r.rx, "addr", "add", &n("1.2/24"), "dev", &d])
+            && ip(&["-n", &r.tx, "link", "set", &a, "up"])
+            && ip(&["-n", &r.router, "link", "set", &b, "up"])
+            && ip(&["-n", &r.router, "link", "set", &r.dev, "up"])
+            && ip(&["-n", &r.rx, "link", "set", &d, "up"])
+            && ip(&["-n", &r.tx, "route", "add", "default", "via", &n("0.254")])
+            && ip(&["-n", &r.rx, "route", "add", "default", "via", &n("1.254")])
+            && Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &r.router,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv4.ip_forward=1",
+                ])
+                .status()
+                .unwrap()
+                .success();
+        assert!(
+            ok,
+            "create three namespaces, two veth pairs and routes (iproute2, root)"
+        );
+        r
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        for ns in [&self.tx, &self.router, &self.rx] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn search(lab: &Routed, secret: &str, args: &[&str]) -> std::process::Output {
     Command::new("ip")
         .args(["netns", "exec", &lab.tx, bin(), "search", "--json"])
-        .args(["--to", "10.213.0.2:7600", "--secret-file", secret])
+        .args(["--to", "10.213.1.2:7600", "--secret-file", secret])
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -58,17 +146,17 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         "this test creates network namespaces: run it as root"
     );
     let _guard = traffic_lock();
-    let lab = Lab::create("se", 213);
+    let lab = Routed::create("se", 213);
     let tbf = Command::new("ip")
         .args([
             "netns",
             "exec",
-            &lab.tx,
+            &lab.router,
             "tc",
             "qdisc",
             "add",
             "dev",
-            &lab.tx_dev,
+            &lab.dev,
         ])
         .args([
             "root", "tbf", "rate", "20mbit", "burst", "8kb", "limit", "8kb",
@@ -80,7 +168,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let secret = secret.path().to_str().unwrap().to_string();
     let mut sink = Command::new("ip")
         .args(["netns", "exec", &lab.rx, bin(), "sink", "--interval", "0"])
-        .args(["--listen", "10.213.0.2:7600", "--secret-file", &secret])
+        .args(["--listen", "10.213.1.2:7600", "--secret-file", &secret])
         .args(["--duration", "200s"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -96,7 +184,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
          tcp dport 7600 tcp flags & (syn | ack) == syn counter name \"connects\"\n }\n}\n",
     );
 
-    let (_, _, dropped_before) = qdisc_counters(&lab.tx, &lab.tx_dev);
+    let (_, _, dropped_before) = qdisc_counters(&lab.router, &lab.dev);
     let budget = 60.0;
     let final_s = 2.0;
     let precision = 0.005;
@@ -166,7 +254,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     assert!(u(upper, "lost") > 0, "{upper}");
     assert!(last["contradictions"].is_u64(), "{last}");
     // The qdisc dropped what the trials above the limit offered beyond it.
-    let (_, _, dropped_after) = qdisc_counters(&lab.tx, &lab.tx_dev);
+    let (_, _, dropped_after) = qdisc_counters(&lab.router, &lab.dev);
     assert!(
         dropped_after > dropped_before,
         "the search never passed the limit"
@@ -185,10 +273,10 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let mut runs = 0;
     let (send, bytes0, packets0, bytes1, packets1) = loop {
         runs += 1;
-        let (bytes0, packets0, dropped0) = qdisc_counters(&lab.tx, &lab.tx_dev);
+        let (bytes0, packets0, dropped0) = qdisc_counters(&lab.router, &lab.dev);
         let confirm = Command::new("ip")
             .args(["netns", "exec", &lab.tx, bin(), "send", "--json"])
-            .args(["--to", "10.213.0.2:7600", "--secret-file", &secret])
+            .args(["--to", "10.213.1.2:7600", "--secret-file", &secret])
             .args(["--size", "64", "--interval", "0", "--duration", "2s"])
             .args(["--rate", &format!("{confirm_pps}pps")])
             .stdin(Stdio::null())
@@ -196,7 +284,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
             .unwrap();
         assert_ok(&confirm);
         let send = summaries(&confirm).send.unwrap();
-        let (bytes1, packets1, dropped1) = qdisc_counters(&lab.tx, &lab.tx_dev);
+        let (bytes1, packets1, dropped1) = qdisc_counters(&lab.router, &lab.dev);
         let kept_pace = send["achieved_ratio"].as_f64().unwrap() >= 0.995;
         if !kept_pace && runs < 3 {
             eprintln!(
@@ -228,12 +316,19 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         ndr <= final_pps * (1.0 + precision),
         "NDR {ndr} above what a {final_s}s trial passes, {final_pps:.0}pps: {last}"
     );
-    // Trials above the bottleneck are refused at the sender's qdisc: reported as such.
+    // The path, not the sender, was the limit: trials above it lost packets at the router,
+    // none had a send refused, and the bounds are the path's.
+    assert_eq!(last["reason"], "converged", "{last}");
     assert!(
         lines
             .iter()
-            .any(|v| v["type"] == "trial" && v["sender_limited"] == true),
+            .filter(|v| v["type"] == "trial")
+            .all(|v| u(v, "send_failed") == 0),
         "{stdout}"
+    );
+    assert!(
+        results.iter().all(|r| r["sender_limited"] == false),
+        "{last}"
     );
 
     let out = search(&lab, &secret, &["--trial", "300ms", "--max-time", "1s"]);
@@ -397,4 +492,150 @@ fn with_metrics_each_trial_is_a_step_whose_verdict_is_served() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no ringblast_tx_schedule_steps: {scraped}"));
     assert!(steps >= 1, "{scraped}");
+}
+
+/// A CPU cgroup capped at `percent` % of one CPU in 10 ms periods (cgroup v1's cpu controller,
+/// or v2's `cpu.max`), removed on drop. A short period keeps each throttled gap below the 20 ms
+/// a paced sender may still send in after a trial's end.
+struct CpuCap(PathBuf);
+
+impl CpuCap {
+    fn create(tag: &str, percent: u64) -> CpuCap {
+        let name = format!("rb{tag}{}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let quota = (percent * 100).to_string();
+        let dir = if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(&name);
+            std::fs::create_dir(&dir).expect("create a cgroup v1 cpu group (root)");
+            std::fs::write(dir.join("cpu.cfs_period_us"), "10000").unwrap();
+            std::fs::write(dir.join("cpu.cfs_quota_us"), &quota).unwrap();
+            dir
+        } else {
+            let root = Path::new("/sys/fs/cgroup");
+            let controllers = std::fs::read_to_string(root.join("cgroup.controllers"))
+                .expect("a cgroup v1 cpu controller or a cgroup v2 hierarchy");
+            assert!(
+                controllers.split_whitespace().any(|c| c == "cpu"),
+                "cgroup v2 without the cpu controller: {controllers}"
+            );
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+            let dir = root.join(&name);
+            std::fs::create_dir(&dir).expect("create a cgroup v2 group (root)");
+            std::fs::write(dir.join("cpu.max"), format!("{quota} 10000")).unwrap();
+            dir
+        };
+        CpuCap(dir)
+    }
+
+    /// `args` run inside the group: a shell joins it and execs them.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+            .arg(&self.0)
+            .args(args);
+        c
+    }
+}
+
+impl Drop for CpuCap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The issue's run: a search capped at 10 % of one CPU against an unshaped loopback sink, for
+/// rates up to 400 kpps, which it cannot offer. No trial that offered less than its rate passes,
+/// what the trials say they sent is what the namespace's kernel counted as sent, and the search
+/// ends at its sender's ceiling: exit 6, `"reason":"sender_limited"`, and one line that says the
+/// bound is this host's.
+#[test]
+#[ignore = "needs root: it creates a network namespace and a CPU cgroup"]
+fn a_search_that_cannot_offer_its_rates_passes_none_of_them_and_exits_6() {
+    assert!(
+        is_root(),
+        "this test creates a network namespace and a cgroup: run it as root"
+    );
+    let _guard = traffic_lock();
+    let ns = Netns::create("slim");
+    let sink = common::proc::Proc::ringblast(
+        Some(&ns.0),
+        &[
+            "sink",
+            "--listen",
+            "127.0.0.1:7602",
+            "--interval",
+            "0",
+            "--duration",
+            "300s",
+        ],
+    );
+    wait_bound(Some(&ns.0), 7602);
+    let cap = CpuCap::create("slim", 10);
+    let before = UdpSnmp::read(&ns.0);
+    let out = cap
+        .command(&["ip", "netns", "exec", &ns.0, bin(), "search", "--json"])
+        .args(["--to", "127.0.0.1:7602", "--max-rate", "400kpps"])
+        .args([
+            "--trial",
+            "500ms",
+            "--final-trial",
+            "1s",
+            "--precision",
+            "0.05",
+        ])
+        .args(["--max-time", "150s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let counted = UdpSnmp::read(&ns.0).since(before);
+    sink.interrupt();
+    let _ = sink.finish();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    let last_line = stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    assert!(
+        last_line.contains("could not offer") && last_line.contains("this host"),
+        "{last_line}"
+    );
+    let lines: Vec<Value> = stdout.lines().map(common::schema::record).collect();
+    let trials: Vec<&Value> = lines.iter().filter(|v| v["type"] == "trial").collect();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "search", "{summary}");
+    assert_eq!(summary["reason"], "sender_limited", "{summary}");
+    // What the trials say they sent is what the kernel sent: the trials' own offered counts are
+    // true, so the judgement below rests on real numbers.
+    let sent: u64 = trials
+        .iter()
+        .map(|t| u(t, "offered") - u(t, "send_failed"))
+        .sum();
+    assert_eq!(sent, counted.out_datagrams, "{stdout}");
+    // The cap bit: some trials fell short of their rate, and each was measured again.
+    let limited: Vec<&&Value> = trials
+        .iter()
+        .filter(|t| t["sender_limited"] == true)
+        .collect();
+    assert!(limited.len() >= 2, "{stdout}");
+    // No trial that offered less than 99 % of its rate counts as offered in full.
+    for t in &trials {
+        let due = t["rate_pps"].as_f64().unwrap() * t["duration_s"].as_f64().unwrap();
+        let offered = (u(t, "offered") - u(t, "send_failed")) as f64;
+        if offered < 0.99 * due - 1.0 {
+            assert_eq!(t["sender_limited"], true, "short but judged: {t}");
+        }
+    }
+    for r in summary["results"].as_array().unwrap() {
+        assert_eq!(r["sender_limited"], true, "{r}");
+        let ceiling = &trials[u(r, "sender_limited_trial") as usize - 1];
+        assert_eq!(ceiling["sender_limited"], true, "{ceiling}");
+        assert_eq!(u(r, "upper_pps"), u(ceiling, "rate_pps"), "{r}");
+        // The lower bound is a trial that passed and offered its rate in full.
+        if let Some(n) = r["lower_trial"].as_u64() {
+            let pass = &trials[n as usize - 1];
+            assert_eq!(pass["sender_limited"], false, "{pass}");
+            assert_eq!(u(pass, "rate_pps"), u(r, "lower_pps"), "{r}");
+        }
+        assert!(u(r, "upper_pps") < 400_000, "the search climbed down: {r}");
+    }
 }

@@ -361,6 +361,15 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_tolerance(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if (0.0..1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a tolerance in [0, 1): give the share of the rate a trial may fall short by, e.g. 0.01"
+        )),
+    }
+}
+
 /// `ringblast send`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SendArgs {
@@ -601,6 +610,15 @@ pub(crate) struct SearchArgs {
     /// Give up (exit 1) after this long.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub(crate) max_time: Duration,
+    /// A trial that offered (sent through the kernel) less than its rate by more than this
+    /// ratio is sender-limited: never a pass. Measured again once; if it stays limited the
+    /// search climbs no higher, and ends at what the sender could offer (exit 6).
+    #[arg(long, default_value = "0.01", value_parser = parse_tolerance)]
+    pub(crate) offered_tolerance: f64,
+    /// Fail any trial whose 99th percentile one-way latency (the sink's) exceeds this, as
+    /// TRex's latency-bounded NDR does (e.g. `500us`, `2ms`).
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) max_latency_p99: Option<Duration>,
     /// Sender queues per trial.
     #[arg(long, default_value_t = 1)]
     pub(crate) queues: usize,

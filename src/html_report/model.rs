@@ -62,6 +62,8 @@ pub(crate) struct SearchResult {
     /// The highest rate that passed (the NDR for ratio 0, a PDR otherwise).
     pub(crate) lower_pps: Option<f64>,
     pub(crate) upper_pps: Option<f64>,
+    /// The upper bound is a rate the sender could not offer.
+    pub(crate) sender_limited: bool,
     pub(crate) converged: Option<bool>,
 }
 
@@ -244,6 +246,10 @@ fn search_results(r: &Map<String, Value>) -> Vec<SearchResult> {
                 loss_ratio: number(o, "loss_ratio")?,
                 lower_pps: number(o, "lower_pps"),
                 upper_pps: number(o, "upper_pps"),
+                sender_limited: o
+                    .get("sender_limited")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
                 converged: o.get("converged").and_then(Value::as_bool),
             })
         })

@@ -32,6 +32,7 @@ svg .grid{stroke:#eef0f3}svg .axis{stroke:#9ca3af}svg .tick{fill:#6b7280}\
 svg .axis-label{fill:#374151;font-size:12px}svg .rule line{stroke-dasharray:4 3}\
 svg .unknown-mark{fill:#92400e}svg circle[data-verdict=pass]{fill:#059669}\
 svg circle[data-verdict=partial]{fill:#d97706}svg circle[data-verdict=fail]{fill:#dc2626}\
+svg circle[data-verdict=limited]{fill:#9ca3af}\
 ul.legend{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:14px;font-size:13px}\
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:5px;vertical-align:-1px}\
 table{border-collapse:collapse;background:#fff;font-size:13px;margin:8px 0}\
@@ -875,6 +876,8 @@ fn search_section(out: &mut String, run: &Run) {
             let rate = t.rate_pps?;
             let loss = t.loss_ratio;
             let class = match loss {
+                // Short of its rate: no pass and no failure, whatever it lost.
+                _ if t.sender_limited => "limited",
                 Some(0.0) => "pass",
                 Some(l) if l <= max_ratio => "partial",
                 _ => "fail",
@@ -891,7 +894,7 @@ fn search_section(out: &mut String, run: &Run) {
                     opt_count(t.offered),
                     loss.map_or("unknown".into(), percent),
                     if t.sender_limited {
-                        "; the sender could not keep the rate"
+                        "; sender-limited: it offered less than its rate, so it passes nothing"
                     } else {
                         ""
                     }
@@ -927,7 +930,7 @@ fn search_section(out: &mut String, run: &Run) {
             },
             series: vec![Series {
                 id: "trial_rate",
-                label: "trial rate (green: no loss, amber: within the PDR's loss, red: above)"
+                label: "trial rate (green: no loss, amber: within the PDR's loss, red: above, grey: sender-limited)"
                     .into(),
                 color: BLUE,
                 points,
@@ -949,7 +952,10 @@ fn search_section(out: &mut String, run: &Run) {
             esc(&ratio_name(r.loss_ratio)),
             r.lower_pps
                 .map_or_else(|| "not found (every trial lost more)".into(), pps),
-            r.upper_pps.map_or_else(|| "unknown".into(), pps),
+            match (r.upper_pps, r.sender_limited) {
+                (Some(u), true) => format!("{} (the sender could not offer it)", pps(u)),
+                (u, _) => u.map_or_else(|| "unknown".into(), pps),
+            },
             r.converged
                 .map_or("unknown", |c| if c { "yes" } else { "no" })
         );
@@ -963,12 +969,12 @@ fn search_section(out: &mut String, run: &Run) {
     out.push_str("</tbody></table>");
     out.push_str(
         "<table class=\"trials\"><thead><tr><th>trial</th><th>rate</th><th>achieved</th>\
-         <th>length</th><th>offered</th><th>lost</th><th>loss</th></tr></thead><tbody>",
+         <th>length</th><th>offered</th><th>lost</th><th>loss</th><th>sender</th></tr></thead><tbody>",
     );
     for t in &run.trials {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             t.number,
             t.rate_pps.map_or_else(|| "unknown".into(), pps),
             t.achieved_pps.map_or_else(|| "unknown".into(), pps),
@@ -977,6 +983,11 @@ fn search_section(out: &mut String, run: &Run) {
             opt_count(t.offered),
             opt_count(t.lost),
             t.loss_ratio.map_or_else(|| "unknown".into(), percent),
+            if t.sender_limited {
+                "sender-limited"
+            } else {
+                "offered its rate"
+            },
         );
     }
     out.push_str("</tbody></table></section>");
@@ -1029,5 +1040,31 @@ mod tests {
         assert!(search.contains("data-rule=\"ndr\""));
         assert!(!search.contains("id=\"rate\""), "no empty run views");
         assert!(search.contains("NDR</td><td>100 pps</td><td>unknown</td><td>no"));
+    }
+
+    /// A trial that offered less than its rate lost nothing of what it did offer, yet it is
+    /// drawn and listed as sender-limited, never as a pass, and a bound it set says so.
+    #[test]
+    fn a_sender_limited_trial_is_marked_and_never_drawn_as_a_pass() {
+        let search = page(
+            r#"{"type":"trial","trial":1,"rate_pps":400000,"achieved_pps":65000,"loss_ratio":0.0,"sender_limited":true}
+{"type":"trial","trial":2,"rate_pps":60000,"achieved_pps":60000,"loss_ratio":0.0,"sender_limited":false}
+{"type":"search","reason":"sender_limited","results":[{"loss_ratio":0.0,"lower_pps":60000,"upper_pps":400000,"converged":true,"sender_limited":true}]}"#,
+        );
+        assert_eq!(
+            search.matches("data-verdict=\"limited\"").count(),
+            1,
+            "{search}"
+        );
+        assert_eq!(
+            search.matches("data-verdict=\"pass\"").count(),
+            1,
+            "{search}"
+        );
+        assert!(search.contains("<td>sender-limited</td>"), "{search}");
+        assert!(
+            search.contains("(the sender could not offer it)"),
+            "{search}"
+        );
     }
 }

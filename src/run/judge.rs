@@ -7,10 +7,11 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use crate::{report::TxSample, stats::errno_class};
-
-/// A run below this share of its target gets a warning line.
-const SHORTFALL_WARNING: f64 = 0.95;
+use crate::{
+    pacing::{OFFERED_TOLERANCE, sender_limited},
+    report::TxSample,
+    stats::errno_class,
+};
 /// Windows in which "refused throughout" is judged.
 const WINDOW_NS: u64 = 1_000_000_000;
 
@@ -109,12 +110,19 @@ impl Judge {
         };
         if let Some(target) = self.target_pps.filter(|t| *t > 0.0) {
             let ratio = achieved / target;
+            let limited = sender_limited(
+                total.traffic.packets,
+                target * duration_s,
+                OFFERED_TOLERANCE,
+            );
             j.rate_words = format!(" ({:.1}% of the {target:.0}pps target)", ratio * 100.0);
-            j.json = json!({"achieved_ratio": (ratio * 1000.0).round() / 1000.0});
-            if ratio < SHORTFALL_WARNING {
+            j.json = json!({"achieved_ratio": (ratio * 1000.0).round() / 1000.0,
+                "sender_limited": limited});
+            if limited {
                 j.warnings.push(format!(
-                    "send: warning: fell short of the target: {achieved:.0}pps is {:.1}% of {target:.0}pps; add --queues, use --gso N, or lower --rate",
-                    ratio * 100.0
+                    "send: warning: sender-limited: it offered {achieved:.0}pps, {:.1}% of {target:.0}pps (more than {}% short), so its numbers are this host's limit; add --queues, use --gso N, or lower --rate",
+                    ratio * 100.0,
+                    OFFERED_TOLERANCE * 100.0
                 ));
             }
             if let Some(min) = self.min_ratio
@@ -169,8 +177,16 @@ mod tests {
         assert!(j.failure.is_none());
         let j = judge(Some(1000.0), Some(0.5)).finish(&total, 1.0);
         assert!(j.failure.unwrap().contains("below --min-rate-ratio 0.5"));
+        assert_eq!(j.json["sender_limited"], true);
         let j = judge(Some(300.0), Some(0.99)).finish(&total, 1.0);
         assert!(j.warnings.is_empty() && j.failure.is_none());
+        assert_eq!(j.json["sender_limited"], false);
+        // The one test: more than 1 % short is sender-limited, 1 % is not.
+        let j = judge(Some(303.0), None).finish(&total, 1.0);
+        assert_eq!(j.json["sender_limited"], false, "{:?}", j.warnings);
+        let j = judge(Some(304.0), None).finish(&total, 1.0);
+        assert_eq!(j.json["sender_limited"], true);
+        assert!(j.warnings[0].starts_with("send: warning: sender-limited:"));
     }
 
     #[test]

@@ -131,6 +131,11 @@ pub(crate) struct SearchPlan {
     pub(crate) final_trial: Duration,
     /// Give up after this long.
     pub(crate) max_time: Duration,
+    /// How far below its rate a trial may offer and still be judged (0.01 = 1 %); one that
+    /// offered less is sender-limited.
+    pub(crate) offered_tolerance: f64,
+    /// A trial whose p99 one-way latency exceeds this fails, whatever its loss.
+    pub(crate) max_latency_p99: Option<Duration>,
     /// JSON Lines on stdout.
     pub(crate) json: bool,
 }

@@ -66,8 +66,21 @@ impl Trial {
         }
     }
 
+    /// Whether the trial passes `ratio`: it offered its rate, its loss ratio is at most
+    /// `ratio`, and its latency kept within `--max-latency-p99`. A sender-limited trial passes
+    /// nothing, though it failed nothing either: the search sets it aside.
     fn passes(&self, ratio: f64) -> bool {
-        self.ratio() <= ratio
+        !self.limited && !self.over_latency && self.ratio() <= ratio
+    }
+
+    /// Packets the kernel accepted.
+    fn sent(&self) -> u64 {
+        self.offered.saturating_sub(self.failed)
+    }
+
+    /// Whether it offered less than its pacers were due to by more than `tolerance`.
+    fn short_of(&self, tolerance: f64) -> bool {
+        crate::pacing::sender_limited(self.sent(), self.due as f64, tolerance)
     }
 
     /// The rate the sink received at.
@@ -143,9 +156,17 @@ struct Searcher<'a, M: Measurer> {
     live: Vec<bool>,
     contradictions: u64,
     phases: Vec<Duration>,
+    /// The lowest rate the sender could not offer, twice in a row, and the trial that showed it
+    /// the second time: the search measures nothing at or above it.
+    ceiling: Option<(f64, usize)>,
 }
 
 impl<M: Measurer> Searcher<'_, M> {
+    /// The highest rate the search may try: `max`, or below the sender's ceiling.
+    fn top(&self, max: f64) -> f64 {
+        self.ceiling.map_or(max, |(c, _)| c.min(max))
+    }
+
     fn live_trials(&self) -> impl Iterator<Item = (usize, &Trial)> {
         self.trials
             .iter()
@@ -157,7 +178,7 @@ impl<M: Measurer> Searcher<'_, M> {
     /// it), or the highest rate searched.
     fn upper(&self, ratio: f64, max: f64) -> Bound {
         let mut best = Bound {
-            rate: max,
+            rate: self.top(max),
             trial: None,
         };
         for (i, t) in self.live_trials().filter(|(_, t)| !t.passes(ratio)) {
@@ -253,9 +274,14 @@ impl<M: Measurer> Searcher<'_, M> {
                         || {
                             let below = upper.rate * (1.0 - step);
                             step = (step * 2.0).min(0.5);
-                            upper
-                                .trial
-                                .map_or(below, |u| below.min(self.trials[u].received_pps()))
+                            match (upper.trial, self.ceiling) {
+                                (Some(u), _) => below.min(self.trials[u].received_pps()),
+                                // Below the sender's ceiling: from what it could offer there.
+                                (None, Some((c, at))) if c <= upper.rate => {
+                                    below.min(self.trials[at].achieved)
+                                }
+                                (None, _) => below,
+                            }
                         },
                         |e| e.rate,
                     );
@@ -269,19 +295,42 @@ impl<M: Measurer> Searcher<'_, M> {
         }
     }
 
-    /// Measures `rate` (`None`: unpaced) for `duration`; a trial that contradicts an earlier one
-    /// is measured again, and the re-measurement sets aside what it contradicts.
+    /// Measures `rate` (`None`: unpaced) for `duration`. A sender-limited trial is measured
+    /// again once (a stall may be a transient); one limited twice sets the sender's ceiling,
+    /// and one below `--min-rate` ends the search. A trial that contradicts an earlier one is
+    /// measured again, and the re-measurement sets aside what it contradicts.
     fn measure(
         &mut self,
         rate: Option<f64>,
         duration: Duration,
         phase: Option<usize>,
     ) -> Result<(), Error> {
-        let first = self.run_trial(rate, duration, phase, None)?;
-        if !self.contradicted_by(first).is_empty() {
+        let mut i = self.run_trial(rate, duration, phase, None)?;
+        if self.trials[i].limited {
+            i = self.run_trial(rate, duration, phase, Some(i))?;
+            if self.trials[i].limited {
+                let t = self.trials[i];
+                say!(
+                    "search: the sender could not offer {:.0}pps twice (it offered {:.0}pps): the search tries nothing at or above it",
+                    t.rate,
+                    t.achieved
+                );
+                if self.ceiling.is_none_or(|(c, _)| t.rate < c) {
+                    self.ceiling = Some((t.rate, i));
+                }
+                if t.rate <= self.plan.min_rate {
+                    return Err(Error::SenderLimited(format!(
+                        "the sender could not offer even --min-rate {:.0}pps (it offered {:.0}pps): free this host's CPUs, add --queues, or lower --min-rate",
+                        self.plan.min_rate, t.achieved
+                    )));
+                }
+                return Ok(());
+            }
+        }
+        if !self.contradicted_by(i).is_empty() {
             self.contradictions += 1;
-            self.live[first] = false;
-            self.run_trial(rate, duration, phase, Some(first))?;
+            self.live[i] = false;
+            self.run_trial(rate, duration, phase, Some(i))?;
         }
         Ok(())
     }
@@ -304,11 +353,25 @@ impl<M: Measurer> Searcher<'_, M> {
         phase: Option<usize>,
         remeasure_of: Option<usize>,
     ) -> Result<usize, Error> {
-        let t = self.measurer.measure(rate, duration)?;
+        let mut t = self.measurer.measure(rate, duration)?;
+        t.limited = t.short_of(self.plan.offered_tolerance);
+        if let Some(bound) = self.plan.max_latency_p99 {
+            let Some(p99) = t.latency_p99_ns else {
+                return Err(Error::Unsupported(format!(
+                    "trial {} got no latency from the sink (its clock is unknown to the sink, or the packets carry compact headers): --max-latency-p99 needs a sink on this host or with the control channel's clock estimate, and --size of at least 64",
+                    self.trials.len() + 1
+                )));
+            };
+            t.over_latency = u128::from(p99) > bound.as_nanos();
+        }
         let i = self.trials.len();
         self.trials.push(t);
-        self.live.push(true);
-        let contradicts = self.contradicted_by(i);
+        self.live.push(!t.limited);
+        let contradicts = if t.limited {
+            Vec::new()
+        } else {
+            self.contradicted_by(i)
+        };
         if remeasure_of.is_some() {
             for &j in &contradicts {
                 self.live[j] = false;
@@ -336,30 +399,41 @@ impl<M: Measurer> Searcher<'_, M> {
                 numbers(&contradicts)
             ),
         };
-        let limited = t.failed > 0;
+        let mut why = String::new();
+        if t.limited {
+            why = format!(
+                ", sender-limited: it offered {:.0}pps, {:.1}% short of its rate{}",
+                t.achieved,
+                (1.0 - t.sent() as f64 / (t.due.max(1) as f64)) * 100.0,
+                if t.failed > 0 {
+                    format!(" ({} sends failed)", t.failed)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if let (true, Some(p99)) = (t.over_latency, t.latency_p99_ns) {
+            why.push_str(&format!(
+                ", p99 latency {:.3}ms above --max-latency-p99: a failure",
+                p99 as f64 / 1e6
+            ));
+        }
         say!(
-            "search: trial {}: {:.0}pps for {:.1}s: offered {}, lost {} (ratio {:.6}){}{note}",
+            "search: trial {}: {:.0}pps for {:.1}s: offered {}, lost {} (ratio {:.6}){why}{note}",
             i + 1,
             t.rate,
             t.duration.as_secs_f64(),
             t.offered,
             t.lost,
             t.ratio(),
-            if limited {
-                format!(
-                    ", of which {} failed sends: the sender could not offer this rate",
-                    t.failed
-                )
-            } else {
-                String::new()
-            }
         );
         if self.plan.json {
             let ids: Vec<usize> = contradicts.iter().map(|j| j + 1).collect();
             crate::output::json_line(&json!({"type": "trial", "trial": i + 1,
                 "rate_pps": t.rate.round() as u64, "duration_s": t.duration.as_secs_f64(),
                 "achieved_pps": t.achieved.round() as u64, "offered": t.offered, "lost": t.lost,
-                "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": limited,
+                "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": t.limited,
+                "latency_p99_ns": t.latency_p99_ns, "over_latency": t.over_latency,
                 "phase": phase.map(|p| p + 1), "contradicts": ids,
                 "remeasure_of": remeasure_of.map(|j| j + 1)}));
         }
@@ -378,12 +452,17 @@ impl<M: Measurer> Searcher<'_, M> {
                 .find_map(|&d| self.lower(ratio, upper, d))
         };
         let backing = |b: Option<usize>| b.map(|i| (i + 1, self.trials[i].duration));
+        let sender_limited = match (upper.trial, self.ceiling) {
+            (None, Some((c, at))) if c <= max => Some(at + 1),
+            _ => None,
+        };
         Found {
             ratio,
             lower: lower.map_or(0.0, |l| l.rate),
             lower_trial: backing(lower.and_then(|l| l.trial)),
             upper: upper.rate,
             upper_trial: backing(upper.trial),
+            sender_limited,
             converged: self.settled(ratio, max),
             trials,
         }
@@ -397,8 +476,12 @@ struct Found {
     /// The trial that backs the lower bound (number, duration); `None`: no trial passed.
     lower_trial: Option<(usize, Duration)>,
     upper: f64,
-    /// The trial that backs the upper bound; `None`: the highest rate searched.
+    /// The trial that backs the upper bound; `None`: the highest rate searched, or the
+    /// sender's ceiling.
     upper_trial: Option<(usize, Duration)>,
+    /// The upper bound is the rate the sender could not offer, shown by this trial (number):
+    /// the bound is this host's, not the device's.
+    sender_limited: Option<usize>,
     converged: bool,
     trials: usize,
 }
@@ -416,7 +499,11 @@ impl Found {
             self.lower,
             backed(self.lower_trial, "no trial passed"),
             self.upper,
-            backed(self.upper_trial, "the highest rate searched"),
+            match self.sender_limited {
+                Some(n) =>
+                    format!(" (the sender could not offer it, trial {n}: the bound is this host's)"),
+                None => backed(self.upper_trial, "the highest rate searched"),
+            },
             if self.converged {
                 ""
             } else {
@@ -430,21 +517,28 @@ impl Found {
         let seconds = |b: Option<(usize, Duration)>| b.map(|(_, d)| d.as_secs_f64());
         json!({"loss_ratio": self.ratio, "lower_pps": self.lower.round() as u64,
             "upper_pps": self.upper.round() as u64, "trials": self.trials,
-            "converged": self.converged,
+            "converged": self.converged, "sender_limited": self.sender_limited.is_some(),
+            "sender_limited_trial": self.sender_limited,
             "lower_trial": number(self.lower_trial), "lower_duration_s": seconds(self.lower_trial),
             "upper_trial": number(self.upper_trial), "upper_duration_s": seconds(self.upper_trial)})
     }
 }
 
-/// `ringblast search`: runs the search on `sender`, and fails (exit 1) when `--max-time` ran out
-/// before every ratio converged.
+/// `ringblast search`: runs the search on `sender`; fails with exit 6 when a bound is the rate
+/// the sender could not offer, and with exit 1 when `--max-time` ran out before every ratio
+/// converged.
 pub(crate) fn execute(plan: &SearchPlan, sender: TrialSendPlan) -> Result<(), Error> {
     let sender = TrialSender::start(sender, trial_capacity(plan))?;
     let (searcher, found) = search(plan, sender, Vec::new())?;
     searcher
         .measurer
         .stop(&std::sync::atomic::AtomicBool::new(false));
-    if found.iter().all(|f| f.converged) {
+    if let Some(f) = found.iter().find(|f| f.sender_limited.is_some()) {
+        Err(Error::SenderLimited(format!(
+            "the sender could not offer {:.0}pps: the highest rate passed, {:.0}pps at loss ratio {}, is a lower bound this host set, not the device under test; free its CPUs, add --queues, or search from a faster sender",
+            f.upper, f.lower, f.ratio
+        )))
+    } else if found.iter().all(|f| f.converged) {
         Ok(())
     } else {
         Err(Error::io(
@@ -475,6 +569,7 @@ fn search<'a, M: Measurer>(
         trials: earlier,
         contradictions: 0,
         phases,
+        ceiling: None,
     };
     let max = match plan.max_rate {
         Some(m) => m,
@@ -532,9 +627,18 @@ fn search<'a, M: Measurer>(
     if plan.json {
         let results: Vec<Value> = found.iter().map(Found::json).collect();
         let phases: Vec<f64> = s.phases.iter().map(Duration::as_secs_f64).collect();
-        crate::output::json_line(&json!({"type": "search", "results": results,
+        let reason = if found.iter().any(|f| f.sender_limited.is_some()) {
+            "sender_limited"
+        } else if converged {
+            "converged"
+        } else {
+            "max_time"
+        };
+        crate::output::json_line(
+            &json!({"type": "search", "reason": reason, "results": results,
             "trials": s.trials.len(), "duration_s": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
-            "contradictions": s.contradictions, "phases_s": phases}));
+            "contradictions": s.contradictions, "phases_s": phases}),
+        );
     }
     if !converged {
         say!(
@@ -563,6 +667,12 @@ mod tests {
         clock: Duration,
         measured: usize,
         stalls: Vec<usize>,
+        /// The most this sender offers (a host too slow or too busy for the rate).
+        sender_ceiling: f64,
+        /// The trials numbered here (as `stalls`) offer only half their rate, once.
+        short: Vec<usize>,
+        /// One-way p99 latency: this base plus this much per pps above `capacity / 2`.
+        latency: (u64, f64),
     }
 
     impl Tbf {
@@ -576,6 +686,9 @@ mod tests {
                 clock: Duration::ZERO,
                 measured: 0,
                 stalls: Vec::new(),
+                sender_ceiling: f64::INFINITY,
+                short: Vec::new(),
+                latency: (50_000, 0.0),
             }
         }
 
@@ -587,10 +700,16 @@ mod tests {
 
     impl Measurer for Tbf {
         fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error> {
+            let paced = rate.is_some();
             let rate = rate.unwrap_or(self.unpaced);
             let d = duration.as_secs_f64();
-            let offered = (rate * d).round() as u64;
-            let excess = ((rate - self.capacity) * d - self.queue).max(0.0).ceil() as u64;
+            let due = (rate * d).round() as u64;
+            let mut offers = rate.min(self.sender_ceiling);
+            if self.short.contains(&self.measured) {
+                offers /= 2.0;
+            }
+            let offered = (offers * d).round() as u64;
+            let excess = ((offers - self.capacity) * d - self.queue).max(0.0).ceil() as u64;
             let stall = if self.stalls.contains(&self.measured) {
                 59
             } else {
@@ -598,13 +717,19 @@ mod tests {
             };
             self.measured += 1;
             self.clock += duration + self.overhead;
+            let (base, per_pps) = self.latency;
+            let above = (offers - self.capacity / 2.0).max(0.0);
             Ok(Trial {
-                rate,
+                rate: if paced { rate } else { offers },
                 duration,
                 offered,
                 lost: (excess + stall).min(offered),
                 failed: 0,
-                achieved: rate,
+                achieved: offers,
+                due: if paced { due } else { 0 },
+                latency_p99_ns: Some(base + (above * per_pps) as u64),
+                limited: false,
+                over_latency: false,
             })
         }
 
@@ -622,6 +747,8 @@ mod tests {
             trial: Duration::from_secs_f64(trial),
             final_trial: Duration::from_secs_f64(final_trial),
             max_time: Duration::from_secs_f64(max_time),
+            offered_tolerance: 0.01,
+            max_latency_p99: None,
             json: false,
         }
     }
@@ -634,6 +761,10 @@ mod tests {
             lost,
             failed: 0,
             achieved: rate,
+            due: offered,
+            latency_p99_ns: None,
+            limited: false,
+            over_latency: false,
         }
     }
 
@@ -797,6 +928,7 @@ mod tests {
             live: vec![true],
             contradictions: 0,
             phases: phase_durations(plan.trial, plan.final_trial),
+            ceiling: None,
         };
         s.measure(Some(2050.0), plan.trial, Some(0)).unwrap();
         assert_eq!(s.contradictions, 1);
@@ -805,5 +937,104 @@ mod tests {
         assert_eq!((s.trials[1].lost, s.trials[2].lost), (59, 0));
         let upper = s.upper(0.0, 3000.0);
         assert!(upper.trial.is_none(), "no failure stands: {upper:?}");
+    }
+
+    /// The issue's run: a search capped at 10 % of a CPU offered 60–73 kpps of the
+    /// 396–399 kpps it asked for, and reported those rates as passes. Here the sender offers at
+    /// most 65 kpps into a path that passes 1 Mpps: no trial short of its rate passes, each is
+    /// measured again, and the search ends below what the sender could offer, saying so.
+    #[test]
+    fn a_sender_that_cannot_offer_the_rate_never_passes_and_bounds_the_search() {
+        let mut plan = plan(1.0, 3.0, 300.0);
+        plan.max_rate = Some(400_000.0);
+        let model = Tbf {
+            capacity: 1e6,
+            sender_ceiling: 65_000.0,
+            ..Tbf::issue()
+        };
+        let (s, found) = search(&plan, model, Vec::new()).unwrap();
+        for (i, t) in s.trials.iter().enumerate() {
+            if t.rate > 65_000.0 * 1.01 {
+                assert!(t.limited && !s.live[i], "trial {}: {t:?}", i + 1);
+                assert!(!t.passes(1.0), "a short trial passes nothing");
+            }
+        }
+        // Every limited trial is followed by its re-measure at the same rate; a pass offered
+        // its rate within the tolerance.
+        for (i, t) in s.trials.iter().enumerate().filter(|(_, t)| t.limited) {
+            let pair = if i > 0 && s.trials[i - 1].limited && s.trials[i - 1].rate == t.rate {
+                i - 1
+            } else {
+                i + 1
+            };
+            assert_eq!(s.trials[pair].rate, t.rate, "trial {} re-measured", i + 1);
+        }
+        for f in &found {
+            let n = f.sender_limited.expect("the bound is the sender's");
+            assert!(s.trials[n - 1].limited);
+            assert!(
+                f.upper > 65_000.0 && f.upper == s.trials[n - 1].rate,
+                "{}",
+                f.upper
+            );
+            assert!(
+                f.lower <= 65_000.0 * 1.01 && f.lower >= 65_000.0 * 0.9,
+                "the NDR is at least the highest clean pass: {}",
+                f.lower
+            );
+        }
+    }
+
+    /// A trial short of its rate once (a transient stall) is measured again; the re-measure
+    /// stands, and the search converges on the path's own limit with no ceiling.
+    #[test]
+    fn a_sender_short_once_is_measured_again_and_the_search_goes_on() {
+        let plan = plan(1.0, 3.0, 95.0);
+        let model = Tbf {
+            short: vec![2],
+            ..Tbf::issue()
+        };
+        let (s, found) = search(&plan, model, Vec::new()).unwrap();
+        assert!(s.trials[2].limited && !s.live[2], "{:?}", s.trials);
+        assert_eq!(s.trials[3].rate, s.trials[2].rate);
+        assert!(!s.trials[3].limited);
+        assert!(s.ceiling.is_none());
+        assert!(
+            found
+                .iter()
+                .all(|f| f.converged && f.sender_limited.is_none())
+        );
+        let sustained = Tbf::issue().sustains(plan.final_trial);
+        assert!(found[0].lower <= sustained, "{}", found[0].lower);
+    }
+
+    /// `--max-latency-p99`: a path that loses nothing up to 1 Mpps, whose p99 grows by 10 ns
+    /// per pps above 500 kpps from 50 µs; a 1 ms bound fails every trial above ~595 kpps.
+    #[test]
+    fn a_latency_bound_fails_the_trials_above_it_whatever_their_loss() {
+        let mut plan = plan(1.0, 3.0, 120.0);
+        plan.max_rate = Some(900_000.0);
+        plan.max_latency_p99 = Some(Duration::from_millis(1));
+        let model = Tbf {
+            capacity: 1e6,
+            latency: (50_000, 10.0),
+            ..Tbf::issue()
+        };
+        let (s, found) = search(&plan, model, Vec::new()).unwrap();
+        assert!(found.iter().all(|f| f.converged), "{:?}", s.trials);
+        let limit = 500_000.0 + 950_000.0 / 10.0;
+        for f in &found {
+            assert!(
+                f.lower <= limit && f.lower >= limit * (1.0 - plan.precision),
+                "{}",
+                f.lower
+            );
+        }
+        assert!(
+            s.trials
+                .iter()
+                .all(|t| t.over_latency == (t.latency_p99_ns.unwrap() > 1_000_000))
+        );
+        assert!(s.trials.iter().any(|t| t.over_latency && t.lost == 0));
     }
 }

@@ -8,7 +8,11 @@
 use serde_json::{Value, json};
 
 use super::{part_link::PartBooks, verdict::VerdictResult};
-use crate::{report::counters_json, schedule::RateSchedule};
+use crate::{
+    pacing::{OFFERED_TOLERANCE, sender_limited},
+    report::counters_json,
+    schedule::RateSchedule,
+};
 
 /// A human line and a `"type":"step"` JSON line per part of the senders' `books`; `verdicts`
 /// holds the sink's verdict of each part (empty when the run has no sink to ask).
@@ -29,10 +33,12 @@ pub(crate) fn step_reports(
             let seconds = (end - start) as f64 / 1e9;
             let target = schedule.mean_rate(start, end);
             let achieved = packets as f64 / seconds;
+            let limited = sender_limited(packets, target * seconds, OFFERED_TOLERANCE);
             let mut v = json!({"type": "step", "role": "send", "step": i + 1, "steps": parts.len(),
                 "epoch": books.epochs.get(i), "start_s": start as f64 / 1e9,
                 "end_s": end as f64 / 1e9, "target_pps": target.round() as u64,
-                "tx_packets": packets, "tx_failed": failed, "pps": achieved.round() as u64});
+                "tx_packets": packets, "tx_failed": failed, "pps": achieved.round() as u64,
+                "sender_limited": limited});
             let sink_text = match verdicts.get(i) {
                 Some(Ok((_, verdict))) if verdict.complete => {
                     let t = &verdict.totals;
@@ -60,7 +66,7 @@ pub(crate) fn step_reports(
                 }
             };
             let line = format!(
-                "send step {}/{}: {:.2}-{:.2} s target {:.0}pps achieved {:.0}pps ({:.2}%), {packets} packets, {sink_text}",
+                "send step {}/{}: {:.2}-{:.2} s target {:.0}pps achieved {:.0}pps ({:.2}%{}), {packets} packets, {sink_text}",
                 i + 1,
                 parts.len(),
                 start as f64 / 1e9,
@@ -68,6 +74,7 @@ pub(crate) fn step_reports(
                 target,
                 achieved,
                 achieved * 100.0 / target.max(1e-9),
+                if limited { ", sender-limited" } else { "" },
             );
             (line, v)
         })

@@ -42,8 +42,19 @@ pub(crate) struct Trial {
     pub(crate) lost: u64,
     /// Failed sends (the sender could not offer the rate).
     pub(crate) failed: u64,
-    /// The rate the kernel accepted (pps).
+    /// The rate the kernel accepted (pps): what the trial really offered.
     pub(crate) achieved: f64,
+    /// The fewest packets the pacers were due to send in the trial (0 when unpaced): each
+    /// queue's share of the rate over the trial's length, less one per queue for rounding.
+    pub(crate) due: u64,
+    /// The sink's 99th percentile one-way latency; `None` when it had no sample (no clock
+    /// estimate, or compact headers).
+    pub(crate) latency_p99_ns: Option<u64>,
+    /// The search's judgement: the trial offered less than `due` by more than the tolerance,
+    /// so it is no pass (and no failure either).
+    pub(crate) limited: bool,
+    /// The search's judgement: its p99 latency was above `--max-latency-p99`, a failure.
+    pub(crate) over_latency: bool,
 }
 
 /// A running sender that measures trials.
@@ -56,6 +67,8 @@ pub(crate) struct TrialSender {
     exporter: Option<Exporter<crate::metrics::handles::Handles>>,
     metrics_linger: Duration,
     started: Instant,
+    /// What the control connection heard: a refusal or a busy sink ends the search.
+    link: Arc<LinkState>,
 }
 
 impl TrialSender {
@@ -133,7 +146,7 @@ impl TrialSender {
             link.name,
             books.clone(),
             u32::try_from(senders.size).unwrap_or(u32::MAX),
-            state,
+            Arc::clone(&state),
         );
         senders.group.release();
         Ok(TrialSender {
@@ -145,6 +158,7 @@ impl TrialSender {
             exporter,
             metrics_linger: reporting.metrics_linger,
             started,
+            link: state,
         })
     }
 
@@ -197,12 +211,15 @@ impl TrialSender {
                     Err(e) => e,
                     Ok(_) => "not every sink queue answered in time".into(),
                 };
+                // A sink that refused the secret, or stayed busy, says so with its own code.
+                super::link_state::refused_or_busy_exit(Ok(()), Some(&self.link))?;
                 return Err(Error::Unsupported(format!(
                     "a trial at {rate_arg} got no complete verdict from the sink ({why}); the search needs the sink's control channel"
                 )));
             }
         };
         let seconds = duration.as_secs_f64().max(1e-9);
+        let queues = self.senders.queues.len() as u64;
         Ok(Trial {
             rate: rate.unwrap_or(sent as f64 / seconds),
             duration,
@@ -210,6 +227,10 @@ impl TrialSender {
             lost: verdict.totals.lost + verdict.totals.kernel_drops + errors,
             failed: errors,
             achieved: sent as f64 / seconds,
+            due: rate.map_or(0, |r| ((r * seconds).floor() as u64).saturating_sub(queues)),
+            latency_p99_ns: (verdict.latency.p99_ns > 0).then_some(verdict.latency.p99_ns),
+            limited: false,
+            over_latency: false,
         })
     }
 

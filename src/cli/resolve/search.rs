@@ -30,6 +30,8 @@ pub(crate) fn search(args: SearchArgs) -> Result<Plan, Error> {
         trial: args.trial,
         final_trial: args.final_trial,
         max_time: args.max_time,
+        offered_tolerance: args.offered_tolerance,
+        max_latency_p99: args.max_latency_p99,
         json: args.json,
     };
     Ok(Plan::Search(plan, trial_sender(trial_send_args(&args)?)?))
