@@ -16,7 +16,7 @@
 use crate::schedule::RateSchedule;
 
 /// How far below what was due a paced run may offer and still count as offering its rate: 1 %
-/// (`ringblast search --offered-tolerance` sets its own).
+/// (`ringblast search --offered-tolerance`, whose default this is, sets its own).
 pub(crate) const OFFERED_TOLERANCE: f64 = 0.01;
 
 /// Whether a paced run that sent `sent` packets (the kernel accepted them) where `due` fell

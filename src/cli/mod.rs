@@ -613,7 +613,7 @@ pub(crate) struct SearchArgs {
     /// A trial that offered (sent through the kernel) less than its rate by more than this
     /// ratio is sender-limited: never a pass. Measured again once; if it stays limited the
     /// search climbs no higher, and ends at what the sender could offer (exit 6).
-    #[arg(long, default_value = "0.01", value_parser = parse_tolerance)]
+    #[arg(long, default_value_t = crate::pacing::OFFERED_TOLERANCE, value_parser = parse_tolerance)]
     pub(crate) offered_tolerance: f64,
     /// Fail any trial whose 99th percentile one-way latency (the sink's) exceeds this, as
     /// TRex's latency-bounded NDR does (e.g. `500us`, `2ms`).
