@@ -352,6 +352,7 @@ pub(crate) fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -
         "rx_duplicates": t.duplicates, "rx_invalid": total.invalid(), "rx_kernel_drops": total.worker.kernel_drops,
         "duration_s": round3(duration_s), "pps": rate(t.packets, duration_s), "bps": rate(t.bytes * 8, duration_s),
         "rx_late": t.late, "rx_errors": total.errors(), "rx_invalid_by_reason": invalid,
+        "loss_ratio": loss_ratio(t.packets.saturating_sub(t.late), t.lost, total.worker.kernel_drops),
         "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty,
         "rx_buffers_circulating": total.worker.buffers_circulating,
         "latency_unknown_packets": total.worker.latency_unknown,
@@ -360,18 +361,31 @@ pub(crate) fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -
     v
 }
 
-/// Loss as a percentage of what was expected (received + lost), for human lines.
-fn loss_percent(received: u64, lost: u64) -> f64 {
-    let expected = u128::from(received) + u128::from(lost);
-    if expected == 0 {
-        0.0
-    } else {
-        lost as f64 * 100.0 / expected as f64
+/// The one loss figure: what the network lost and what the sink's kernel dropped, over what
+/// should have arrived (received once, lost or dropped); failed sends never left the host and
+/// stay apart. `None` when nothing should have arrived: unknown, not 0.
+pub(crate) fn loss_ratio(received: u64, lost: u64, kernel_drops: u64) -> Option<f64> {
+    let missing = u128::from(lost) + u128::from(kernel_drops);
+    let expected = u128::from(received) + missing;
+    (expected > 0).then(|| missing as f64 / expected as f64)
+}
+
+/// The headline loss of a human line with its breakdown beside it:
+/// `loss 7.800% (lost 0, kernel drops 97791)`.
+pub(crate) fn loss_words(received: u64, lost: u64, kernel_drops: u64) -> String {
+    match loss_ratio(received, lost, kernel_drops) {
+        Some(r) => format!(
+            "loss {:.3}% (lost {lost}, kernel drops {kernel_drops})",
+            r * 100.0
+        ),
+        None => format!("loss unknown (nothing counted; lost {lost}, kernel drops {kernel_drops})"),
     }
 }
 
 pub(crate) fn counters_json(c: &SessionCounters) -> Value {
-    json!({"rx_packets": c.packets, "rx_bytes": c.bytes, "rx_lost": c.lost,
+    let received = c.packets.saturating_sub(c.late);
+    json!({"loss_ratio": loss_ratio(received, c.lost, c.kernel_drops),
+        "rx_packets": c.packets, "rx_bytes": c.bytes, "rx_lost": c.lost,
         "rx_reordered": c.reordered, "rx_duplicates": c.duplicates, "rx_late": c.late,
         "rx_kernel_drops": c.kernel_drops, "rx_unconfirmed": c.unconfirmed,
         "send_failed": c.send_failed})
@@ -455,13 +469,11 @@ pub(crate) fn attach_verdict(
                 );
             }
             let line = format!(
-                "send verdict from sink {session}: {} packets received, lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, {}{}{}",
+                "send verdict from sink {session}: {} packets received, {}, reordered {}, dup {}, send failed {}, {}{}{}",
                 t.packets,
-                t.lost,
-                loss_percent(t.packets, t.lost),
+                loss_words(t.packets.saturating_sub(t.late), t.lost, t.kernel_drops),
                 t.reordered,
                 t.duplicates,
-                t.kernel_drops,
                 t.send_failed,
                 latency_text(&v.latency, &v.jitter, &v.clock),
                 if v.refused > 0 {
@@ -520,16 +532,14 @@ pub(crate) fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
             let c = &r.counters;
             let active_s = r.active_ns as f64 / 1e9;
             format!(
-                "  sender {}: {} packets in {:.3}s active ({}pps), lost {} ({:.3}%), reordered {}, dup {}, kernel drops {}, send failed {}, unconfirmed {}, sessions {}, {}",
+                "  sender {}: {} packets in {:.3}s active ({}pps), {}, reordered {}, dup {}, send failed {}, unconfirmed {}, sessions {}, {}",
                 r.name,
                 c.packets,
                 active_s,
                 rate(c.packets, active_s),
-                c.lost,
-                loss_percent(c.packets, c.lost),
+                loss_words(c.packets.saturating_sub(c.late), c.lost, c.kernel_drops),
                 c.reordered,
                 c.duplicates,
-                c.kernel_drops,
                 c.send_failed,
                 c.unconfirmed,
                 r.sessions,

@@ -99,3 +99,21 @@ fn a_verdict_that_cannot_be_true_is_named_and_never_printed_as_the_count() {
     assert!(failure.is_some());
     assert!(summary["sink"]["impossible"].is_string(), "{summary}");
 }
+
+#[test]
+fn the_one_loss_figure_counts_kernel_drops_and_says_unknown_when_nothing_was_due() {
+    // A --burst 8 run of the issue: nothing lost on the path, 97 791 dropped by the sink's
+    // kernel, 1 156 000 received: 7.8 % never counted, not 0.
+    let ratio = loss_ratio(1_156_000, 0, 97_791).unwrap();
+    assert!((ratio - 97_791.0 / 1_253_791.0).abs() < 1e-15, "{ratio}");
+    assert_eq!(
+        loss_words(1_156_000, 0, 97_791),
+        "loss 7.800% (lost 0, kernel drops 97791)"
+    );
+    assert_eq!(loss_words(9, 1, 0), "loss 10.000% (lost 1, kernel drops 0)");
+    assert_eq!(loss_ratio(0, 0, 0), None);
+    assert!(loss_words(0, 0, 0).starts_with("loss unknown"));
+    // Sums never wrap: the largest counters still give a ratio within [0, 1].
+    let r = loss_ratio(u64::MAX, u64::MAX, u64::MAX).unwrap();
+    assert!((0.0..=1.0).contains(&r), "{r}");
+}

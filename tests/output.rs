@@ -342,3 +342,143 @@ fn frame_sizes_convert_for_ipv4_and_ipv6_and_the_wire_rate_is_shown() {
     let both = ringblast(&["send", "--to", &to4, "--frame-size", "128", "--size", "100"]);
     assert_eq!(both.status.code(), Some(2), "--frame-size and --size clash");
 }
+
+/// The interval records of a `--json` run's stdout, and its last summary.
+fn intervals_and_summary(stdout: &[u8]) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let lines: Vec<serde_json::Value> = text(stdout).lines().map(common::schema::record).collect();
+    let summary = lines
+        .iter()
+        .rfind(|l| l["type"] == "summary")
+        .cloned()
+        .unwrap_or_else(|| panic!("no summary: {lines:?}"));
+    let intervals = lines
+        .into_iter()
+        .filter(|l| l["type"] == "interval")
+        .collect();
+    (intervals, summary)
+}
+
+#[test]
+fn every_interval_is_printed_and_the_intervals_add_up_to_the_summary() {
+    let _guard = traffic_lock();
+    // A 1.5 s run ends within its second interval: that one is printed, partial, with its real
+    // length, and the packets of all of them are what the summary and a plain socket counted.
+    for run in 0..4 {
+        let (tally, to) = tally::Tally::bind("127.0.0.1:0");
+        let out = ringblast(&[
+            "send",
+            "--to",
+            &to,
+            "--rate",
+            "20kpps",
+            "--duration",
+            "1500ms",
+            "--control",
+            "off",
+            "--json",
+        ]);
+        assert_ok(&out);
+        let arrived = tally.finish().datagrams();
+        let (intervals, summary) = intervals_and_summary(&out.stdout);
+        assert!(intervals.len() >= 2, "run {run}: {intervals:?}");
+        let sum: u64 = intervals.iter().map(|i| u(i, "tx_packets")).sum();
+        assert_eq!(sum, u(&summary, "tx_packets"), "run {run}: {intervals:?}");
+        assert_eq!(sum, arrived, "run {run}: what a plain socket received");
+        let last = intervals.last().unwrap();
+        let seconds = last["interval_s"].as_f64().unwrap();
+        assert!(
+            seconds > 0.0 && seconds < 1.0,
+            "run {run}: the last is partial: {last}"
+        );
+        let covered: f64 = intervals
+            .iter()
+            .map(|i| i["interval_s"].as_f64().unwrap())
+            .sum();
+        let end = last["elapsed_s"].as_f64().unwrap();
+        assert!(
+            (covered - end).abs() < 1e-3,
+            "run {run}: the intervals tile the run: {intervals:?}"
+        );
+    }
+    // The sink's side, UDP: its intervals add up to its summary, and to what the sender sent.
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let sink = Command::new(bin())
+        .args(["sink", "--listen", &listen, "--json", "--duration", "3s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_bound(None, port.parse().unwrap());
+    let send = ringblast(&[
+        "send", "--to", &listen, "--rate", "20kpps", "--count", "25000",
+    ]);
+    assert_ok(&send);
+    let sink = sink.wait_with_output().unwrap();
+    assert_ok(&sink);
+    let (intervals, summary) = intervals_and_summary(&sink.stdout);
+    let sum: u64 = intervals.iter().map(|i| u(i, "rx_packets")).sum();
+    assert_eq!(sum, u(&summary, "rx_packets"), "{intervals:?}");
+    assert_eq!(sum, 25_000, "{summary}");
+    // TCP's interval records carry counters since the start: the last one is the summary.
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let sink = Command::new(bin())
+        .args([
+            "sink",
+            "--proto",
+            "tcp",
+            "--listen",
+            &listen,
+            "--json",
+            "--duration",
+            "3s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Listening, as the kernel lists it (a probe connection would be counted by the sink).
+    let needle = format!("127.0.0.1:{port} ");
+    let listening = (0..100).any(|_| {
+        let out = Command::new("ss").arg("-Htln").output().unwrap();
+        text(&out.stdout).contains(&needle) || {
+            std::thread::sleep(Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(listening, "the TCP sink never listened on {listen}");
+    let send = ringblast(&[
+        "send",
+        "--proto",
+        "tcp",
+        "--to",
+        &listen,
+        "--rate",
+        "1kpps",
+        "--duration",
+        "1500ms",
+        "--size",
+        "1000",
+        "--json",
+    ]);
+    assert_ok(&send);
+    let (intervals, summary) = intervals_and_summary(&send.stdout);
+    let last = intervals
+        .last()
+        .unwrap_or_else(|| panic!("no TCP interval"));
+    assert!(intervals.len() >= 2, "{intervals:?}");
+    for key in ["tx_records", "tx_bytes", "delivered_records"] {
+        assert_eq!(last[key], summary[key], "{key}: {last} / {summary}");
+    }
+    let sink = sink.wait_with_output().unwrap();
+    assert_ok(&sink);
+    let (intervals, summary) = intervals_and_summary(&sink.stdout);
+    let last = intervals
+        .last()
+        .unwrap_or_else(|| panic!("no TCP sink interval"));
+    for key in ["rx_records", "rx_bytes"] {
+        assert_eq!(last[key], summary[key], "{key}: {last} / {summary}");
+    }
+    assert!(u(&summary, "rx_records") > 0, "{summary}");
+}

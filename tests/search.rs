@@ -1,10 +1,13 @@
 //! `ringblast search` against a known bottleneck: a tbf qdisc at 20 Mbit/s on a router
 //! namespace's egress towards the sink, between namespaces this test creates (a qdisc on the
-//! sender's own egress would refuse its sends, which makes the sender, not the path, the limit). tbf charges each packet its whole frame: the
+//! sender's own egress would refuse its sends, which makes the sender, not the path, the limit).
+//! Only UDP enters tbf (an htb class); the control channel passes unshaped, as on a management
+//! path. tbf charges each packet its whole frame: the
 //! 64-byte payload (ringblast's header is inside it) + UDP 8 + IP 20 + Ethernet 14 = 106 bytes,
 //! read back from the qdisc's own byte and packet counters, so the true limit is
 //! 20e6 / 8 / 106 ≈ 23 585 pps. A trial of `d` seconds can pass a little above it, by what the
-//! 8 KiB bucket and the 8 KiB queue hold (16 KiB / 106 B / d). The NDR found must lie within 5 %
+//! 16 KiB bucket and the 16 KiB queue hold (32 KiB / 106 B / d: at most 0.7 % for a 2 s trial;
+//! a queue of 13 ms absorbs a router or sender stalled that long on a busy 2-core host). The NDR found must lie within 5 %
 //! below the limit and at most `--precision` above what a final-length trial can pass, be
 //! backed by a final-length trial, and hold in a run at that rate that the qdisc drops nothing
 //! of; the PDR lies at or above the NDR, and the whole search converges within its
@@ -125,8 +128,9 @@ fn qdisc_counters(ns: &str, dev: &str) -> (u64, u64, u64) {
     let text = String::from_utf8_lossy(&out.stdout);
     let words: Vec<&str> = text
         .lines()
+        .skip_while(|l| !l.starts_with("qdisc tbf"))
         .find(|l| l.trim_start().starts_with("Sent "))
-        .unwrap_or_else(|| panic!("no Sent line: {text}"))
+        .unwrap_or_else(|| panic!("no tbf Sent line: {text}"))
         .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
         .filter(|w| !w.is_empty())
         .collect();
@@ -147,23 +151,31 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     );
     let _guard = traffic_lock();
     let lab = Routed::create("se", 213);
-    let tbf = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.router,
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            &lab.dev,
-        ])
-        .args([
-            "root", "tbf", "rate", "20mbit", "burst", "8kb", "limit", "8kb",
-        ])
-        .status()
-        .unwrap();
-    assert!(tbf.success(), "tc qdisc add tbf");
+    // Only the data (UDP) goes through tbf: an htb root sends it to a class whose qdisc is tbf,
+    // and everything else, the control channel (TCP) included, to an unshaped class, so a
+    // trial above the limit, whose excess tbf drops, never drops a control frame (the search
+    // then kept one connection only while TCP's retransmits beat its read deadline).
+    let tc = |args: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &lab.router, "tc"])
+            .args(args.split_whitespace())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let dev = &lab.dev;
+    let tbf = tc(&format!(
+        "qdisc add dev {dev} root handle 1: htb default 20"
+    )) && ["10", "20"].iter().all(|class| {
+        tc(&format!(
+            "class add dev {dev} parent 1: classid 1:{class} htb rate 10gbit quantum 1514"
+        ))
+    }) && tc(&format!(
+        "qdisc add dev {dev} parent 1:10 handle 30: tbf rate 20mbit burst 16kb limit 16kb"
+    )) && tc(&format!(
+        "filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff flowid 1:10"
+    ));
+    assert!(tbf, "tc: htb, tbf in its UDP class, and the UDP filter");
     let secret = secret_file();
     let secret = secret.path().to_str().unwrap().to_string();
     let mut sink = Command::new("ip")
@@ -175,6 +187,19 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         .spawn()
         .unwrap();
     wait_bound(Some(&lab.rx), 7600);
+    // ... and its control channel's TCP listener (bound after the UDP sockets): a connection
+    // refused before it would count as a second request below.
+    let listening = (0..100).any(|_| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &lab.rx, "ss", "-Htln"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains(":7600 ") || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(listening, "the sink's control port never listened");
     // The sink's kernel counts the control connections opened to it: connection requests (SYN
     // without ACK) to its port.
     nft(
@@ -217,7 +242,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     assert_eq!(
         nft_named(&lab.rx, "ip", "rbsearch", "connects").0,
         1,
-        "{trials} trials, one control connection"
+        "{trials} trials, one control connection: {stderr}"
     );
     assert!(last["duration_s"].as_f64().unwrap() <= budget, "{last}");
     assert_eq!(
@@ -267,7 +292,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     // dropped in one run); a 30 s final trial amortises that edge, a 2 s one cannot.
     let confirm_pps = (ndr * 0.995).floor();
     // The claim holds for a sender that keeps its pace. One descheduled for tens of ms on this
-    // 2-core VM falls behind and catches up in a burst that tbf's 20 ms queue cannot hold
+    // 2-core VM falls behind and catches up in a burst that tbf's queue cannot hold
     // (seen once: achieved_ratio 0.979, 1001 dropped); such a run says nothing about the
     // NDR, so it is re-run (at most 3 runs), and the drops of every run that kept pace must be 0.
     let mut runs = 0;
@@ -286,9 +311,12 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         let send = summaries(&confirm).send.unwrap();
         let (bytes1, packets1, dropped1) = qdisc_counters(&lab.router, &lab.dev);
         let kept_pace = send["achieved_ratio"].as_f64().unwrap() >= 0.995;
-        if !kept_pace && runs < 3 {
+        // A sender descheduled and caught up within the run keeps its overall pace but still
+        // bursts past tbf's queue (seen once: achieved_ratio 1.0, 560 of 47 040 dropped): such
+        // a run is re-run too. An NDR above the path's rate drops in every run.
+        if (!kept_pace || dropped1 != dropped0) && runs < 3 {
             eprintln!(
-                "confirmation run {runs} fell behind its pace ({}; tbf dropped {}): re-run",
+                "confirmation run {runs}: achieved_ratio {}, tbf dropped {}: re-run",
                 send["achieved_ratio"],
                 dropped1 - dropped0
             );
@@ -310,7 +338,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
         (frame - 106.0).abs() < 2.0,
         "tbf charges {frame} bytes a packet"
     );
-    let bucket_and_queue = 2.0 * 8192.0;
+    let bucket_and_queue = 2.0 * 16384.0;
     let final_pps = (20e6 / 8.0 + bucket_and_queue / final_s) / frame;
     assert!(
         ndr <= final_pps * (1.0 + precision),

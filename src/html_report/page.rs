@@ -233,6 +233,7 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
     if let Some(s) = &run.sink_summary {
         totals.push(("received packets", cell(s, "rx_packets", plain)));
         totals.push(("received records", cell(s, "rx_records", plain)));
+        totals.push(("loss (lost + kernel drops)", cell(s, "loss_ratio", percent)));
         totals.push(("lost", cell(s, "rx_lost", plain)));
         totals.push(("reordered", cell(s, "rx_reordered", plain)));
         totals.push(("duplicates", cell(s, "rx_duplicates", plain)));
@@ -244,7 +245,12 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
         .and_then(Value::as_object)
     {
         totals.push(("received (sink's verdict)", cell(sink, "rx_packets", plain)));
+        totals.push((
+            "loss (lost + kernel drops)",
+            cell(sink, "loss_ratio", percent),
+        ));
         totals.push(("lost", cell(sink, "rx_lost", plain)));
+        totals.push(("kernel drops", cell(sink, "rx_kernel_drops", plain)));
         totals.push(("reordered", cell(sink, "rx_reordered", plain)));
         totals.push(("duplicates", cell(sink, "rx_duplicates", plain)));
     }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{RxSample, loss_percent};
+use super::{RxSample, loss_words};
 
 /// The sink's exact latency quantiles (from its HDR histogram) as JSON.
 pub(crate) fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
@@ -42,17 +42,19 @@ pub(crate) fn sink_summary_line(
         },
     );
     format!(
-        "sink summary: {} packets, {} bytes in {active_s:.3}s active ({span_s:.3}s from first to last): {}pps {}bps; lost {} ({:.3}%), reordered {}, dup {}, invalid {}, kernel drops {}; {latency}; ready {} ms and first packet {} ms after launch",
+        "sink summary: {} packets, {} bytes in {active_s:.3}s active ({span_s:.3}s from first to last): {}pps {}bps; {}, reordered {}, dup {}, invalid {}; {latency}; ready {} ms and first packet {} ms after launch",
         t.packets,
         t.bytes,
         summary["pps"],
         summary["bps"],
-        t.lost,
-        loss_percent(t.packets, t.lost),
+        loss_words(
+            t.packets.saturating_sub(t.late),
+            t.lost,
+            summary["rx_kernel_drops"].as_u64().unwrap_or(0)
+        ),
         t.reordered,
         t.duplicates,
         summary["rx_invalid"],
-        summary["rx_kernel_drops"],
         summary["startup_ms"],
         summary["first_packet_ms"]
     )

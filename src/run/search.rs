@@ -419,20 +419,22 @@ impl<M: Measurer> Searcher<'_, M> {
             ));
         }
         say!(
-            "search: trial {}: {:.0}pps for {:.1}s: offered {}, lost {} (ratio {:.6}){why}{note}",
+            "search: trial {}: {:.0}pps for {:.1}s: offered {}, loss {:.4}% (lost {}, kernel drops {}, send failed {}){why}{note}",
             i + 1,
             t.rate,
             t.duration.as_secs_f64(),
             t.offered,
-            t.lost,
-            t.ratio(),
+            t.ratio() * 100.0,
+            t.lost.saturating_sub(t.kernel_drops + t.failed),
+            t.kernel_drops,
+            t.failed,
         );
         if self.plan.json {
             let ids: Vec<usize> = contradicts.iter().map(|j| j + 1).collect();
             crate::output::json_line(&json!({"type": "trial", "trial": i + 1,
                 "rate_pps": t.rate.round() as u64, "duration_s": t.duration.as_secs_f64(),
                 "achieved_pps": t.achieved.round() as u64, "offered": t.offered, "lost": t.lost,
-                "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": t.limited,
+                "kernel_drops": t.kernel_drops, "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": t.limited,
                 "latency_p99_ns": t.latency_p99_ns, "over_latency": t.over_latency,
                 "phase": phase.map(|p| p + 1), "contradicts": ids,
                 "remeasure_of": remeasure_of.map(|j| j + 1)}));
@@ -725,6 +727,7 @@ mod tests {
                 offered,
                 lost: (excess + stall).min(offered),
                 failed: 0,
+                kernel_drops: 0,
                 achieved: offers,
                 due: if paced { due } else { 0 },
                 latency_p99_ns: Some(base + (above * per_pps) as u64),
@@ -760,6 +763,7 @@ mod tests {
             offered,
             lost,
             failed: 0,
+            kernel_drops: 0,
             achieved: rate,
             due: offered,
             latency_p99_ns: None,

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{part_link::PartBooks, verdict::VerdictResult};
 use crate::{
     pacing::{OFFERED_TOLERANCE, sender_limited},
-    report::counters_json,
+    report::{counters_json, loss_words},
     schedule::RateSchedule,
 };
 
@@ -50,8 +50,12 @@ pub(crate) fn step_reports(
                     sink["sizes"] = Value::Array(verdict.sizes.iter().map(|c| c.json()).collect());
                     v["sink"] = sink;
                     format!(
-                        "received {}, loss {loss} (lost {}, kernel drops {}), dup {}, reordered {}, send failed {}",
-                        t.packets, t.lost, t.kernel_drops, t.duplicates, t.reordered, t.send_failed
+                        "received {}, {}, dup {}, reordered {}, send failed {}",
+                        t.packets,
+                        loss_words(t.packets.saturating_sub(t.late), t.lost, t.kernel_drops),
+                        t.duplicates,
+                        t.reordered,
+                        t.send_failed
                     )
                 }
                 other => {

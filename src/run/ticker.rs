@@ -1,7 +1,7 @@
 //! The one reporting loop of every run, UDP or TCP: tick every 20 ms, stop on a signal or a
 //! closed stdout, tell the run once when its senders have all ended (so it can close their
 //! books and let the sinks drain), let it do its per-tick work, print an interval when one is
-//! due, and end when every worker has. What differs between the protocols (what a tick reads,
+//! due, and end when every worker has, with a last, partial interval up to that end. What differs between the protocols (what a tick reads,
 //! what an interval prints, how an interrupt stops the workers) is the [`Ticked`] run's; the
 //! clock is a [`TickClock`], so tests drive the loop without sleeping, as hyperfine tests its
 //! loop with a mock executor.
@@ -99,6 +99,11 @@ pub(crate) fn drive(
             last_interval = now;
         }
         if senders_done && sinks_done {
+            // The last interval, partial, with its real length: every interval is printed, so
+            // the intervals add up to the summary, which reads the same final counters.
+            if interval_ns > 0 && now > last_interval {
+                run.interval(last_interval, now);
+            }
             return interrupted;
         }
     }
@@ -244,11 +249,14 @@ mod tests {
         };
         drive_fake(&mut run, Duration::from_secs(1), &AtomicBool::new(false));
         let start = 1_000 * MS;
+        // Whole intervals from the start, then the last one, partial, up to the end (the
+        // 131st tick: the first that sees the senders finished).
         assert_eq!(
             run.intervals,
             [
                 (start, start + 1_000 * MS),
-                (start + 1_000 * MS, start + 2_000 * MS)
+                (start + 1_000 * MS, start + 2_000 * MS),
+                (start + 2_000 * MS, start + 2_620 * MS)
             ]
         );
     }

@@ -42,6 +42,9 @@ pub(crate) struct Trial {
     pub(crate) lost: u64,
     /// Failed sends (the sender could not offer the rate).
     pub(crate) failed: u64,
+    /// Of `lost`, the datagrams the sink's kernel dropped (the rest of `lost` less `failed` is
+    /// what the network lost).
+    pub(crate) kernel_drops: u64,
     /// The rate the kernel accepted (pps): what the trial really offered.
     pub(crate) achieved: f64,
     /// The fewest packets the pacers were due to send in the trial (0 when unpaced): each
@@ -226,6 +229,7 @@ impl TrialSender {
             offered: stamped,
             lost: verdict.totals.lost + verdict.totals.kernel_drops + errors,
             failed: errors,
+            kernel_drops: verdict.totals.kernel_drops,
             achieved: sent as f64 / seconds,
             due: rate.map_or(0, |r| ((r * seconds).floor() as u64).saturating_sub(queues)),
             latency_p99_ns: (verdict.latency.p99_ns > 0).then_some(verdict.latency.p99_ns),

@@ -174,4 +174,16 @@ fn kernel_drops_of_the_tail_equal_the_kernels_counter() {
         u(&sink, "rx_packets") + drops,
         "sent = received + kernel drops: {sink}"
     );
+    // The one loss figure is not 0: it is the kernel's RcvbufErrors over what was sent, in the
+    // verdict and in the sink's summary alike.
+    let headline = drops as f64 / u(&send, "tx_packets") as f64;
+    for (who, v) in [("verdict", verdict(&send)), ("sink", &sink)] {
+        let ratio = v["loss_ratio"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{who}: {v}"));
+        assert!(
+            (ratio - headline).abs() < 1e-12,
+            "{who}: {ratio} against {headline}: {v}"
+        );
+    }
 }

@@ -258,8 +258,9 @@ fn each_interval_is_measured_from_the_snapshot_at_the_last_ones_end() {
     run(session, false);
     let w = world.borrow();
     let start = 1_000 * MS;
-    // 26 ticks of 20 ms: intervals end at 200 and 400 ms.
-    assert_eq!(w.intervals.len(), 2);
+    // Ticks of 20 ms: intervals end at 200 and 400 ms, and the last, partial, at the run's
+    // end (the 27th tick, 540 ms).
+    assert_eq!(w.intervals.len(), 3);
     let (first, now1, before1) = w.intervals[0];
     assert_eq!(
         first,
@@ -274,6 +275,11 @@ fn each_interval_is_measured_from_the_snapshot_at_the_last_ones_end() {
     assert_eq!(second.from_ns, first.to_ns);
     assert_eq!(before2, now1);
     assert!((second.start_s() - 0.2).abs() < 1e-9 && (second.seconds() - 0.2).abs() < 1e-9);
+    let (last, _, before3) = w.intervals[2];
+    assert_eq!(last.from_ns, second.to_ns);
+    assert_eq!(last.to_ns, start + 540 * MS);
+    assert!((last.seconds() - 0.14).abs() < 1e-9);
+    assert_ne!(before3, before2);
 }
 
 #[test]
