@@ -14,6 +14,7 @@ pub(crate) mod control;
 pub mod error;
 #[cfg(test)]
 mod fuzzing;
+pub(crate) mod host_time;
 pub(crate) mod html_report;
 pub(crate) mod latency_clock;
 pub(crate) mod mem;

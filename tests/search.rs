@@ -566,6 +566,21 @@ impl CpuCap {
     }
 }
 
+impl CpuCap {
+    /// The group's throttled time so far, in µs, as its own `cpu.stat` counts it (v1's
+    /// `throttled_time` is in ns, v2's `throttled_usec` in µs).
+    fn throttled_us(&self) -> u64 {
+        let stat = std::fs::read_to_string(self.0.join("cpu.stat")).unwrap();
+        let field = |name: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+        };
+        field("throttled_usec ")
+            .or_else(|| field("throttled_time ").map(|ns| ns / 1000))
+            .unwrap_or_else(|| panic!("no throttled time in cpu.stat: {stat}"))
+    }
+}
+
 impl Drop for CpuCap {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.0);
@@ -666,4 +681,45 @@ fn a_search_that_cannot_offer_its_rates_passes_none_of_them_and_exits_6() {
         }
         assert!(u(r, "upper_pps") < 400_000, "the search climbed down: {r}");
     }
+
+    // A plain send in the same cap names the cause: its worker waited for its CPU, as long as
+    // the cgroup's own counters say the quota held it.
+    let throttled_before = cap.throttled_us();
+    let out = cap
+        .command(&["ip", "netns", "exec", &ns.0, bin(), "send", "--json"])
+        .args([
+            "--to",
+            "127.0.0.1:7602",
+            "--rate",
+            "200kpps",
+            "--duration",
+            "2s",
+        ])
+        .args(["--control", "off"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let throttled_s = (cap.throttled_us() - throttled_before) as f64 / 1e6;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let send = summaries(&out).send.unwrap();
+    assert_eq!(send["sender_limited"], true, "{send}");
+    assert_eq!(send["sender_limited_cause"], "cpu_wait", "{send}\n{stderr}");
+    let worker = &send["worker_time"][0];
+    let waited = worker["run_queue_wait_s"].as_f64().unwrap();
+    let wall = worker["wall_s"].as_f64().unwrap();
+    assert!(
+        throttled_s > 0.5,
+        "the cap held the sender: {throttled_s} s throttled"
+    );
+    // The run-queue wait includes the throttling: at least most of what the group was held
+    // (the group's count spans the process's start and exit too, the worker's only its loop).
+    assert!(
+        waited >= 0.5 * throttled_s.min(wall) && waited <= wall,
+        "worker waited {waited} s of {wall} s; the group was throttled {throttled_s} s: {worker}"
+    );
+    assert!(
+        stderr.contains("send: the limit was this host: queue 0's worker")
+            && stderr.contains("waited for its CPU"),
+        "{stderr}"
+    );
 }

@@ -226,6 +226,15 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
         totals.push(("achieved", cell(s, "pps", pps)));
         totals.push(("achieved (payload)", cell(s, "bps", bits)));
         totals.push(("achieved / target", cell(s, "achieved_ratio", percent)));
+        if s.get("sender_limited") == Some(&Value::Bool(true)) {
+            let cause = match s.get("sender_limited_cause").and_then(Value::as_str) {
+                Some("cpu_wait") => "yes: its worker waited for a CPU",
+                Some("cpu_busy") => "yes: its worker's CPU was busy all along",
+                Some("send_completions") => "yes: it waited on its sends",
+                _ => "yes (cause unknown)",
+            };
+            totals.push(("sender-limited", cause.into()));
+        }
         totals.push(("sent packets", cell(s, "tx_packets", plain)));
         totals.push(("sent records", cell(s, "tx_records", plain)));
         totals.push(("send errors", cell(s, "tx_errors", plain)));
@@ -238,6 +247,9 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
         totals.push(("reordered", cell(s, "rx_reordered", plain)));
         totals.push(("duplicates", cell(s, "rx_duplicates", plain)));
         totals.push(("kernel drops", cell(s, "rx_kernel_drops", plain)));
+        if s.get("sink_limited") == Some(&Value::Bool(true)) {
+            totals.push(("sink-limited", "yes: its own kernel dropped datagrams".into()));
+        }
     } else if let Some(sink) = run
         .send_summary
         .as_ref()

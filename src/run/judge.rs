@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use serde_json::{Value, json};
 
 use crate::{
+    host_time::{self, Cause, HostTime},
     pacing::{OFFERED_TOLERANCE, sender_limited},
     report::TxSample,
     stats::errno_class,
@@ -148,6 +149,36 @@ impl Judge {
     }
 }
 
+impl Judgement {
+    /// Names what held a sender-limited run back, from what the host gave its workers: the
+    /// JSON's `sender_limited_cause` (null when unknown) and a line after the warning.
+    pub(crate) fn name_the_limit(&mut self, workers: &[HostTime]) {
+        if self.json["sender_limited"] != true {
+            return;
+        }
+        let worst = host_time::most_limited(workers);
+        let cause = worst.and_then(HostTime::cause);
+        self.json["sender_limited_cause"] = json!(cause.map(Cause::word));
+        let Some(w) = worst else { return };
+        let why = match cause {
+            Some(Cause::CpuWait) => {
+                "it waited for its CPU: another task, or a cgroup's CPU quota, had it (pin the sender apart with --cpus, or lift the quota)"
+            }
+            Some(Cause::CpuBusy) => {
+                "its CPU was busy all along: one core's worth is this queue's limit (add --queues, or --gso N)"
+            }
+            Some(Cause::Completions) => {
+                "it was idle, waiting for its sends to complete: the kernel or the NIC held them (a larger --window, or a faster path)"
+            }
+            None => "the cause is unknown",
+        };
+        self.warnings.push(format!(
+            "send: the limit was this host: {}; {why}",
+            w.words()
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +218,38 @@ mod tests {
         let j = judge(Some(304.0), None).finish(&total, 1.0);
         assert_eq!(j.json["sender_limited"], true);
         assert!(j.warnings[0].starts_with("send: warning: sender-limited:"));
+    }
+
+    #[test]
+    fn a_limited_run_names_its_cause_from_its_workers_time() {
+        let total = with_errors(300, libc::ENOBUFS, 0);
+        let waited = HostTime {
+            queue: 1,
+            wall_ns: SEC,
+            time: Some(host_time::ThreadTime {
+                cpu_ns: SEC / 10,
+                wait_ns: SEC * 8 / 10,
+            }),
+        };
+        let mut j = judge(Some(1000.0), None).finish(&total, 1.0);
+        j.name_the_limit(&[waited]);
+        assert_eq!(j.json["sender_limited_cause"], "cpu_wait");
+        assert_eq!(
+            j.warnings[1],
+            "send: the limit was this host: queue 1's worker ran 10.0% of its 1.00 s and waited 80.0% for a CPU; it waited for its CPU: another task, or a cgroup's CPU quota, had it (pin the sender apart with --cpus, or lift the quota)"
+        );
+        let unknown = HostTime {
+            time: None,
+            ..waited
+        };
+        let mut j = judge(Some(1000.0), None).finish(&total, 1.0);
+        j.name_the_limit(&[unknown]);
+        assert_eq!(j.json["sender_limited_cause"], Value::Null);
+        // A run that kept its rate names nothing.
+        let mut j = judge(Some(300.0), None).finish(&total, 1.0);
+        j.name_the_limit(&[waited]);
+        assert!(j.json.get("sender_limited_cause").is_none());
+        assert!(j.warnings.is_empty());
     }
 
     #[test]

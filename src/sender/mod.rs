@@ -25,6 +25,7 @@ use self::{
 use crate::{
     clock,
     error::Error,
+    host_time::ThreadTime,
     mem::{Arena, limits},
     net,
     pacing::Pacer,
@@ -133,6 +134,8 @@ pub(crate) struct SenderOutcome {
     pub(crate) ended_ns: u64,
     /// A fatal ring error ended the run early.
     pub(crate) ring_failed: bool,
+    /// What the host gave the worker between the two; `None`: unknown.
+    pub(crate) time: Option<crate::host_time::ThreadTime>,
 }
 
 impl crate::worker::Outcome for SenderOutcome {
@@ -488,6 +491,7 @@ impl Job for SenderWorker {
     }
 
     fn run(mut self, control: &Control) -> SenderOutcome {
+        let time_before = ThreadTime::of_this_thread();
         let started_ns = clock::monotonic_ns();
         self.parts.begin(started_ns);
         let ring_failed = match self.config.trials.clone() {
@@ -514,6 +518,9 @@ impl Job for SenderWorker {
             started_ns,
             ended_ns,
             ring_failed,
+            time: ThreadTime::of_this_thread()
+                .zip(time_before)
+                .map(|(after, before)| after.since(before)),
         }
     }
 }

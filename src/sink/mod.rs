@@ -172,6 +172,10 @@ pub(crate) struct SinkOutcome {
     pub(crate) latency: Histogram<u64>,
     /// A fatal ring error ended the run early.
     pub(crate) ring_failed: bool,
+    /// How long the worker's loop ran, in ns.
+    pub(crate) loop_ns: u64,
+    /// What the host gave the worker over its loop; `None`: unknown.
+    pub(crate) time: Option<crate::host_time::ThreadTime>,
 }
 
 impl crate::worker::Outcome for SinkOutcome {

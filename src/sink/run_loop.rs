@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use super::{SinkOutcome, SinkWorker, USER_DATA_RECV};
 use crate::{
     clock,
+    host_time::ThreadTime,
     ring::Wait,
     worker::{Control, Job},
 };
@@ -62,6 +63,7 @@ impl Job for SinkWorker {
     }
 
     fn run(mut self, control: &Control) -> SinkOutcome {
+        let time_before = ThreadTime::of_this_thread();
         let started = clock::monotonic_ns();
         let deadline = self.config.duration.map(|d| started + d.as_nanos() as u64);
         let fd = self.socket.as_raw_fd();
@@ -156,6 +158,10 @@ impl Job for SinkWorker {
                 .then_some((self.first_packet_ns, self.last_packet_ns)),
             latency: self.latency,
             ring_failed,
+            loop_ns: clock::monotonic_ns().saturating_sub(started),
+            time: ThreadTime::of_this_thread()
+                .zip(time_before)
+                .map(|(after, before)| after.since(before)),
         }
     }
 }

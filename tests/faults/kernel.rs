@@ -174,6 +174,12 @@ fn kernel_drops_of_the_tail_equal_the_kernels_counter() {
         u(&sink, "rx_packets") + drops,
         "sent = received + kernel drops: {sink}"
     );
+    // The sink's own kernel dropped them: the sink says it was the limit, with its worker's time.
+    assert_eq!(sink["sink_limited"], true, "{sink}");
+    assert!(
+        sink["worker_time"][0]["wall_s"].as_f64().unwrap() > 0.0,
+        "{sink}"
+    );
     // The one loss figure is not 0: it is the kernel's RcvbufErrors over what was sent, in the
     // verdict and in the sink's summary alike.
     let headline = drops as f64 / u(&send, "tx_packets") as f64;

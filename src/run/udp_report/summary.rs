@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::UdpReport;
 use crate::{
     clock,
+    host_time::HostTime,
     report::{self, RxSample, TxSample},
     say,
     sender::SenderOutcome,
@@ -38,9 +39,22 @@ impl UdpReport {
             "target_pps": s.target_pps.map(|r| r.round() as u64),
             "placement": placement});
         let mut summary = report::tx_summary_json(&total, duration, extra);
-        let judgement = judge
+        let workers: Vec<HostTime> = s
+            .queues
+            .iter()
+            .zip(outcomes)
+            .filter_map(|(q, o)| {
+                o.as_ref().map(|o| HostTime {
+                    queue: q.queue,
+                    wall_ns: o.ended_ns.saturating_sub(o.started_ns),
+                    time: o.time,
+                })
+            })
+            .collect();
+        let mut judgement = judge
             .map(|j| j.finish(&total, duration))
             .unwrap_or_default();
+        judgement.name_the_limit(&workers);
         if let (Value::Object(into), Value::Object(more)) = (&mut summary, &judgement.json) {
             into.extend(more.clone());
         }
@@ -50,6 +64,7 @@ impl UdpReport {
         summary["size"] = json!(s.size);
         summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
         summary["burst"] = json!(s.burst);
+        summary["worker_time"] = workers.iter().map(HostTime::json).collect();
         if fragments > 1 {
             summary["ip_fragments_per_datagram"] = json!(fragments);
             summary["ip_fragments"] = json!(total.traffic.packets * fragments as u64);
@@ -109,6 +124,18 @@ impl UdpReport {
         let active_span = worker::span(&outcomes);
         let first = active_span.map(|s| s.0);
         let duration = active_span.map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+        let workers: Vec<HostTime> = s
+            .queues
+            .iter()
+            .zip(&outcomes)
+            .filter_map(|(q, o)| {
+                o.as_ref().map(|o| HostTime {
+                    queue: q.queue,
+                    wall_ns: o.loop_ns,
+                    time: o.time,
+                })
+            })
+            .collect();
         let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
         for o in outcomes.into_iter().flatten() {
             match latency.as_mut() {
@@ -133,6 +160,10 @@ impl UdpReport {
             "sizes": report::rx_sizes_json(&s.sizes, &senders),
             "placement": placement});
         let mut summary = report::rx_summary_json(&total, active, extra);
+        // Datagrams the sink's own kernel dropped: this host, not the network, lost them.
+        let sink_limited = total.worker.kernel_drops > 0;
+        summary["sink_limited"] = json!(sink_limited);
+        summary["worker_time"] = workers.iter().map(HostTime::json).collect();
         let (shares, shares_line) = report::queue_shares(rx, &s.queues);
         if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
             into.extend(more);
@@ -146,6 +177,19 @@ impl UdpReport {
         }
         for line in report::sender_lines(&senders) {
             say!("{line}");
+        }
+        // The queue whose socket dropped most.
+        let dropping = rx
+            .iter()
+            .zip(&s.queues)
+            .max_by_key(|(r, _)| r.worker.kernel_drops)
+            .and_then(|(_, q)| workers.iter().find(|w| w.queue == q.queue));
+        if let (true, Some(w)) = (sink_limited, dropping) {
+            say!(
+                "sink: sink-limited: its kernel dropped {} datagrams on its sockets, so that part of the loss is this host's, not the network's; {} (more --queues, or a CPU of its own with --cpus)",
+                total.worker.kernel_drops,
+                w.words()
+            );
         }
         if self.json {
             crate::output::json_line(&summary);
