@@ -248,7 +248,10 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
         totals.push(("duplicates", cell(s, "rx_duplicates", plain)));
         totals.push(("kernel drops", cell(s, "rx_kernel_drops", plain)));
         if s.get("sink_limited") == Some(&Value::Bool(true)) {
-            totals.push(("sink-limited", "yes: its own kernel dropped datagrams".into()));
+            totals.push((
+                "sink-limited",
+                "yes: its own kernel dropped datagrams".into(),
+            ));
         }
     } else if let Some(sink) = run
         .send_summary
