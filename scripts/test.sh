@@ -102,6 +102,24 @@ echo "== control-message decoder: 10 M random and structured inputs"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
 echo "== header (full and compact), TCP record stream, cmsg and unit parsers: 10 M random and structured inputs each; the config file 1 M"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cmsg::fuzz cli::fuzz --nocapture --test-threads=2
+# The exact-count tests again with the CPUs busy: two busy loops of this script's own (bounded,
+# ended by PID) beside the send-op and receive-mode pairs, the four senders into one sink and the
+# kernel-drop faults. Their counts must still equal the kernel's: a sink that cannot keep up
+# shows its kernel's drops as kernel drops, equal to RcvbufErrors, never as loss.
+echo "== exact counts on a busy host: two busy loops beside the exact-count tests"
+busy_loops=()
+for _ in 1 2; do
+  timeout 900 sh -c 'while :; do :; done' &
+  busy_loops+=("$!")
+done
+busy_status=0
+cargo test --release --test ops --test pairing -- --include-ignored --test-threads=1 || busy_status=$?
+if [ "$busy_status" -eq 0 ]; then
+  cargo test --release --test faults -- --include-ignored --test-threads=1 kernel:: || busy_status=$?
+fi
+kill "${busy_loops[@]}" 2>/dev/null || true
+wait "${busy_loops[@]}" 2>/dev/null || true
+[ "$busy_status" -eq 0 ] || exit "$busy_status"
 # A debug build, so overflow checks and debug_asserts run: every unit test (the parser fuzz loops
 # at their default 100 000 cases included), the CLI and environment-failure tests, and each send
 # operation and receive mode with real packets. The unpaced pair tests stay release-only: a debug

@@ -161,7 +161,12 @@ fn four_senders_into_one_sink_are_each_counted_exactly() {
         let tx = u(&send, "tx_packets");
         assert_eq!(tx, 10_000, "{send}");
         let verdict = &send["sink"];
-        assert_eq!(u(verdict, "rx_packets"), tx, "sender {k}: {send}");
+        // On a busy host the sink's kernel may drop some: counted as such, never as loss.
+        assert_eq!(
+            u(verdict, "rx_packets") + u(verdict, "rx_kernel_drops"),
+            tx,
+            "sender {k}: {send}"
+        );
         for key in ["rx_lost", "rx_reordered", "rx_duplicates"] {
             assert_eq!(u(verdict, key), 0, "sender {k} {key}: {send}");
         }
@@ -172,22 +177,31 @@ fn four_senders_into_one_sink_are_each_counted_exactly() {
     assert!(status.success(), "{err}");
     let sink = last_json(&out, "sink");
     let arrived = UdpSnmp::read(&star.sink).since(in_before);
-    assert_eq!(u(&sink, "rx_packets"), sent, "{sink}");
+    assert_eq!(
+        u(&sink, "rx_packets") + u(&sink, "rx_kernel_drops"),
+        sent,
+        "{sink}"
+    );
     assert_eq!(
         u(&sink, "rx_packets"),
         arrived.in_datagrams,
         "the sink namespace's InDatagrams: {arrived:?}"
+    );
+    assert_eq!(
+        u(&sink, "rx_kernel_drops"),
+        arrived.rcvbuf_errors,
+        "the sink namespace's RcvbufErrors: {arrived:?}"
     );
     assert_eq!(u(&sink, "rx_lost"), 0, "{sink}");
     for (k, (ns, before)) in star.senders.iter().zip(&out_before).enumerate() {
         let s = sender(&sink, &format!("host{k}"));
         let left = UdpSnmp::read(ns).since(*before);
         assert_eq!(
-            u(s, "rx_packets"),
+            u(s, "rx_packets") + u(s, "rx_kernel_drops"),
             left.out_datagrams,
             "host{k}'s row against its own namespace's OutDatagrams: {s}"
         );
-        assert_eq!(u(s, "rx_packets"), 10_000, "{s}");
+        assert_eq!(left.out_datagrams, 10_000, "{s}");
         assert_eq!(
             u(s, "rx_lost") + u(s, "rx_reordered") + u(s, "rx_duplicates"),
             0,
