@@ -438,16 +438,7 @@ fn every_interval_is_printed_and_the_intervals_add_up_to_the_summary() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Listening, as the kernel lists it (a probe connection would be counted by the sink).
-    let needle = format!("127.0.0.1:{port} ");
-    let listening = (0..100).any(|_| {
-        let out = Command::new("ss").arg("-Htln").output().unwrap();
-        text(&out.stdout).contains(&needle) || {
-            std::thread::sleep(Duration::from_millis(50));
-            false
-        }
-    });
-    assert!(listening, "the TCP sink never listened on {listen}");
+    wait_listening(None, port.parse().unwrap());
     let send = ringblast(&[
         "send",
         "--proto",

@@ -189,17 +189,7 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     wait_bound(Some(&lab.rx), 7600);
     // ... and its control channel's TCP listener (bound after the UDP sockets): a connection
     // refused before it would count as a second request below.
-    let listening = (0..100).any(|_| {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &lab.rx, "ss", "-Htln"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).contains(":7600 ") || {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            false
-        }
-    });
-    assert!(listening, "the sink's control port never listened");
+    wait_listening(Some(&lab.rx), 7600);
     // The sink's kernel counts the control connections opened to it: connection requests (SYN
     // without ACK) to its port.
     nft(

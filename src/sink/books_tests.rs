@@ -651,6 +651,7 @@ fn unannounced_sessions_keep_to_their_share_and_announced_ones_find_the_reserved
     let mut b = Books::new(4, 8, false).with_admission(Admission {
         max_unannounced: 2,
         refuse_unannounced_from_ns: u64::MAX,
+        compact_needs_proof: false,
     });
     // A flood of forged runs takes its two slots, then finds no more.
     for epoch in 100..110 {
@@ -682,6 +683,7 @@ fn with_a_secret_unannounced_datagrams_are_refused_and_a_run_refused_on_its_way_
     let mut b = Books::new(4, 8, false).with_admission(Admission {
         max_unannounced: 2,
         refuse_unannounced_from_ns: 0,
+        compact_needs_proof: false,
     });
     assert_eq!(b.record(packet(5, 0, 0, 0)), Err(Refused::Unannounced));
     b.note_refusal(key(5, 0), 50);
@@ -737,6 +739,7 @@ fn the_announced_list_keeps_the_latest_runs() {
     let mut b = Books::new(2, 4, false).with_admission(Admission {
         max_unannounced: 0,
         refuse_unannounced_from_ns: 0,
+        compact_needs_proof: false,
     });
     for epoch in 0..ANNOUNCED_EPOCHS as u32 + 1 {
         announce(&mut b, &mailbox, 1000 + epoch, 0);
@@ -991,4 +994,67 @@ fn a_run_not_announced_opens_no_session_while_announcements_wait_to_be_applied()
     b.set_announcements_waiting(true);
     b.record(packet(3, 0, 1, 0))
         .expect("an open session is not held back");
+}
+
+#[test]
+fn a_sink_with_a_secret_reads_no_compact_header_before_its_runs_hello() {
+    use crate::proto::proof::DataKey;
+    let mailbox = Mailbox::new(4);
+    // In its start-up grace (unannounced runs still admitted), with a secret.
+    let mut b = Books::new(4, 4, false).with_admission(Admission {
+        max_unannounced: 2,
+        refuse_unannounced_from_ns: u64::MAX,
+        compact_needs_proof: true,
+    });
+    let run = DataKey::from_secret(b"0123456789abcdef").run(8);
+    // The run's compact datagrams, masked with its proof, arriving before its hello (its
+    // control connection was refused at first): read raw they would be garbage numbers (a
+    // stop-41 CI run booked 205 failed sends for a sender that had none), so they open nothing.
+    let masked = |seq: u64| {
+        let mut d = [0u8; 18];
+        crate::proto::header::Header {
+            flags: 0,
+            failed: 0,
+            flow: 0,
+            epoch: 8,
+            seq,
+            timestamp_ns: 0,
+        }
+        .write_fitting(&mut d);
+        run.stamp(false, &mut d);
+        let (h, _) = crate::proto::header::parse_any(&d).unwrap();
+        Packet {
+            compact: true,
+            seq: h.seq,
+            failed32: h.failed,
+            ..packet(8, 0, seq, 0)
+        }
+    };
+    for seq in 0..3 {
+        assert_eq!(b.record(masked(seq)), Err(Refused::Unannounced));
+    }
+    assert_eq!(b.live(), 0);
+    // A session that full headers opened in the grace reads no compact header either ...
+    b.record(packet(9, 0, 0, 0)).unwrap();
+    let raw = Packet {
+        compact: true,
+        ..packet(9, 0, 1, 0)
+    };
+    assert_eq!(b.record(raw), Err(Refused::Unannounced));
+    // ... and once the hello told the proof, the compact headers count, unmasked.
+    b.apply(
+        ToWorker::Announce {
+            epoch: 8,
+            since_ns: 0,
+            proof: Some(run),
+        },
+        &mailbox,
+        0,
+    );
+    for seq in 3..6 {
+        b.record(masked(seq)).unwrap();
+    }
+    goodbye(&mut b, &mailbox, key(8, 0), 6, 0);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.send_failed, s.duplicates), (3, 0, 0));
 }

@@ -157,6 +157,7 @@ fn refused_datagrams_of_an_announced_run_are_never_lost_and_its_verdict_counts_t
     let mut books = Books::new(2, 16, false).with_admission(Admission {
         max_unannounced: 0,
         refuse_unannounced_from_ns: 0,
+        compact_needs_proof: false,
     });
     let flows = |next| {
         (0..3)

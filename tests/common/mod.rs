@@ -236,6 +236,9 @@ impl Lab {
             .spawn()
             .unwrap();
         wait_bound(Some(&self.rx), port);
+        // The control listener binds after the UDP sockets: a sender started before it sends
+        // its first datagrams before its hello, which a sink with a secret cannot count.
+        wait_listening(Some(&self.rx), port);
         let send = std::process::Command::new("ip")
             .args(["netns", "exec", &self.tx, bin(), "send", "--json"])
             .args(["--secret-file", secret])
@@ -295,6 +298,28 @@ pub fn wait_bound(ns: Option<&str>, port: u16) {
         listed()
     });
     assert!(bound, "no UDP socket bound to port {port}");
+}
+
+/// Waits (up to 5 s) until a TCP socket listens on `port` in namespace `ns` (or here), as the
+/// kernel lists it: a probe connection would be counted by a sink.
+pub fn wait_listening(ns: Option<&str>, port: u16) {
+    let needle = format!(":{port} ");
+    let listed = || {
+        let out = match ns {
+            Some(ns) => std::process::Command::new("ip")
+                .args(["netns", "exec", ns, "ss", "-Htln"])
+                .output(),
+            None => std::process::Command::new("ss").arg("-Htln").output(),
+        };
+        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&needle))
+    };
+    let listening = (0..100).any(|_| {
+        listed() || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(listening, "no TCP socket listening on port {port}");
 }
 
 /// A port number free for both UDP and TCP on 127.0.0.1 (a sink binds both), taken below the

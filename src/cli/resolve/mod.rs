@@ -176,6 +176,9 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
         args.duration,
         common.hugepages,
         refuse_from,
+        // A sender with the secret masks its compact headers with its run's proof: they are read
+        // once its hello told it (unless data-only senders are to be counted too).
+        secret.is_some() && !args.accept_unannounced,
     )?;
     let mut notes = String::new();
     let queues = planned(
@@ -243,7 +246,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         random_epoch(),
         common.hugepages,
     )?;
-    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX)?;
+    let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX, false)?;
     // The sink's classes of the mix's lengths are claimed now, so their series exist from the
     // first scrape.
     for class in configs.iter().take(1).flat_map(|(c, _)| &c.sizes.classes) {

@@ -179,6 +179,7 @@ pub(crate) fn sink_config(
     duration: Option<Duration>,
     hugepages: bool,
     refuse_unannounced_from_ns: u64,
+    compact_needs_proof: bool,
 ) -> Result<SinkConfig, Error> {
     let buffers = rx_buffers(t.rx_buffers, UDP_RX_BUFFERS)?;
     if t.max_flows == 0 || t.max_flows > 65_536 {
@@ -207,6 +208,7 @@ pub(crate) fn sink_config(
         admission: Admission {
             max_unannounced,
             refuse_unannounced_from_ns,
+            compact_needs_proof,
         },
         session_idle: t.session_idle,
         listen,
