@@ -871,6 +871,31 @@ fn a_jump_the_kernel_dropped_in_a_burst_is_loss_not_implausible() {
     );
 }
 
+/// A compact datagram of run 8, flow 0, number `seq`, its numbers masked with `run`'s token when
+/// given, as the sink parses it.
+fn compact_of(seq: u64, masked: Option<&crate::proto::proof::RunProof>) -> Packet {
+    let mut d = [0u8; 18];
+    crate::proto::header::Header {
+        flags: 0,
+        failed: 0,
+        flow: 0,
+        epoch: 8,
+        seq,
+        timestamp_ns: 0,
+    }
+    .write_fitting(&mut d);
+    if let Some(run) = masked {
+        run.stamp(false, &mut d);
+    }
+    let (h, _) = crate::proto::header::parse_any(&d).unwrap();
+    Packet {
+        compact: true,
+        seq: h.seq,
+        failed32: h.failed,
+        ..packet(8, 0, seq, 0)
+    }
+}
+
 /// `p` carrying `proof`'s token.
 fn proven(p: Packet, proof: &crate::proto::proof::RunProof) -> Packet {
     let mut d = [0u8; 64];
@@ -931,28 +956,7 @@ fn a_proven_run_counts_only_datagrams_with_its_proof_and_a_forged_first_binds_no
     );
     // A compact header counts with its numbers unmasked by the token; one written without the
     // token decodes to a number far from the run's, which moves nothing.
-    let compact = |seq: u64, masked: bool| {
-        let mut d = [0u8; 18];
-        crate::proto::header::Header {
-            flags: 0,
-            failed: 0,
-            flow: 0,
-            epoch: 8,
-            seq,
-            timestamp_ns: 0,
-        }
-        .write_fitting(&mut d);
-        if masked {
-            run.stamp(false, &mut d);
-        }
-        let (h, _) = crate::proto::header::parse_any(&d).unwrap();
-        Packet {
-            compact: true,
-            seq: h.seq,
-            failed32: h.failed,
-            ..packet(8, 0, seq, 0)
-        }
-    };
+    let compact = |seq: u64, masked: bool| compact_of(seq, masked.then_some(&run));
     b.record(from(1, compact(10, true))).unwrap();
     assert!(b.record(from(1, compact(11, false))).is_err());
     goodbye(&mut b, &mailbox, key(8, 0), 11, 0);
@@ -1010,26 +1014,7 @@ fn a_sink_with_a_secret_reads_no_compact_header_before_its_runs_hello() {
     // The run's compact datagrams, masked with its proof, arriving before its hello (its
     // control connection was refused at first): read raw they would be garbage numbers (a
     // stop-41 CI run booked 205 failed sends for a sender that had none), so they open nothing.
-    let masked = |seq: u64| {
-        let mut d = [0u8; 18];
-        crate::proto::header::Header {
-            flags: 0,
-            failed: 0,
-            flow: 0,
-            epoch: 8,
-            seq,
-            timestamp_ns: 0,
-        }
-        .write_fitting(&mut d);
-        run.stamp(false, &mut d);
-        let (h, _) = crate::proto::header::parse_any(&d).unwrap();
-        Packet {
-            compact: true,
-            seq: h.seq,
-            failed32: h.failed,
-            ..packet(8, 0, seq, 0)
-        }
-    };
+    let masked = |seq: u64| compact_of(seq, Some(&run));
     for seq in 0..3 {
         assert_eq!(b.record(masked(seq)), Err(Refused::Unannounced));
     }

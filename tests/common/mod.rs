@@ -281,45 +281,37 @@ pub fn pair(args: &[&str]) -> (Value, Value, Value) {
     (s.send.unwrap(), s.sink.unwrap(), s.last_line)
 }
 
-/// Waits (at most 5 s) until a UDP socket is bound to `port`, inside namespace `ns` if given.
-pub fn wait_bound(ns: Option<&str>, port: u16) {
+/// Waits (at most 5 s, polling the kernel's socket list every 50 ms) until `ss FLAGS` lists a
+/// socket on `port`, inside namespace `ns` if given; `what` names it in the failure.
+fn wait_listed(ns: Option<&str>, port: u16, flags: &str, what: &str) {
     let needle = format!(":{port} ");
     let listed = || {
         let out = match ns {
             Some(ns) => std::process::Command::new("ip")
-                .args(["netns", "exec", ns, "ss", "-Huan"])
+                .args(["netns", "exec", ns, "ss", flags])
                 .output(),
-            None => std::process::Command::new("ss").arg("-Huan").output(),
+            None => std::process::Command::new("ss").arg(flags).output(),
         };
         out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&needle))
     };
-    let bound = (0..100).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        listed()
-    });
-    assert!(bound, "no UDP socket bound to port {port}");
-}
-
-/// Waits (up to 5 s) until a TCP socket listens on `port` in namespace `ns` (or here), as the
-/// kernel lists it: a probe connection would be counted by a sink.
-pub fn wait_listening(ns: Option<&str>, port: u16) {
-    let needle = format!(":{port} ");
-    let listed = || {
-        let out = match ns {
-            Some(ns) => std::process::Command::new("ip")
-                .args(["netns", "exec", ns, "ss", "-Htln"])
-                .output(),
-            None => std::process::Command::new("ss").arg("-Htln").output(),
-        };
-        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&needle))
-    };
-    let listening = (0..100).any(|_| {
+    let found = (0..100).any(|_| {
         listed() || {
             std::thread::sleep(std::time::Duration::from_millis(50));
             false
         }
     });
-    assert!(listening, "no TCP socket listening on port {port}");
+    assert!(found, "no {what} on port {port}");
+}
+
+/// Waits until a UDP socket is bound to `port`, inside namespace `ns` if given.
+pub fn wait_bound(ns: Option<&str>, port: u16) {
+    wait_listed(ns, port, "-Huan", "UDP socket bound");
+}
+
+/// Waits until a TCP socket listens on `port`, as the kernel lists it (a probe connection
+/// would be counted by a sink).
+pub fn wait_listening(ns: Option<&str>, port: u16) {
+    wait_listed(ns, port, "-Htln", "TCP socket listening");
 }
 
 /// A port number free for both UDP and TCP on 127.0.0.1 (a sink binds both), taken below the
