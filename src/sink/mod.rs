@@ -349,8 +349,6 @@ impl SinkWorker {
             self.last_drops = queued_drops;
             self.books.add_kernel_drops(u64::from(new));
         }
-        // A datagram queued before the last `/proc` read carries an older count.
-        let drops_behind = u64::from(self.last_drops.wrapping_sub(queued_drops));
         let source = cmsg::parse_source(name_bytes);
         if payload.is_empty() {
             // A zero-length datagram: `chunks` would yield nothing.
@@ -380,7 +378,7 @@ impl SinkWorker {
                 }
             };
             let compact = form == header::Form::Compact;
-            let packet = Packet {
+            let mut packet = Packet {
                 key: SessionKey {
                     epoch: h.epoch,
                     flow: h.flow,
@@ -399,7 +397,8 @@ impl SinkWorker {
                 } else {
                     self.config.sizes.class_of(datagram.len())
                 },
-                drops_behind,
+                // A datagram queued before the last `/proc` read carries an older count.
+                drops_behind: u64::from(self.last_drops.wrapping_sub(queued_drops)),
             };
             let mut booked = self.books.record(packet);
             if matches!(booked, Err(Refused::Unannounced | Refused::TableFull))
@@ -407,7 +406,11 @@ impl SinkWorker {
             {
                 // Its sender's hello may wait in the inbox (drained at the publish cadence):
                 // apply what senders said, then look again.
+                // The catch-up moves the books' count past this datagram's: it is as far
+                // behind as the count read now (or its session would open marked after drops
+                // that came after it, and a dropped tail would be booked lost).
                 catch_up_drops(&self.socket, &mut self.last_drops, &mut self.books);
+                packet.drops_behind = u64::from(self.last_drops.wrapping_sub(queued_drops));
                 while let Some(message) = self.shared.mailbox.inbox.pop() {
                     self.books.apply(message, &self.shared.mailbox, now_ns);
                 }
