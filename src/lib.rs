@@ -12,6 +12,7 @@ pub(crate) mod config {
 }
 pub(crate) mod control;
 pub mod error;
+pub(crate) mod figures;
 #[cfg(test)]
 mod fuzzing;
 pub(crate) mod host_time;

@@ -511,9 +511,11 @@ pub(crate) fn senders_json(rows: &[SenderRow]) -> Value {
                 v["sessions"] = json!(r.sessions);
                 v["active_s"] = json!(round3(active_s));
                 v["pps"] = json!(rate(r.counters.packets, active_s));
-                let latency = Latency::from_cells(&r.counters.latency_cells);
+                let latency =
+                    Latency::from_cells(&r.counters.latency_cells).with_figures(r.figures.latency);
+                let jitter = Jitter::of(&r.counters).with_figures(r.figures.jitter);
                 v["latency"] = sender_latency_json(&latency, &r.clock);
-                v["jitter"] = sender_jitter_json(&Jitter::of(&r.counters), &r.clock);
+                v["jitter"] = sender_jitter_json(&jitter, &r.clock);
                 v["latency_clock"] = latency_clock_json(
                     &r.clock,
                     r.counters.latency_unknown,
@@ -544,8 +546,8 @@ pub(crate) fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
                 c.unconfirmed,
                 r.sessions,
                 latency_text(
-                    &Latency::from_cells(&c.latency_cells),
-                    &Jitter::of(c),
+                    &Latency::from_cells(&c.latency_cells).with_figures(r.figures.latency),
+                    &Jitter::of(c).with_figures(r.figures.jitter),
                     &r.clock
                 )
             )

@@ -46,6 +46,8 @@ pub(crate) const INVALID_LABELS: [&str; 9] = [
     "auth",
 ];
 
+use crate::figures::Figures;
+
 /// Upper bounds (ns) of the latency buckets; the last cell counts everything above.
 pub(crate) const LATENCY_BOUNDS_NS: [u64; 19] = [
     1_000,
@@ -228,6 +230,9 @@ counter_set! {
         /// Latency samples whose corrected transit came out negative (the estimate's error),
         /// taken as 0.
         latency_clamped:,
+        /// Latency samples that went into no figures (`figures`): the sink queue's figure
+        /// pool had no slot for their run, so their sender's figures are unknown.
+        latency_unfigured:,
         /// Valid packets by the sink's size classes (`sink::sizes`; the last cell: other sizes).
         size_packets: 9,
     }
@@ -276,7 +281,8 @@ pub(crate) fn latency_quantile_bound(cells: &[u64; LATENCY_CELLS], q: f64) -> u6
     u64::MAX
 }
 
-/// Latency quantiles at the cells' resolution (upper bounds of the cells that hold them).
+/// Latency quantiles at the cells' resolution (upper bounds of the cells that hold them), and
+/// the figures where they are known.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Latency {
     /// Median.
@@ -287,17 +293,26 @@ pub(crate) struct Latency {
     pub(crate) p999_ns: u64,
     /// Maximum.
     pub(crate) max_ns: u64,
+    /// The same as values (within 1 %), with more quantiles: `None` when not known.
+    pub(crate) figures: Option<Figures>,
 }
 
 impl Latency {
-    /// Each quantile bound the larger of the two (a true upper bound of the merged samples').
+    /// Each quantile bound the larger of the two (a true upper bound of the merged samples');
+    /// no figures (quantiles of two parts do not make the whole's).
     pub(crate) fn max(&self, other: &Latency) -> Latency {
         Latency {
             p50_ns: self.p50_ns.max(other.p50_ns),
             p99_ns: self.p99_ns.max(other.p99_ns),
             p999_ns: self.p999_ns.max(other.p999_ns),
             max_ns: self.max_ns.max(other.max_ns),
+            figures: None,
         }
+    }
+
+    /// The same with `figures`.
+    pub(crate) fn with_figures(self, figures: Option<Figures>) -> Latency {
+        Latency { figures, ..self }
     }
 
     /// The quantiles of `cells`.
@@ -307,6 +322,7 @@ impl Latency {
             p99_ns: latency_quantile_bound(cells, 0.99),
             p999_ns: latency_quantile_bound(cells, 0.999),
             max_ns: latency_quantile_bound(cells, 1.0),
+            figures: None,
         }
     }
 }
@@ -319,7 +335,7 @@ pub(crate) struct Jitter {
     pub(crate) samples: u64,
     /// Mean |D| in ns, rounded down (what RFC 3550's smoothed J estimates).
     pub(crate) mean_ns: u64,
-    /// Quantiles as upper bounds of the cells that hold them.
+    /// Quantiles as upper bounds of the cells that hold them, and the figures where known.
     pub(crate) bounds: Latency,
 }
 
@@ -335,6 +351,14 @@ impl Jitter {
         }
         self.samples = samples;
         self.bounds = self.bounds.max(&other.bounds);
+    }
+
+    /// The same with `figures`.
+    pub(crate) fn with_figures(self, figures: Option<Figures>) -> Jitter {
+        Jitter {
+            bounds: self.bounds.with_figures(figures),
+            ..self
+        }
     }
 
     /// The jitter of these counters.

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::latency_clock::ClockKind;
+use crate::{figures::Figures, latency_clock::ClockKind};
 
 mod hex;
 use hex::{hex32, hex32_opt};
@@ -282,6 +282,12 @@ pub(crate) struct Verdict {
     /// Jitter: |D| of consecutive packets (protocol version 5; absent before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) jitter: Option<Box<VerdictJitter>>,
+    /// One-way latency as figures (protocol version 7; absent before, and when unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) latency_figures: Option<Box<Figures>>,
+    /// Jitter as figures (protocol version 7; absent before, and when unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jitter_figures: Option<Box<Figures>>,
     /// The sink's size classes of this sender's packets (protocol version 2; absent before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) sizes: Vec<SizeCount>,
@@ -340,7 +346,7 @@ pub(crate) enum Message {
     Progress(Progress),
     Heartbeat(Heartbeat),
     Goodbye(Goodbye),
-    Verdict(Verdict),
+    Verdict(Box<Verdict>),
     ClockProbe(ClockProbe),
     ClockReply(ClockReply),
     ClockEstimate(ClockEstimate),
@@ -425,7 +431,7 @@ impl Message {
             8 => p(payload, Message::Progress),
             9 => p(payload, Message::Heartbeat),
             10 => p(payload, Message::Goodbye),
-            11 => p(payload, Message::Verdict),
+            11 => p(payload, |v| Message::Verdict(Box::new(v))),
             12 => p(payload, Message::ClockProbe),
             13 => p(payload, Message::ClockReply),
             14 => p(payload, Message::ClockEstimate),

@@ -606,13 +606,16 @@ const LATENCY_ORDER: [(&str, &str); 9] = [
 ];
 
 /// (label, nanoseconds, exact?) for each latency figure in a latency object, in order; the
-/// `_at_most` figures are histogram bucket bounds and labelled with ≤.
+/// `_at_most` figures are histogram bucket bounds and labelled with ≤ (shown where the value
+/// is unknown: `null`).
 fn latency_figures(latency: &Map<String, Value>) -> Vec<(String, Option<f64>)> {
     let mut figures = Vec::new();
     for (stem, label) in LATENCY_ORDER {
-        if let Some(v) = latency.get(&format!("{stem}_ns")) {
+        let value = latency.get(&format!("{stem}_ns"));
+        let bound = latency.get(&format!("{stem}_ns_at_most"));
+        if let Some(v) = value.filter(|v| !v.is_null() || bound.is_none()) {
             figures.push((label.to_string(), v.as_f64()));
-        } else if let Some(v) = latency.get(&format!("{stem}_ns_at_most")) {
+        } else if let Some(v) = bound {
             figures.push((format!("{label} ≤"), v.as_f64()));
         }
     }
@@ -783,11 +786,13 @@ fn latency_cell(entry: &Map<String, Value>, stem: &str) -> String {
         latency.get(&format!("{stem}_ns")),
         latency.get(&format!("{stem}_ns_at_most")),
     ) {
-        (Some(v), _) => v.as_f64().map_or_else(|| "unknown".into(), ns),
-        (None, Some(v)) => v
+        (Some(v), bound) if !v.is_null() || bound.is_none() => {
+            v.as_f64().map_or_else(|| "unknown".into(), ns)
+        }
+        (_, Some(v)) => v
             .as_f64()
             .map_or_else(|| "unknown".into(), |v| format!("≤ {}", ns(v))),
-        (None, None) => "n/a".into(),
+        (_, None) => "n/a".into(),
     }
 }
 

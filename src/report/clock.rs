@@ -9,17 +9,32 @@
 use serde_json::{Map, Value, json};
 
 use crate::{
+    figures::Figures,
     latency_clock::{ClockKind, LatencyClock},
     stats::{Jitter, LATENCY_BOUNDS_NS, Latency},
 };
 
-/// Latency quantiles as upper bounds of the sink's latency cells; `null` without samples.
+/// Latency quantiles as upper bounds of the sink's latency cells, and beside them the figures
+/// (`min_ns`, `mean_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `p999_ns`, `max_ns`: `null` when not
+/// known); `null` without samples.
 pub(super) fn latency_json(l: &Latency) -> Value {
     if l.max_ns == 0 {
         return Value::Null;
     }
-    let top = LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1];
+    let f = l.figures;
     let mut out = Map::new();
+    for (name, value) in [
+        ("min_ns", f.map(|f| f.min_ns)),
+        ("mean_ns", f.map(|f| f.mean_ns)),
+        ("p50_ns", f.map(|f| f.p50_ns)),
+        ("p90_ns", f.map(|f| f.p90_ns)),
+        ("p99_ns", f.map(|f| f.p99_ns)),
+        ("p999_ns", f.map(|f| f.p999_ns)),
+        ("max_ns", f.map(|f| f.max_ns)),
+    ] {
+        out.insert(name.into(), json!(value));
+    }
+    let top = LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1];
     for (name, ns) in [
         ("p50", l.p50_ns),
         ("p99", l.p99_ns),
@@ -89,12 +104,27 @@ fn bound_text(ns: u64) -> String {
 /// p99 <=5us p99.9 <=10us max <=20us (clock offset +5.002s ±120us corrected)` (`jitter -`
 /// without two consecutive samples), or `latency unknown (no clock estimate: ...)`, which
 /// leaves the jitter unknown too.
+///
+/// Where the figures are known they replace the bounds: `latency min 4.99ms mean 5.07ms p50
+/// 5.06ms p90 5.21ms p99 5.35ms p99.9 5.90ms max 6.12ms, jitter mean 12.3us p50 9.1us ...`.
 pub(super) fn latency_text(l: &Latency, j: &Jitter, clock: &LatencyClock) -> String {
     if clock.kind == ClockKind::Unknown {
         return format!("latency unknown {}", clock.text());
     }
+    let latency = match l.figures {
+        Some(f) => figures_text(&f),
+        None => format!(
+            "p50 {} p99 {} p99.9 {} max {}",
+            bound_text(l.p50_ns),
+            bound_text(l.p99_ns),
+            bound_text(l.p999_ns),
+            bound_text(l.max_ns),
+        ),
+    };
     let jitter = if j.samples == 0 {
         "-".to_string()
+    } else if let Some(f) = j.bounds.figures {
+        figures_text(&f)
     } else {
         format!(
             "mean {} p50 {} p99 {} p99.9 {} max {}",
@@ -105,13 +135,20 @@ pub(super) fn latency_text(l: &Latency, j: &Jitter, clock: &LatencyClock) -> Str
             bound_text(j.bounds.max_ns)
         )
     };
+    format!("latency {latency}, jitter {jitter} {}", clock.text())
+}
+
+/// `min 4.99ms mean 5.07ms p50 5.06ms p90 5.21ms p99 5.35ms p99.9 5.90ms max 6.12ms`.
+fn figures_text(f: &Figures) -> String {
     format!(
-        "latency p50 {} p99 {} p99.9 {} max {}, jitter {jitter} {}",
-        bound_text(l.p50_ns),
-        bound_text(l.p99_ns),
-        bound_text(l.p999_ns),
-        bound_text(l.max_ns),
-        clock.text()
+        "min {} mean {} p50 {} p90 {} p99 {} p99.9 {} max {}",
+        ns_text(f.min_ns),
+        ns_text(f.mean_ns),
+        ns_text(f.p50_ns),
+        ns_text(f.p90_ns),
+        ns_text(f.p99_ns),
+        ns_text(f.p999_ns),
+        ns_text(f.max_ns)
     )
 }
 
@@ -141,7 +178,9 @@ mod tests {
             v,
             json!({"p50_ns_at_most": 2000, "p99_ns_at_most": 50000,
                 "p999_ns_at_most": null, "p999_ns_at_least": 1_000_000_000u64,
-                "max_ns_at_most": null, "max_ns_at_least": 1_000_000_000u64})
+                "max_ns_at_most": null, "max_ns_at_least": 1_000_000_000u64,
+                "min_ns": null, "mean_ns": null, "p50_ns": null, "p90_ns": null,
+                "p99_ns": null, "p999_ns": null, "max_ns": null})
         );
         assert!(!v.to_string().contains("18446744073709551615"));
         cells = [0; LATENCY_CELLS];
@@ -150,6 +189,44 @@ mod tests {
         assert_eq!(v["p50_ns_at_most"], Value::Null);
         assert_eq!(v["p50_ns_at_least"], json!(1_000_000_000u64));
         assert_eq!(latency_json(&Latency::default()), Value::Null, "no samples");
+    }
+
+    #[test]
+    fn known_figures_are_values_beside_the_bounds_and_replace_them_in_lines() {
+        let mut cells = [0; LATENCY_CELLS];
+        cells[latency_cell(5_100_000)] = 100;
+        let f = Figures {
+            samples: 100,
+            min_ns: 5_000_000,
+            mean_ns: 5_070_000,
+            p50_ns: 5_060_000,
+            p90_ns: 5_210_000,
+            p99_ns: 5_350_000,
+            p999_ns: 5_900_000,
+            max_ns: 6_120_000,
+        };
+        let l = Latency::from_cells(&cells).with_figures(Some(f));
+        let v = latency_json(&l);
+        assert_eq!(
+            (&v["p50_ns"], &v["p90_ns"], &v["min_ns"], &v["max_ns"]),
+            (
+                &json!(5_060_000),
+                &json!(5_210_000),
+                &json!(5_000_000),
+                &json!(6_120_000)
+            )
+        );
+        assert_eq!(v["p50_ns_at_most"], json!(10_000_000), "the bounds stay");
+        let j = Jitter {
+            samples: 99,
+            mean_ns: 12_300,
+            bounds: Latency::from_cells(&cells),
+        }
+        .with_figures(Some(Figures { samples: 99, ..f }));
+        assert_eq!(
+            latency_text(&l, &j, &LatencyClock::same_clock()),
+            "latency min 5.00ms mean 5.07ms p50 5.06ms p90 5.21ms p99 5.35ms p99.9 5.90ms max 6.12ms, jitter min 5.00ms mean 5.07ms p50 5.06ms p90 5.21ms p99 5.35ms p99.9 5.90ms max 6.12ms (same clock)"
+        );
     }
 
     #[test]
@@ -198,7 +275,9 @@ mod tests {
         assert_eq!(
             sender_jitter_json(&j, &same),
             json!({"p50_ns_at_most": 1000, "p99_ns_at_most": 5000, "p999_ns_at_most": 5000,
-                "max_ns_at_most": 5000, "mean_ns": 1600, "samples": 4})
+                "max_ns_at_most": 5000, "mean_ns": 1600, "samples": 4, "min_ns": null,
+                "p50_ns": null, "p90_ns": null, "p99_ns": null, "p999_ns": null,
+                "max_ns": null})
         );
         assert_eq!(
             sender_jitter_json(&j, &LatencyClock::default()),

@@ -357,6 +357,8 @@ impl SinkBooks for Books {
             latency_max_ns: v.latency.max_ns,
             latency_p999_ns: v.latency.p999_ns,
             jitter: Some(Box::new(verdict_jitter(&v.jitter))),
+            latency_figures: v.latency.figures.map(Box::new),
+            jitter_figures: v.jitter.bounds.figures.map(Box::new),
             sizes: v
                 .sizes
                 .iter()

@@ -176,7 +176,11 @@ pub(crate) fn start_sinks(
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     for q in &queues {
-        let s = Arc::new(SinkShared::new(config.max_flows, config.max_sessions));
+        // Two figure slots per sender: half of them are all that runs without a hello hold.
+        let s = Arc::new(
+            SinkShared::new(config.max_flows, config.max_sessions)
+                .with_figure_slots(2 * max_senders.max(1)),
+        );
         shared.push(Arc::clone(&s));
         let (config, node) = (config.clone(), q.node);
         workers.push((q.cpu, move || SinkWorker::new(config, node, s)));

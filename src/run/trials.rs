@@ -50,7 +50,8 @@ pub(crate) struct Trial {
     /// The fewest packets the pacers were due to send in the trial (0 when unpaced): each
     /// queue's share of the rate over the trial's length, less one per queue for rounding.
     pub(crate) due: u64,
-    /// The sink's 99th percentile one-way latency; `None` when it had no sample (no clock
+    /// The sink's 99th percentile one-way latency (its figure, or the upper bound of its cell
+    /// from a sink older than protocol version 7); `None` when it had no sample (no clock
     /// estimate, or compact headers).
     pub(crate) latency_p99_ns: Option<u64>,
     /// The search's judgement: the trial offered less than `due` by more than the tolerance,
@@ -232,7 +233,12 @@ impl TrialSender {
             kernel_drops: verdict.totals.kernel_drops,
             achieved: sent as f64 / seconds,
             due: rate.map_or(0, |r| ((r * seconds).floor() as u64).saturating_sub(queues)),
-            latency_p99_ns: (verdict.latency.p99_ns > 0).then_some(verdict.latency.p99_ns),
+            // The figure (within 1 %), or else the upper bound of its cell (an older sink).
+            latency_p99_ns: verdict
+                .latency
+                .figures
+                .map(|f| f.p99_ns)
+                .or((verdict.latency.p99_ns > 0).then_some(verdict.latency.p99_ns)),
             limited: false,
             over_latency: false,
         })

@@ -151,6 +151,7 @@ fn jitter_of(v: Option<&VerdictJitter>) -> Jitter {
             p99_ns: j.p99_ns,
             p999_ns: j.p999_ns,
             max_ns: j.max_ns,
+            figures: None,
         },
     })
 }
@@ -175,8 +176,9 @@ pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
                 p999 => p999,
             },
             max_ns: v.latency_max_ns,
+            figures: v.latency_figures.as_deref().copied(),
         },
-        jitter: jitter_of(v.jitter.as_deref()),
+        jitter: jitter_of(v.jitter.as_deref()).with_figures(v.jitter_figures.as_deref().copied()),
         sizes: v
             .sizes
             .iter()

@@ -42,9 +42,12 @@
 //! latency figure, and an estimate that changes would not be constant. So a new correction
 //! also forgets the previous transit (the difference across it would hold the change).
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
-use super::mailbox::{CloseCause, EpochRefusals, Mailbox, SessionKey, SessionView, ToWorker};
+use super::{
+    figure_pool::{FigureLeases, FigurePool},
+    mailbox::{CloseCause, EpochRefusals, Mailbox, SessionKey, SessionView, ToWorker},
+};
 use crate::{
     proto::{
         header::extend_seq,
@@ -110,6 +113,8 @@ struct Session {
     announced: bool,
     /// With a secret, the proof its run's datagrams carry (`proto::proof`): any other is refused.
     proof: Option<RunProof>,
+    /// Its run's slot in the figure pool (`None`: the pool had none for it).
+    figures: Option<u16>,
     dirty: bool,
 }
 
@@ -234,6 +239,9 @@ pub struct Books {
     /// no session ([`Refused::Unannounced`], which the worker answers by applying them and
     /// trying again), so a proven run's first compact datagrams are never read masked.
     announcements_waiting: bool,
+    /// Latency and jitter figures per sender run, shared with the registry.
+    figures: Arc<FigurePool>,
+    figure_leases: FigureLeases,
 }
 
 fn hash(key: SessionKey) -> usize {
@@ -268,6 +276,7 @@ impl Books {
                     last_transit: NO_TRANSIT,
                     announced: false,
                     proof: None,
+                    figures: None,
                     dirty: false,
                 })
                 .collect(),
@@ -296,6 +305,8 @@ impl Books {
             announced_next: 0,
             last_refusal_ns: 0,
             announcements_waiting: false,
+            figures: Arc::default(),
+            figure_leases: FigureLeases::default(),
             empty_look_ns: 0,
         }
     }
@@ -303,6 +314,14 @@ impl Books {
     /// The worker says whether its mailbox holds messages not applied yet.
     pub(crate) fn set_announcements_waiting(&mut self, waiting: bool) {
         self.announcements_waiting = waiting;
+    }
+
+    /// The same books recording latency and jitter figures per sender run into `pool`
+    /// (without: no figures).
+    pub(crate) fn with_figures(mut self, pool: Arc<FigurePool>) -> Books {
+        self.figure_leases = FigureLeases::new(pool.slots());
+        self.figures = pool;
+        self
     }
 
     /// The same books under `admission` (without: every slot open to every session).
@@ -393,6 +412,7 @@ impl Books {
                 }
             }
         }
+        self.figure_leases.announce(epoch);
     }
 
     /// Tells the books the kernel dropped `n` more buffers on this socket.
@@ -487,6 +507,12 @@ impl Books {
         s.last_transit = NO_TRANSIT;
         s.announced = announced;
         s.proof = None;
+        s.figures = self.figure_leases.open(
+            &self.figures,
+            key.epoch,
+            announced,
+            super::mailbox::encode_source(source),
+        );
         s.dirty = true;
         self.unannounced_live += usize::from(!announced);
         Some(slot)
@@ -612,6 +638,16 @@ impl Books {
                 s.counters.latency_sum_ns[cell] =
                     s.counters.latency_sum_ns[cell].saturating_add(ns);
                 let signed = transit.clamp(i128::from(i64::MIN + 1), i128::from(i64::MAX)) as i64;
+                match s.figures {
+                    Some(at) => {
+                        let slot = self.figures.slot(at);
+                        slot.latency.record(ns);
+                        if s.last_transit != NO_TRANSIT {
+                            slot.jitter.record(signed.abs_diff(s.last_transit));
+                        }
+                    }
+                    None => s.counters.latency_unfigured += 1,
+                }
                 s.last_transit = count_jitter(&mut s.counters, s.last_transit, signed);
                 let clamped = transit < 0;
                 s.counters.latency_clamped += u64::from(clamped);

@@ -75,6 +75,11 @@ impl Books {
                 s.counters.unconfirmed += new;
             }
         }
+        // The run's last session here hands its figures to the registry before its answer.
+        if let Some(figures) = s.figures.take() {
+            self.figure_leases
+                .close(&self.figures, s.key.epoch, figures);
+        }
         let answer = FromWorker::Closed {
             slot,
             generation: s.generation,

@@ -19,6 +19,7 @@
 pub mod books;
 mod circulation;
 pub(crate) mod cmsg;
+pub(crate) mod figure_pool;
 mod inline;
 pub mod mailbox;
 mod recv_memory;
@@ -37,6 +38,7 @@ use socket2::Socket;
 use self::{
     books::{Admission, Books, LatencySample, Packet, Refused},
     circulation::Circulation,
+    figure_pool::FigurePool,
     mailbox::{Mailbox, SessionKey},
     recv_memory::{
         INLINE_BATCH, RECV_CONTROL_LEN, RECV_NAME_LEN, RECVMSG_OUT_LEN, RecvMemory, parse_multishot,
@@ -150,6 +152,8 @@ pub(crate) struct SinkShared {
     pub(crate) worker: SharedWorkerCounters,
     /// What senders say to this worker, what it answers, and its published sessions.
     pub(crate) mailbox: Mailbox,
+    /// Latency and jitter figures per sender run (none until `with_figure_slots`).
+    pub(crate) figures: Arc<FigurePool>,
 }
 
 impl SinkShared {
@@ -159,7 +163,14 @@ impl SinkShared {
             flows: (0..max_flows).map(|_| SharedRxFlow::default()).collect(),
             worker: SharedWorkerCounters::default(),
             mailbox: Mailbox::new(max_sessions),
+            figures: Arc::default(),
         }
+    }
+
+    /// The same counters with a figure pool of `slots` sender runs.
+    pub(crate) fn with_figure_slots(mut self, slots: usize) -> SinkShared {
+        self.figures = Arc::new(FigurePool::new(slots));
+        self
     }
 }
 
@@ -294,7 +305,8 @@ impl SinkWorker {
             engine,
             socket,
             books: Books::new(config.max_sessions, config.max_flows, config.gro)
-                .with_admission(config.admission),
+                .with_admission(config.admission)
+                .with_figures(shared.figures.clone()),
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             counters: WorkerCounters::default(),
             latency,

@@ -18,6 +18,7 @@ use std::{
     time::Duration,
 };
 
+use self::figures::{FigureBook, SenderFigures};
 use super::{
     SinkShared,
     mailbox::{EpochRefusals, FromWorker, SessionKey, ToWorker},
@@ -108,6 +109,8 @@ pub(crate) struct SenderRow {
     pub(crate) clock: LatencyClock,
     /// It said hello (its name is its own, not `IP/epoch`).
     pub(crate) announced: bool,
+    /// Its latency and jitter as figures.
+    pub(crate) figures: SenderFigures,
 }
 
 #[derive(Debug)]
@@ -128,6 +131,13 @@ struct Epoch {
     answered: HashMap<u32, SessionCounters>,
     /// The refusals the answered Goodbyes reported, for a repeated one.
     answered_refused: u64,
+    /// Its latency and jitter cells until its verdict.
+    figures: Option<Box<FigureBook>>,
+    /// Some of its cells were let go before its verdict (too many runs waiting): its
+    /// verdict's figures are unknown.
+    figures_dropped: bool,
+    /// Its verdict's figures, for a repeated Goodbye.
+    answered_figures: SenderFigures,
 }
 
 #[derive(Debug, Default)]
@@ -141,6 +151,8 @@ struct SenderBook {
     pruned_sessions: u64,
     /// The active time of those sessions, in ns.
     pruned_active_ns: u64,
+    /// Latency and jitter cells of its runs' slots handed back so far.
+    figures: Option<Box<FigureBook>>,
 }
 
 #[derive(Debug, Default)]
@@ -262,6 +274,9 @@ impl Registry {
         other.closed.add(&book.closed);
         other.pruned_sessions += book.pruned_sessions;
         other.pruned_active_ns += book.pruned_active_ns;
+        if let Some(f) = &book.figures {
+            other.figures.get_or_insert_with(Box::default).add(f);
+        }
         for e in book.epochs {
             if !other.epochs.contains(&e) {
                 other.epochs.push(e);
@@ -341,6 +356,9 @@ impl Registry {
             clock: hello.clock.clone(),
             answered: HashMap::new(),
             answered_refused: 0,
+            figures: None,
+            figures_dropped: false,
+            answered_figures: SenderFigures::default(),
         });
         epoch.announced = true;
         epoch.clock = LatencyClock::at_hello(Some(&epoch.clock), hello.clock.clone());
@@ -501,8 +519,22 @@ impl Registry {
                     verdict.totals.add(&counters);
                     verdict.flows.push((f.flow, counters));
                 }
-                verdict.latency = Latency::from_cells(&verdict.totals.latency_cells);
-                verdict.jitter = Jitter::of(&verdict.totals);
+                let figures = if fresh.is_empty() {
+                    inner
+                        .epochs
+                        .get(&epoch)
+                        .map(|e| e.answered_figures)
+                        .unwrap_or_default()
+                } else {
+                    let f = self.run_figures(&mut inner, epoch, &verdict.totals);
+                    if let Some(e) = inner.epochs.get_mut(&epoch) {
+                        e.answered_figures = f;
+                    }
+                    f
+                };
+                verdict.latency = Latency::from_cells(&verdict.totals.latency_cells)
+                    .with_figures(figures.latency);
+                verdict.jitter = Jitter::of(&verdict.totals).with_figures(figures.jitter);
                 verdict.clock = inner
                     .epochs
                     .get(&epoch)
@@ -552,7 +584,14 @@ impl Registry {
     }
 
     /// Moves the workers' answers into the books.
+    /// The workers' figure slots handed back are added in after their answers, so a run whose
+    /// last answer was read has all its figures.
     fn drain(&self, inner: &mut Inner) {
+        self.drain_answers(inner);
+        self.harvest_figures(inner);
+    }
+
+    fn drain_answers(&self, inner: &mut Inner) {
         for (w, worker) in self.workers.iter().enumerate() {
             while let Some(answer) = worker.mailbox.outbox.pop() {
                 match answer {
@@ -627,6 +666,9 @@ impl Registry {
                     clock: LatencyClock::default(),
                     answered: HashMap::new(),
                     answered_refused: 0,
+                    figures: None,
+                    figures_dropped: false,
+                    answered_figures: SenderFigures::default(),
                 },
             );
         }
@@ -665,6 +707,7 @@ fn run_refusals<'a>(waits: impl Iterator<Item = &'a Waiting>) -> EpochRefusals {
         })
 }
 
+mod figures;
 mod reports;
 mod timeline;
 

@@ -367,3 +367,86 @@ fn pruned_spans_stay_disjoint_and_bounded() {
         "sorted and disjoint"
     );
 }
+
+/// Says hello for `epoch` as `name`, records `delays` (ns, one packet each) and says goodbye;
+/// returns the verdict.
+fn run_with_delays(
+    registry: &Arc<Registry>,
+    books: &mut Books,
+    shared: &SinkShared,
+    name: &str,
+    epoch: u32,
+    delays: &[u64],
+) -> RunVerdict {
+    let flows = |next| {
+        vec![FlowReport {
+            flow: 0,
+            first_seq: 0,
+            next_seq: next,
+            failed: 0,
+        }]
+    };
+    let hello = Hello {
+        name: name.into(),
+        epoch,
+        flows: flows(0),
+        elapsed_ns: 0,
+        step: 0,
+        clock: LatencyClock::same_clock(),
+        proof: None,
+    };
+    registry.hello(None, &hello);
+    round(books, shared);
+    for (seq, delay) in delays.iter().enumerate() {
+        let mut p = packet(epoch, seq as u64);
+        p.now_real_ns = p.sent_ns + delay;
+        books.record(p).unwrap();
+    }
+    let r = Arc::clone(registry);
+    let n = delays.len() as u64;
+    let bye = std::thread::spawn(move || r.goodbye(epoch, &flows(n), Duration::from_secs(5)));
+    while !bye.is_finished() {
+        round(books, shared);
+        std::thread::yield_now();
+    }
+    bye.join().unwrap()
+}
+
+#[test]
+fn each_run_gets_its_own_figures_and_its_sender_the_sum_of_them() {
+    let shared = Arc::new(SinkShared::new(16, 64).with_figure_slots(4));
+    let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
+    let mut books = Books::new(64, 16, false).with_figures(Arc::clone(&shared.figures));
+    let slow: Vec<u64> = (0..100).map(|i| 5_000_000 + i * 10_000).collect();
+    let v = run_with_delays(&registry, &mut books, &shared, "edge-1", 7, &slow);
+    let f = v.latency.figures.expect("a run's latency figures");
+    assert_eq!((f.samples, f.min_ns, f.max_ns), (100, 5_000_000, 5_990_000));
+    // The 50th of 100 is 5.49 ms, within 1 %; the jitter is 10 µs every time.
+    assert!(f.p50_ns.abs_diff(5_490_000) * 100 <= 5_490_000, "{f:?}");
+    let j = v.jitter.bounds.figures.expect("jitter figures");
+    assert_eq!((j.samples, j.min_ns, j.max_ns), (99, 10_000, 10_000));
+    // The next run of the same sender has figures of its own; the sender's sum both.
+    let fast: Vec<u64> = (0..100).map(|i| 1_000 + i).collect();
+    let v = run_with_delays(&registry, &mut books, &shared, "edge-1", 8, &fast);
+    let f = v.latency.figures.unwrap();
+    assert_eq!((f.min_ns, f.max_ns), (1_000, 1_099));
+    let rows = registry.rows(true);
+    let all = rows[0].figures.latency.unwrap();
+    assert_eq!(
+        (all.samples, all.min_ns, all.max_ns),
+        (200, 1_000, 5_990_000)
+    );
+}
+
+#[test]
+fn a_run_that_found_no_figure_slot_has_unknown_figures_never_those_of_a_part() {
+    // No slot at all: every sample goes into no figures.
+    let shared = Arc::new(SinkShared::new(16, 64).with_figure_slots(0));
+    let registry = Arc::new(Registry::new(vec![Arc::clone(&shared)], 8, 0));
+    let mut books = Books::new(64, 16, false).with_figures(Arc::clone(&shared.figures));
+    let v = run_with_delays(&registry, &mut books, &shared, "edge-1", 7, &[5_000; 10]);
+    assert_eq!(v.totals.latency_unfigured, 10);
+    assert_eq!(v.latency.figures, None);
+    assert!(v.latency.p50_ns > 0, "the bounds are still known");
+    assert_eq!(registry.rows(true)[0].figures.latency, None);
+}

@@ -28,23 +28,20 @@ fn program() -> &'static str {
     })
 }
 
-/// Runs 10 000 datagrams at 10 kpps through `nfq_fault ARGS`; returns the sender's summary,
-/// the sink's summary and the program's counts.
-fn run_through_queue(tag: &str, net: u8, args: &[&str]) -> (Value, Value, Value) {
-    let _guard = traffic_lock();
-    let prog = program();
-    let mut rig = Rig::new(tag, net);
-    let mut queue = Rb::start(&rig.lab.rx, prog, args);
+/// Starts `nfq_fault ARGS` in namespace `ns` and queues the datagrams to port 7000 that pass
+/// iptables chain `chain` there (`INPUT`: the sink's side; `OUTPUT`: the sender's).
+fn start_queue(ns: &str, chain: &str, args: &[&str]) -> Rb {
+    let mut queue = Rb::start(ns, program(), args);
     queue.wait_line("nfq_fault: ready", Duration::from_secs(5));
     // This kernel has xt_NFQUEUE (iptables' target) but not nft's `queue` expression.
     sh(&[
         "ip",
         "netns",
         "exec",
-        &rig.lab.rx,
+        ns,
         "iptables",
         "-A",
-        "INPUT",
+        chain,
         "-p",
         "udp",
         "--dport",
@@ -54,6 +51,15 @@ fn run_through_queue(tag: &str, net: u8, args: &[&str]) -> (Value, Value, Value)
         "--queue-num",
         "0",
     ]);
+    queue
+}
+
+/// Runs 10 000 datagrams at 10 kpps through `nfq_fault ARGS`; returns the sender's summary,
+/// the sink's summary and the program's counts.
+fn run_through_queue(tag: &str, net: u8, args: &[&str]) -> (Value, Value, Value) {
+    let _guard = traffic_lock();
+    let mut rig = Rig::new(tag, net);
+    let mut queue = start_queue(&rig.lab.rx, "INPUT", args);
     rig.start_sink(&[]);
     let send = rig.send(&["--rate", "10kpps", "--count", "10000"]);
     assert_eq!(u(&send, "tx_errors"), 0, "{send}");
@@ -104,6 +110,63 @@ fn nfqueue_delay_of_every_datagram_loses_nothing() {
         p50 >= 20_000_000,
         "the 20 ms delay shows in the latency: {sink}"
     );
+}
+
+#[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
+fn per_sender_latency_figures_agree_with_the_holds_the_injector_recorded() {
+    require_root();
+    let _guard = traffic_lock();
+    let mut rig = Rig::new("ql", 236);
+    // Every datagram held 5 ms on the sender's side, each real hold recorded.
+    let queue = start_queue(&rig.lab.tx, "OUTPUT", &["-d", "5"]);
+    rig.start_sink(&[]);
+    let send = rig.send(&["--rate", "2kpps", "--count", "4000"]);
+    queue.signal(Signal::SIGTERM);
+    let (status, out, err) = queue.finish();
+    assert!(status.success(), "nfq_fault: {err}");
+    let holds: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    assert_eq!(u(&holds, "holds"), u(&send, "tx_packets"), "{holds}");
+    let sink = rig.stop_sink(&[("ringblast_rx_packets_total", u(&send, "tx_packets"))]);
+    let (hold_p50, hold_p99) = (u(&holds, "hold_p50_ns"), u(&holds, "hold_p99_ns"));
+    eprintln!(
+        "fault| nfqueue hold 5 ms: hold p50 / per-sender latency p50 (ns) | {hold_p50} | {} | within 250 us above",
+        u(&sink["senders"][0]["latency"], "p50_ns"),
+    );
+    // The sink's per-sender figures and the verdict the sender printed: values, not bounds.
+    for (who, latency) in [
+        ("sink", &sink["senders"][0]["latency"]),
+        ("verdict", &verdict(&send)["latency"]),
+    ] {
+        let p50 = u(latency, "p50_ns");
+        let p99 = u(latency, "p99_ns");
+        assert!(
+            p50 >= hold_p50 && p50 <= hold_p50 + 250_000,
+            "{who}: p50 {p50} against the holds' {hold_p50}: {latency} {holds}"
+        );
+        assert!(
+            p99 <= hold_p99 + 1_000_000,
+            "{who}: p99 {p99} against the holds' {hold_p99}: {latency} {holds}"
+        );
+        let (min, mean, p90, p999, max) = (
+            u(latency, "min_ns"),
+            u(latency, "mean_ns"),
+            u(latency, "p90_ns"),
+            u(latency, "p999_ns"),
+            u(latency, "max_ns"),
+        );
+        assert!(
+            min >= 5_000_000 && min <= p50 && p50 <= p90 && p90 <= p99 && p99 <= p999,
+            "{who}: {latency}"
+        );
+        assert!(
+            p999 <= max && min <= mean && mean <= max,
+            "{who}: {latency}"
+        );
+    }
+    let jitter = &sink["senders"][0]["jitter"];
+    assert!(u(jitter, "samples") > 0, "{jitter}");
+    assert!(u(jitter, "p50_ns") <= u(jitter, "max_ns"), "{jitter}");
 }
 
 #[test]

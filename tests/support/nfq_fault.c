@@ -4,7 +4,9 @@
 // did and prints the counts as one JSON line on stdout when it gets SIGTERM or SIGINT (held
 // packets are released first). It prints "nfq_fault: ready" on stderr once the queue is bound.
 //   -q Q    queue number (default 0)
-//   -d MS   hold every packet MS milliseconds (FIFO: a fixed delay)
+//   -d MS   hold every packet MS milliseconds (FIFO: a fixed delay); each real hold, from the
+//           packet's arrival in this program to its verdict, is recorded, and the summary gives
+//           their p50, p99 and max (hold_p50_ns, hold_p99_ns, hold_max_ns)
 //   -r N    hold every Nth packet until the next one has passed (a swap); if no packet follows
 //           within 50 ms the held one goes alone and is not counted as swapped
 //   -c N    corrupt every Nth packet: flip the first payload byte (ringblast's magic) and zero
@@ -30,6 +32,7 @@
 #define SWAP_WAIT_US 50000
 struct held {
   uint32_t id;
+  uint64_t in_ns;
   uint64_t due;
   int len;
   unsigned char *buf;
@@ -48,14 +51,35 @@ static void on_signal(int sig) {
   stop = 1;
 }
 
-static uint64_t now_us(void) {
+static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_us(void) { return now_ns() / 1000; }
+
+#define MAXHOLDS (1 << 20)
+static uint64_t holds[MAXHOLDS];
+static long n_holds;
+
+static int by_value(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+// The hold of rank ceil(q * n), as the sink ranks its samples.
+static uint64_t hold_quantile(double q) {
+  if (!n_holds) return 0;
+  long rank = (long)(q * (double)n_holds + 0.999999);
+  if (rank < 1) rank = 1;
+  if (rank > n_holds) rank = n_holds;
+  return holds[rank - 1];
 }
 
 static void release(int i) {
   nfq_set_verdict(qh, H[i].id, NF_ACCEPT, H[i].buf ? (uint32_t)H[i].len : 0, H[i].buf);
+  if (delay_ms && n_holds < MAXHOLDS) holds[n_holds++] = now_ns() - H[i].in_ns;
   free(H[i].buf);
   n_accepted++;
   memmove(&H[i], &H[i + 1], (size_t)(nheld - i - 1) * sizeof H[0]);
@@ -113,7 +137,7 @@ static int cb(struct nfq_q_handle *q, struct nfgenmsg *m, struct nfq_data *nfa, 
     n_accepted++;
     return r;
   }
-  H[nheld] = (struct held){id, now_us() + (uint64_t)delay_ms * 1000, len, copy};
+  H[nheld] = (struct held){id, now_ns(), now_us() + (uint64_t)delay_ms * 1000, len, copy};
   int me = nheld++;
   if (delay_ms) n_delayed++;
   if (reorder_n) {
@@ -197,10 +221,14 @@ int main(int argc, char **argv) {
     }
   }
   while (nheld) release(0);
+  qsort(holds, (size_t)n_holds, sizeof holds[0], by_value);
   printf("{\"seen\":%ld,\"accepted\":%ld,\"delayed\":%ld,\"swapped\":%ld,\"unswapped\":%ld,"
-         "\"corrupted\":%ld,\"truncated\":%ld,\"overrun\":%ld}\n",
+         "\"corrupted\":%ld,\"truncated\":%ld,\"overrun\":%ld,\"holds\":%ld,"
+         "\"hold_p50_ns\":%llu,\"hold_p99_ns\":%llu,\"hold_max_ns\":%llu}\n",
          seen, n_accepted, n_delayed, n_swapped, n_unswapped, n_corrupted, n_truncated,
-         n_overrun);
+         n_overrun, n_holds, (unsigned long long)hold_quantile(0.5),
+         (unsigned long long)hold_quantile(0.99),
+         (unsigned long long)(n_holds ? holds[n_holds - 1] : 0));
   fflush(stdout);
   nfq_destroy_queue(qh);
   nfq_close(h);

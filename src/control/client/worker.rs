@@ -619,7 +619,7 @@ impl Worker {
                 return Goodbyed::Lost(e.to_string());
             }
             match conn.channel.poll(&mut &conn.stream) {
-                Ok(Some(Message::Verdict(v))) => return Goodbyed::Verdict(Box::new(v)),
+                Ok(Some(Message::Verdict(v))) => return Goodbyed::Verdict(v),
                 Ok(None | Some(Message::Heartbeat(_) | Message::ClockReply(_))) => {}
                 Ok(Some(m)) => {
                     return Goodbyed::Lost(format!(

@@ -373,7 +373,12 @@ fn session(
                     verdict.latency_p999_ns = 0;
                     verdict.jitter = None;
                 }
-                return match channel.send(&mut &*stream, &Message::Verdict(verdict)) {
+                // Latency and jitter as figures are version 7.
+                if version < 7 {
+                    verdict.latency_figures = None;
+                    verdict.jitter_figures = None;
+                }
+                return match channel.send(&mut &*stream, &Message::Verdict(Box::new(verdict))) {
                     Ok(()) => true,
                     Err(e) => {
                         sh.log.line(format!(

@@ -81,7 +81,7 @@ fn older_senders_are_answered_in_their_version_without_its_later_fields() {
         let verdict = loop {
             match next() {
                 (Message::Heartbeat(_), v) if v == version => continue,
-                (Message::Verdict(v), w) if w == version => break v,
+                (Message::Verdict(v), w) if w == version => break *v,
                 (m, v) => panic!("version {v} {}", m.name()),
             }
         };

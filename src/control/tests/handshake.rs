@@ -228,13 +228,17 @@ fn hello_rewritten(to: u8, server_secret: &str) -> (Result<String, AuthError>, A
 
 #[test]
 fn a_relay_that_rewrites_the_hellos_version_fails_the_handshake() {
-    use crate::control::frame::VERSION;
+    use crate::control::{auth::SECRET_VERSION, frame::VERSION};
     // Down to the version before the MACs covered it: the sink refuses it for a secret.
-    let (c, s) = hello_rewritten(VERSION - 1, "a-shared-secret-k");
+    let (c, s) = hello_rewritten(SECRET_VERSION - 1, "a-shared-secret-k");
     assert!(
-        matches!(s, AuthError::TooOld { version, .. } if version == VERSION - 1),
+        matches!(s, AuthError::TooOld { version, .. } if version == SECRET_VERSION - 1),
         "{s}"
     );
+    assert!(c.is_err(), "{c:?}");
+    // Down to an older version the MACs cover: the MACs no longer match.
+    let (c, s) = hello_rewritten(VERSION - 1, "a-shared-secret-k");
+    assert!(matches!(s, AuthError::WrongSecret), "{s}");
     assert!(c.is_err(), "{c:?}");
     // Down to version 4 (sealed frames, the floor of a secret before version 6): the same.
     let (c, s) = hello_rewritten(4, "a-shared-secret-k");
@@ -355,6 +359,6 @@ fn a_sink_with_a_secret_names_the_version_an_older_or_newer_sender_needs() {
     assert!(matches!(e, AuthError::TooNew(9)), "{e}");
     assert_eq!(
         reason,
-        "the sender speaks control protocol version 9, this sink versions 1 to 6: upgrade the sink"
+        "the sender speaks control protocol version 9, this sink versions 1 to 7: upgrade the sink"
     );
 }

@@ -286,7 +286,7 @@ pub(crate) fn samples() -> Vec<Message> {
         }),
         Message::Heartbeat(Heartbeat {}),
         Message::Goodbye(Goodbye { flows: vec![] }),
-        Message::Verdict(Verdict {
+        Message::Verdict(Box::new(Verdict {
             sink_session: "s".into(),
             name: "n".into(),
             epoch: 1,
@@ -304,6 +304,17 @@ pub(crate) fn samples() -> Vec<Message> {
                 p999_ns: 2_000,
                 max_ns: 2_000,
             })),
+            latency_figures: Some(Box::new(crate::figures::Figures {
+                samples: 10,
+                min_ns: 1,
+                mean_ns: 2,
+                p50_ns: 2,
+                p90_ns: 2,
+                p99_ns: 3,
+                p999_ns: 3,
+                max_ns: 3,
+            })),
+            jitter_figures: None,
             sizes: vec![SizeCount {
                 payload: 64,
                 packets: 2,
@@ -318,8 +329,8 @@ pub(crate) fn samples() -> Vec<Message> {
                 latency_clamped_packets: 1,
                 reason: None,
             }),
-        }),
-        Message::Verdict(Verdict {
+        })),
+        Message::Verdict(Box::new(Verdict {
             sink_session: "s".into(),
             name: "n".into(),
             epoch: 2,
@@ -333,7 +344,7 @@ pub(crate) fn samples() -> Vec<Message> {
                 reason: Some("no clock estimate yet".into()),
             }),
             ..Default::default()
-        }),
+        })),
         Message::ClockProbe(ClockProbe {
             t1_ns: 1_700_000_000_000_000_000,
         }),

@@ -98,6 +98,7 @@ impl Registry {
                     .fold(book.pruned_active_ns, u64::saturating_add);
                 SenderRow {
                     name: name.clone(),
+                    figures: self.live_figures(&inner, name, &counters),
                     counters,
                     sessions: book.pruned_sessions
                         + book
