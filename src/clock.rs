@@ -78,10 +78,16 @@ pub(crate) fn test_skew_ns() -> Option<i64> {
 /// The sink's realtime clock: [`realtime_ns`], moved by the test skew when that hook is set.
 #[inline]
 pub(crate) fn sink_realtime_ns() -> u64 {
-    let now = realtime_ns();
+    on_sink_clock(realtime_ns())
+}
+
+/// A `CLOCK_REALTIME` reading (a kernel stamp) on the sink's clock: moved by the test skew
+/// when that hook is set.
+#[inline]
+pub(crate) fn on_sink_clock(realtime: u64) -> u64 {
     match test_skew_ns() {
-        Some(skew) => now.saturating_add_signed(skew),
-        None => now,
+        Some(skew) => realtime.saturating_add_signed(skew),
+        None => realtime,
     }
 }
 

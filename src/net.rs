@@ -105,7 +105,9 @@ pub(crate) struct SinkSocketOptions {
     pub(crate) reuse_port: bool,
 }
 
-/// A bound sink socket with `SO_RXQ_OVFL`, a large receive buffer and optional GRO.
+/// A bound sink socket with `SO_RXQ_OVFL`, `SO_TIMESTAMPNS` (each datagram's software receive
+/// stamp: where a kernel refuses it, arrival times are taken when the sink reads, and its
+/// queueing delay is unknown), a large receive buffer and optional GRO.
 pub(crate) fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result<Socket, Error> {
     let sock = new_udp(&listen)?;
     if opts.reuse_port {
@@ -122,6 +124,7 @@ pub(crate) fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result
         "SO_RXQ_OVFL",
         setsockopt(&sock.as_fd(), sockopt::RxqOvfl, &1),
     )?;
+    let _ = setsockopt(&sock.as_fd(), sockopt::ReceiveTimestampns, &true);
     if opts.gro {
         // Kernels without UDP GRO (before 5.0) would deliver datagrams one by one; the sink's
         // multishot receives (6.0) already rule them out.

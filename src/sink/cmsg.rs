@@ -1,6 +1,7 @@
 //! Parsing of the control messages a multishot `RECVMSG` delivers with each datagram:
-//! `UDP_GRO` (the segment size of a coalesced buffer) and `SO_RXQ_OVFL` (the socket's cumulative
-//! drop counter), and the sender's address (`sockaddr_in`/`sockaddr_in6`). Pure byte parsing,
+//! `UDP_GRO` (the segment size of a coalesced buffer), `SO_RXQ_OVFL` (the socket's cumulative
+//! drop counter) and `SCM_TIMESTAMPNS` (the kernel's software receive stamp), and the sender's
+//! address (`sockaddr_in`/`sockaddr_in6`). Pure byte parsing,
 //! no pointers.
 
 /// `SOL_UDP`.
@@ -18,6 +19,8 @@ pub(crate) struct ControlInfo {
     pub(crate) gro_segment: Option<u16>,
     /// The socket's cumulative drop counter, present once drops have happened.
     pub(crate) drops: Option<u32>,
+    /// When the kernel received the buffer (`CLOCK_REALTIME`, ns).
+    pub(crate) stamp_ns: Option<u64>,
 }
 
 /// The sender's address from the name bytes of a received message, if it is IPv4 or IPv6.
@@ -59,6 +62,15 @@ pub(crate) fn parse(control: &[u8]) -> ControlInfo {
             (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) if data.len() >= 4 => {
                 info.drops = Some(u32::from_ne_bytes([data[0], data[1], data[2], data[3]]));
             }
+            // `struct timespec`: two 64-bit words on 64-bit Linux.
+            (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) if data.len() >= 16 => {
+                let secs = read_i64(&data[0..8]);
+                let nanos = read_i64(&data[8..16]);
+                info.stamp_ns = u64::try_from(secs)
+                    .ok()
+                    .zip(u64::try_from(nanos).ok().filter(|n| *n < 1_000_000_000))
+                    .and_then(|(s, n)| s.checked_mul(1_000_000_000)?.checked_add(n));
+            }
             _ => {}
         }
         offset += len.div_ceil(ALIGN) * ALIGN;
@@ -70,6 +82,12 @@ fn read_usize(b: &[u8]) -> usize {
     let mut a = [0u8; ALIGN];
     a.copy_from_slice(&b[..ALIGN]);
     usize::from_ne_bytes(a)
+}
+
+fn read_i64(b: &[u8]) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    i64::from_ne_bytes(a)
 }
 
 fn read_i32(b: &[u8]) -> i32 {

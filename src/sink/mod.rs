@@ -181,6 +181,9 @@ pub(crate) struct SinkOutcome {
     pub(crate) active: Option<(u64, u64)>,
     /// Corrected one-way latency of every valid packet with a sample, in ns.
     pub(crate) latency: Histogram<u64>,
+    /// Per received buffer with a kernel receive stamp: from the stamp to the worker's read,
+    /// in ns (empty without stamps: unknown).
+    pub(crate) queueing: Histogram<u64>,
     /// A fatal ring error ended the run early.
     pub(crate) ring_failed: bool,
     /// How long the worker's loop ran, in ns.
@@ -209,6 +212,8 @@ pub(crate) struct SinkWorker {
     counters: WorkerCounters,
     completions: Vec<Completion>,
     latency: Histogram<u64>,
+    /// Kernel receive stamp to read, per stamped buffer (ns).
+    queueing: Histogram<u64>,
     last_drops: u32,
     first_packet_ns: u64,
     last_packet_ns: u64,
@@ -301,6 +306,7 @@ impl SinkWorker {
             .map_err(|e| Error::io("io_uring_enter (arm multishot receive)", e))?;
         let latency = Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
             .map_err(|e| Error::Usage(format!("latency histogram: {e}")))?;
+        let queueing = latency.clone();
         Ok(SinkWorker {
             engine,
             socket,
@@ -310,6 +316,7 @@ impl SinkWorker {
             completions: vec![Completion::default(); ring_size(&config).cq_entries as usize],
             counters: WorkerCounters::default(),
             latency,
+            queueing,
             last_drops: 0,
             first_packet_ns: 0,
             last_packet_ns: 0,
@@ -354,6 +361,18 @@ impl SinkWorker {
             },
         };
         let control = cmsg::parse(control_bytes);
+        // The kernel's receive stamp is the arrival, so the time a datagram waited for this
+        // worker is not network latency; that wait is this queue's queueing delay. Without a
+        // stamp the arrival is when the worker reaped it, and the wait is unknown.
+        let now_real = match control.stamp_ns {
+            Some(stamp) => {
+                let arrival = clock::on_sink_clock(stamp);
+                self.queueing
+                    .saturating_record(now_real.saturating_sub(arrival).max(1));
+                arrival
+            }
+            None => now_real,
+        };
         // The socket's drop count when the kernel queued this datagram (no cmsg: none yet).
         let queued_drops = control.drops.unwrap_or(0);
         let new = queued_drops.wrapping_sub(self.last_drops);

@@ -15,8 +15,9 @@ use crate::{
     ring::{ArenaRange, Engine, parse_recvmsg_out},
 };
 
-/// Control bytes reserved per received datagram (UDP_GRO + SO_RXQ_OVFL, with room to spare).
-pub(crate) const RECV_CONTROL_LEN: usize = 64;
+/// Control bytes reserved per received datagram: UDP_GRO (24) + SO_RXQ_OVFL (24) +
+/// SCM_TIMESTAMPNS (32), with room to spare.
+pub(crate) const RECV_CONTROL_LEN: usize = 96;
 /// Bytes of `io_uring_recvmsg_out` at the start of every multishot `RECVMSG` buffer.
 pub(crate) const RECVMSG_OUT_LEN: usize = 16;
 /// Bytes reserved for the sender's address in each receive (`sockaddr_in6`).

@@ -157,6 +157,7 @@ impl Job for SinkWorker {
             active: (self.first_packet_ns != 0)
                 .then_some((self.first_packet_ns, self.last_packet_ns)),
             latency: self.latency,
+            queueing: self.queueing,
             ring_failed,
             loop_ns: clock::monotonic_ns().saturating_sub(started),
             time: ThreadTime::of_this_thread()

@@ -136,6 +136,28 @@ impl UdpReport {
                 })
             })
             .collect();
+        // Each queue's wait from the kernel's receive stamp to its worker's read (null: no
+        // stamps, so unknown).
+        let queueing: Vec<Value> = s
+            .queues
+            .iter()
+            .zip(&outcomes)
+            .map(|(q, o)| {
+                let h = o.as_ref().map(|o| &o.queueing).filter(|h| !h.is_empty());
+                json!({"queue": q.queue, "delay": h.map(report::latency_hdr_json)})
+            })
+            .collect();
+        let worst_wait = outcomes
+            .iter()
+            .flatten()
+            .filter(|o| !o.queueing.is_empty())
+            .map(|o| {
+                (
+                    o.queueing.value_at_quantile(0.5),
+                    o.queueing.value_at_quantile(0.99),
+                )
+            })
+            .max_by_key(|w| w.1);
         let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
         for o in outcomes.into_iter().flatten() {
             match latency.as_mut() {
@@ -164,6 +186,7 @@ impl UdpReport {
         let sink_limited = total.worker.kernel_drops > 0;
         summary["sink_limited"] = json!(sink_limited);
         summary["worker_time"] = workers.iter().map(HostTime::json).collect();
+        summary["queueing_delay"] = json!(queueing);
         let (shares, shares_line) = report::queue_shares(rx, &s.queues);
         if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
             into.extend(more);
@@ -177,6 +200,17 @@ impl UdpReport {
         }
         for line in report::sender_lines(&senders) {
             say!("{line}");
+        }
+        match worst_wait {
+            Some((p50, p99)) => say!(
+                "sink: queueing delay (kernel receive stamp to the sink's read, not counted as latency): worst queue p50 {:.1}us p99 {:.1}us",
+                p50 as f64 / 1e3,
+                p99 as f64 / 1e3
+            ),
+            None if total.traffic.packets > 0 => say!(
+                "sink: queueing delay unknown: no kernel receive stamps (SO_TIMESTAMPNS), so latency includes the sink's own wait"
+            ),
+            None => {}
         }
         // The queue whose socket dropped most.
         let dropping = rx

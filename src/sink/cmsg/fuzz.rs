@@ -1,5 +1,5 @@
 //! The control-message parser under hostile input: random bytes, well-formed chains of GRO,
-//! drop-counter and unknown messages (whose values must come back exactly), and those chains
+//! drop-counter, receive-stamp and unknown messages (whose values must come back exactly), and those chains
 //! with flipped bits, bad lengths and truncations; the address parser on random names.
 
 use rand::Rng;
@@ -23,7 +23,7 @@ fn chain(rng: &mut impl Rng) -> (Vec<u8>, ControlInfo) {
     let mut buf = Vec::new();
     let mut want = ControlInfo::default();
     for _ in 0..rng.random_range(0..4) {
-        match rng.random_range(0..3u8) {
+        match rng.random_range(0..4u8) {
             0 => {
                 let seg: i32 = if rng.random() {
                     rng.random_range(-2..70_000)
@@ -41,6 +41,16 @@ fn chain(rng: &mut impl Rng) -> (Vec<u8>, ControlInfo) {
                     &drops.to_ne_bytes(),
                 ));
                 want.drops = Some(drops);
+            }
+            2 => {
+                // Now and then a negative or out-of-range field, which is no stamp.
+                let secs: i64 = rng.random_range(-2..2_000_000_000);
+                let nanos: i64 = rng.random_range(-2..1_000_000_002);
+                let mut data = secs.to_ne_bytes().to_vec();
+                data.extend_from_slice(&nanos.to_ne_bytes());
+                buf.extend(cmsg(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS, &data));
+                want.stamp_ns = (secs >= 0 && (0..1_000_000_000).contains(&nanos))
+                    .then(|| secs as u64 * 1_000_000_000 + nanos as u64);
             }
             _ => {
                 let data: Vec<u8> = (0..rng.random_range(0..24)).map(|_| rng.random()).collect();
