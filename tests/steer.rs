@@ -23,25 +23,9 @@ fn sink(port: u16, queues: &str, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_bound(None, port);
     // Every queue's socket must be in the reuseport group before a datagram arrives: one sent
     // while the group is incomplete gets an index the group lacks and goes by the kernel's hash.
-    let want: usize = queues.parse().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let out = Command::new("ss")
-            .args(["-Huan", &format!("sport = :{port}")])
-            .output()
-            .expect("ss (iproute2)");
-        if String::from_utf8_lossy(&out.stdout).lines().count() >= want {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{want} sockets never bound on {port}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_bound_sockets(None, port, queues.parse().unwrap());
     child
 }
 

@@ -283,7 +283,7 @@ pub fn pair(args: &[&str]) -> (Value, Value, Value) {
 
 /// Waits (at most 5 s, polling the kernel's socket list every 50 ms) until `ss FLAGS` lists a
 /// socket on `port`, inside namespace `ns` if given; `what` names it in the failure.
-fn wait_listed(ns: Option<&str>, port: u16, flags: &str, what: &str) {
+fn wait_listed(ns: Option<&str>, port: u16, flags: &str, what: &str, count: usize) {
     let needle = format!(":{port} ");
     let listed = || {
         let out = match ns {
@@ -292,7 +292,10 @@ fn wait_listed(ns: Option<&str>, port: u16, flags: &str, what: &str) {
                 .output(),
             None => std::process::Command::new("ss").arg(flags).output(),
         };
-        out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&needle))
+        out.is_ok_and(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            text.lines().filter(|l| l.contains(&needle)).count() >= count
+        })
     };
     let found = (0..100).any(|_| {
         listed() || {
@@ -300,18 +303,24 @@ fn wait_listed(ns: Option<&str>, port: u16, flags: &str, what: &str) {
             false
         }
     });
-    assert!(found, "no {what} on port {port}");
+    assert!(found, "fewer than {count} {what} on port {port}");
 }
 
 /// Waits until a UDP socket is bound to `port`, inside namespace `ns` if given.
 pub fn wait_bound(ns: Option<&str>, port: u16) {
-    wait_listed(ns, port, "-Huan", "UDP socket bound");
+    wait_bound_sockets(ns, port, 1);
+}
+
+/// Waits until `count` UDP sockets are bound to `port` (a sink's queues, all in its reuseport
+/// group), inside namespace `ns` if given.
+pub fn wait_bound_sockets(ns: Option<&str>, port: u16, count: usize) {
+    wait_listed(ns, port, "-Huan", "UDP socket(s) bound", count);
 }
 
 /// Waits until a TCP socket listens on `port`, as the kernel lists it (a probe connection
 /// would be counted by a sink).
 pub fn wait_listening(ns: Option<&str>, port: u16) {
-    wait_listed(ns, port, "-Htln", "TCP socket listening");
+    wait_listed(ns, port, "-Htln", "TCP socket listening", 1);
 }
 
 /// A port number free for both UDP and TCP on 127.0.0.1 (a sink binds both), taken below the
