@@ -5,6 +5,10 @@
 //! and the estimate must hold it within its own error bound. The neutral observers are the
 //! skew itself and the kernel's `Udp InDatagrams` of the sink's namespace; every packet is
 //! either a latency sample or counted as `latency_unknown`, never both, never neither.
+//!
+//! A sink whose clock is behind is tested in `tests/faults/nfq.rs`, under a 5 ms hold the
+//! injector records: a veth transit of microseconds is within the estimate's error bound, so
+//! its corrected value may be negative (taken as 0, counted as clamped) and proves nothing.
 
 mod common;
 
@@ -167,24 +171,6 @@ fn a_sink_5_s_ahead_reports_the_true_latency_and_the_offset() {
     assert!(u(jitter, "max_ns_at_most") < 1_000_000_000, "{row}");
     assert!(jitter.get("max_ns_at_least").is_none(), "{row}");
     assert_eq!(verdict["jitter"], row["jitter"], "{send}");
-}
-
-#[test]
-#[ignore = "needs root: network namespaces with their own clocks (a skewed ringblast per namespace)"]
-fn a_sink_5_s_behind_reports_more_than_the_clamped_lowest_cell() {
-    require_root();
-    let _guard = traffic_lock();
-    let lab = Lab::create("ck", 222);
-    let (send, sink, received) = run_udp(&lab, 222, Some(-FIVE_S), &[]);
-    assert_counted(&send, &sink, received);
-    let row = only_sender(&sink);
-    assert_estimate(&row["latency_clock"], -FIVE_S);
-    // Uncorrected, every transit was negative and read `1000` (the lowest cell).
-    let p50 = u(&row["latency"], "p50_ns_at_most");
-    assert!(p50 > 1_000 && p50 < 1_000_000_000, "{row}");
-    // Transits shorter than the estimate's error come out negative: taken as 0, and said.
-    let clamped = u(&row["latency_clock"], "latency_clamped_packets");
-    assert!(clamped < received, "{row}");
 }
 
 #[test]

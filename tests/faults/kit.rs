@@ -116,9 +116,15 @@ impl Rb {
 
     /// Starts `program ARGS` in namespace `ns`.
     pub fn start(ns: &str, program: &str, args: &[&str]) -> Rb {
+        Rb::start_with_env(ns, program, args, &[])
+    }
+
+    /// Starts `program ARGS` in namespace `ns` with `env` added to its environment.
+    pub fn start_with_env(ns: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Rb {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns, program])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -290,6 +296,11 @@ impl Rig {
 
     /// Starts the sink (`extra` appended) and waits until its control port listens.
     pub fn start_sink(&mut self, extra: &[&str]) {
+        self.start_sink_with_env(extra, &[]);
+    }
+
+    /// [`Rig::start_sink`] with `env` added to the sink's environment (a test hook).
+    pub fn start_sink_with_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
         let (to, metrics) = (self.to(), self.metrics_addr().to_string());
         let mut args = vec![
             "sink",
@@ -304,7 +315,7 @@ impl Rig {
             self.secret(),
         ];
         args.extend_from_slice(extra);
-        let mut sink = Rb::spawn(&self.lab.rx, &args);
+        let mut sink = Rb::start_with_env(&self.lab.rx, bin(), &args, env);
         sink.wait_line("control: listening", Duration::from_secs(5));
         self.sink = Some(sink);
     }
