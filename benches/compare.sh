@@ -23,7 +23,9 @@
 # ratios measured in the same run), PROOF (0; 1 adds `ringblast_secret` and
 # `ringblast_auth` runs, plain and with GSO, to every round: both sides hold a
 # --secret-file, so each datagram carries its run's token, and `_auth` adds
-# --auth-data's tag; their ratios to `ringblast` are the proof's cost).
+# --auth-data's tag; their ratios to `ringblast` are the proof's cost), ARRIVAL (0; 1
+# adds `ringblast_read` runs, the default sink with `--arrival read`, to every round: the
+# ratio of `ringblast` to it is the cost of the kernel's receive stamps).
 # Results: a table on stdout, raw rows in target/bench/compare.tsv, tool
 # output of the last invocation in target/bench/raw/. Exit status: 0 when
 # every run produced a result (whatever the ratios), 1 when a run failed,
@@ -55,6 +57,7 @@ PACED_FAST_SECONDS=10
 RINGBLAST="${RINGBLAST:-}"
 BASELINE="${BASELINE:-}"
 PROOF="${PROOF:-0}"
+ARRIVAL="${ARRIVAL:-0}"
 SECRET_FILE=""
 
 NS="rb-bench-$$"
@@ -96,6 +99,7 @@ validate_settings() {
     require_uint SAME_SENDER "$SAME_SENDER"
     require_uint PACED_KPPS "$PACED_KPPS"
     require_uint PROOF "$PROOF"
+    require_uint ARRIVAL "$ARRIVAL"
     require_number QUIET_CPU "$QUIET_CPU"
     [[ "$NICE" =~ ^-?[0-9]+$ ]] || die "NICE must be an integer, got '$NICE'"
     ((ROUNDS >= 1 && ROUNDS <= 100)) || die "ROUNDS must be 1..100"
@@ -312,7 +316,7 @@ run_one() {
     esac
     case "$tool_args" in
     ringblast | ringblast_gso | ringblast_spin | ringblast_inline | ringblast_paced | ringblast_paced_gso | ringblast_balance | \
-        ringblast_secret | ringblast_secret_gso | ringblast_auth | ringblast_auth_gso)
+        ringblast_secret | ringblast_secret_gso | ringblast_auth | ringblast_auth_gso | ringblast_read)
         parser=ringblast
         sink_cmd=("$rb" sink --listen "127.0.0.1:$port" --json --duration "${rb_sink_s}s")
         send_cmd=("$rb" send --to "127.0.0.1:$port" --rate max --size "$size" --duration "${DURATION}s" --json)
@@ -332,6 +336,8 @@ run_one() {
             sink_cmd+=(--rx-wait spin)
         elif [[ "$tool" == ringblast_inline ]]; then
             sink_cmd+=(--rx-wait inline)
+        elif [[ "$tool" == ringblast_read ]]; then
+            sink_cmd+=(--arrival read)
         elif [[ "$tool" == ringblast_paced ]]; then
             sink_cmd=("$RINGBLAST" sink --listen "127.0.0.1:$port" --json --duration "$((PACED_SECONDS + 3))s")
             send_cmd=("$RINGBLAST" send --to "127.0.0.1:$port" --rate "${PACED_KPPS}kpps" --size "$size"
@@ -473,6 +479,9 @@ run_rounds() {
     fi
     if ((PROOF)); then
         tools+=(ringblast_secret ringblast_secret_gso ringblast_auth ringblast_auth_gso)
+    fi
+    if ((ARRIVAL)); then
+        tools+=(ringblast_read)
     fi
     for size in $SIZES; do
         for ((round = 1; round <= ROUNDS; round++)); do

@@ -88,6 +88,7 @@ END {
         ratio_row(z, "ringblast_gso", "baseline_gso", "this build vs BASELINE, gso" segs[z])
         ratio_row(z, "ringblast_gso", "udp_ref", "gso" segs[z] " vs plain ref")
         ratio_row(z, "ringblast_gso", "udp_ref_gso", "gso" segs[z] " vs ref gso->gro")
+        ratio_row(z, "ringblast", "ringblast_read", "ARRIVAL: kernel receive stamps vs --arrival read")
         ratio_row(z, "ringblast_secret", "ringblast", "PROOF: token vs none")
         ratio_row(z, "ringblast_auth", "ringblast", "PROOF: --auth-data tag vs none")
         ratio_row(z, "ringblast_auth", "ringblast_secret", "PROOF: --auth-data tag vs token")

@@ -40,5 +40,6 @@ pub(crate) mod sender;
 pub mod sink;
 pub(crate) mod stamp;
 pub(crate) mod stats;
+pub(crate) mod timestamps;
 pub(crate) mod topology;
 pub(crate) mod worker;

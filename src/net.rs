@@ -103,11 +103,14 @@ pub(crate) struct SinkSocketOptions {
     pub(crate) gro: bool,
     /// Share the address with other workers (`SO_REUSEPORT`).
     pub(crate) reuse_port: bool,
+    /// Ask for `SO_TIMESTAMPNS`, each datagram's software receive stamp (`timestamps::Arrival`:
+    /// where a kernel refuses it, arrival times are taken when the sink reads, and its queueing
+    /// delay is unknown).
+    pub(crate) receive_stamps: bool,
 }
 
-/// A bound sink socket with `SO_RXQ_OVFL`, `SO_TIMESTAMPNS` (each datagram's software receive
-/// stamp: where a kernel refuses it, arrival times are taken when the sink reads, and its
-/// queueing delay is unknown), a large receive buffer and optional GRO.
+/// A bound sink socket with `SO_RXQ_OVFL`, optional receive stamps, a large receive buffer and
+/// optional GRO.
 pub(crate) fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result<Socket, Error> {
     let sock = new_udp(&listen)?;
     if opts.reuse_port {
@@ -124,7 +127,9 @@ pub(crate) fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result
         "SO_RXQ_OVFL",
         setsockopt(&sock.as_fd(), sockopt::RxqOvfl, &1),
     )?;
-    let _ = setsockopt(&sock.as_fd(), sockopt::ReceiveTimestampns, &true);
+    if opts.receive_stamps {
+        let _ = setsockopt(&sock.as_fd(), sockopt::ReceiveTimestampns, &true);
+    }
     if opts.gro {
         // Kernels without UDP GRO (before 5.0) would deliver datagrams one by one; the sink's
         // multishot receives (6.0) already rule them out.
@@ -179,6 +184,7 @@ mod tests {
         let opts = SinkSocketOptions {
             gro: false,
             reuse_port: false,
+            receive_stamps: true,
         };
         let s = sink_socket("127.0.0.1:0".parse().unwrap(), opts).unwrap();
         assert_eq!(socket_drops(&s), Some(0));
@@ -191,6 +197,7 @@ mod tests {
         let opts = SinkSocketOptions {
             gro: true,
             reuse_port: true,
+            receive_stamps: true,
         };
         let a = sink_socket("127.0.0.1:0".parse().unwrap(), opts).unwrap();
         let addr = a.local_addr().unwrap().as_socket().unwrap();
@@ -203,6 +210,7 @@ mod tests {
         let opts = SinkSocketOptions {
             gro: false,
             reuse_port: false,
+            receive_stamps: true,
         };
         let a = sink_socket("127.0.0.1:0".parse().unwrap(), opts).unwrap();
         let addr = a.local_addr().unwrap().as_socket().unwrap();

@@ -129,6 +129,19 @@ fn bad_flags_exit_2_with_a_clear_message() {
         2,
         "--rx-wait inline is for UDP sinks",
     );
+    expect_exit(
+        &[
+            "sink",
+            "--listen",
+            "127.0.0.1:9",
+            "--proto",
+            "tcp",
+            "--arrival",
+            "kernel",
+        ],
+        2,
+        "--arrival kernel is for UDP sinks: a TCP record's arrival is always the sink's read",
+    );
     expect_exit(&["pair", "--address", "10.1.2.3"], 2, "loopback");
     expect_exit(&["frobnicate"], 2, "unrecognized subcommand");
 }

@@ -473,3 +473,50 @@ fn every_interval_is_printed_and_the_intervals_add_up_to_the_summary() {
     }
     assert!(u(&summary, "rx_records") > 0, "{summary}");
 }
+
+#[test]
+fn the_start_plan_says_where_each_stamp_comes_from() {
+    let _guard = traffic_lock();
+    let send_line = "stamps: a datagram's send time is the sender's clock when its batch is submitted (user space); its lag to the kernel's transmit is not measured";
+    for (arrival, line, json) in [
+        (
+            "kernel",
+            "stamps: a datagram's arrival is the kernel's software receive stamp (SO_TIMESTAMPNS)",
+            "kernel_receive_stamp",
+        ),
+        (
+            "read",
+            "stamps: a datagram's arrival is the sink's read (--arrival read)",
+            "sink_read",
+        ),
+    ] {
+        let out = ringblast(&[
+            "pair",
+            "--count",
+            "1000",
+            "--rate",
+            "10kpps",
+            "--arrival",
+            arrival,
+            "--json",
+        ]);
+        assert_ok(&out);
+        let err = text(&out.stderr);
+        assert!(err.contains(send_line), "{err}");
+        assert!(err.contains(line), "{err}");
+        let sums = summaries(&out);
+        assert_eq!(sums.sink.unwrap()["stamps"]["arrival"], json);
+        assert_eq!(sums.send.unwrap()["stamps"]["send"], "sender_batch_submit");
+    }
+    let out = ringblast(&["pair", "--proto", "tcp", "--count", "1000", "--json"]);
+    assert_ok(&out);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("stamps: a TCP record's send time is the sender's clock when its write is submitted, its arrival the sink's read of its last byte"),
+        "{err}"
+    );
+    assert_eq!(
+        summaries(&out).sink.unwrap()["stamps"]["arrival"],
+        "sink_read"
+    );
+}

@@ -421,6 +421,15 @@ pub(crate) struct SinkTuning {
     /// when the socket is empty).
     #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
     pub(crate) rx_wait: RxWaitArg,
+    /// Where a datagram's arrival time comes from: kernel (the kernel's software receive stamp,
+    /// SO_TIMESTAMPNS, so the time a datagram waited for a busy sink is its queue's queueing
+    /// delay, not latency) or read (when the sink reads it: no stamp per datagram, but latency
+    /// includes the sink's own wait and queueing delay is unknown) [default: kernel; a kernel
+    /// that refuses stamps gets read, and the start plan says so].
+    ///
+    /// UDP only: a TCP record's arrival is always the sink's read, and a TCP sink refuses it.
+    #[arg(long, value_enum, env = "RINGBLAST_ARRIVAL")]
+    pub(crate) arrival: Option<crate::timestamps::Arrival>,
     /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512
     /// of 64 KiB, of which a UDP sink keeps about 4 MiB of received data circulating (all 512
     /// for single datagrams, 64 for full GRO buffers) so the kernel's copies stay in cache; TCP

@@ -206,6 +206,7 @@ mod tests {
             crate::net::SinkSocketOptions {
                 gro: false,
                 reuse_port: true,
+                receive_stamps: true,
             },
         )
         .unwrap();

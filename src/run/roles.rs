@@ -71,6 +71,8 @@ pub(crate) struct SinkSet {
     pub(crate) ready_ns: u64,
     /// The size classes the sink counts.
     pub(crate) sizes: Arc<SizeTable>,
+    /// Where each datagram's arrival time comes from.
+    pub(crate) arrival: crate::timestamps::Arrival,
 }
 
 /// The whole run's target rate (the queues' shares summed), `None` when unpaced.
@@ -170,6 +172,7 @@ pub(crate) fn start_sinks(
     config.steer_queues =
         (config.steer_by_flow && !share_port && queues.len() > 1).then_some(queues.len() as u32);
     let sizes = Arc::clone(&config.sizes);
+    let arrival = config.arrival;
     if !share_port {
         claim::refuse_others(listen)?;
     }
@@ -208,6 +211,7 @@ pub(crate) fn start_sinks(
         max_sessions,
         ready_ns: crate::clock::monotonic_ns(),
         sizes,
+        arrival,
     })
 }
 

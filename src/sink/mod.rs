@@ -77,6 +77,8 @@ pub(crate) struct SinkConfig {
     pub(crate) listen: std::net::SocketAddr,
     /// Ask the kernel for `UDP_GRO`.
     pub(crate) gro: bool,
+    /// Where each datagram's arrival time comes from (already what the kernel grants).
+    pub(crate) arrival: crate::timestamps::Arrival,
     /// How the worker waits for completions while traffic flows.
     pub(crate) wait: RxWait,
     /// Provided buffers per worker (a power of two).
@@ -289,6 +291,7 @@ impl SinkWorker {
             net::SinkSocketOptions {
                 gro: config.gro,
                 reuse_port: true,
+                receive_stamps: config.arrival == crate::timestamps::Arrival::Kernel,
             },
         )?;
         if let Some(queues) = config.steer_queues {

@@ -57,10 +57,20 @@ fn start_queue(ns: &str, chain: &str, args: &[&str]) -> Rb {
 /// Runs 10 000 datagrams at 10 kpps through `nfq_fault ARGS`; returns the sender's summary,
 /// the sink's summary and the program's counts.
 fn run_through_queue(tag: &str, net: u8, args: &[&str]) -> (Value, Value, Value) {
+    run_through_queue_to(tag, net, args, &[])
+}
+
+/// [`run_through_queue`] to a sink started with `sink_args`.
+fn run_through_queue_to(
+    tag: &str,
+    net: u8,
+    args: &[&str],
+    sink_args: &[&str],
+) -> (Value, Value, Value) {
     let _guard = traffic_lock();
     let mut rig = Rig::new(tag, net);
     let mut queue = start_queue(&rig.lab.rx, "INPUT", args);
-    rig.start_sink(&[]);
+    rig.start_sink(sink_args);
     let send = rig.send(&["--rate", "10kpps", "--count", "10000"]);
     assert_eq!(u(&send, "tx_errors"), 0, "{send}");
     assert!(queue.alive(), "the queue program is running");
@@ -121,6 +131,28 @@ fn nfqueue_delay_of_every_datagram_loses_nothing() {
         p50 < 5_000_000,
         "the hold on the sink's host is not one-way latency: {sink}"
     );
+    assert_eq!(sink["stamps"]["arrival"], "kernel_receive_stamp", "{sink}");
+}
+
+#[test]
+#[ignore = "needs root: network namespaces, nft, tc and NFQUEUE (the test command runs it as root)"]
+fn with_arrival_read_a_hold_at_the_sinks_input_is_latency_and_queueing_delay_unknown() {
+    require_root();
+    let (send, sink, counts) =
+        run_through_queue_to("qr", 239, &["-d", "20"], &["--arrival", "read"]);
+    let sent = u(&send, "tx_packets");
+    assert_eq!(u(&counts, "delayed"), sent, "{counts}");
+    assert_eq!(u(&sink, "rx_packets"), sent, "{sink}");
+    // Without receive stamps the arrival is the sink's read, after the hold: the summary says
+    // so, and the wait it cannot see is unknown, not 0.
+    let p50 = u(&sink["latency"], "p50_ns");
+    eprintln!(
+        "fault| nfqueue delay 20 ms at the sink's INPUT, --arrival read: latency p50 (ns) | {} | {p50} | >= 20 ms",
+        u(&counts, "delayed")
+    );
+    assert!(p50 >= 20_000_000, "{sink}");
+    assert_eq!(sink["stamps"]["arrival"], "sink_read", "{sink}");
+    assert!(sink["queueing_delay"][0]["delay"].is_null(), "{sink}");
 }
 
 /// What shares the sink's host with it in [`latency_against_the_holds`].

@@ -140,6 +140,7 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
         common.hugepages,
     )?;
     let queues = planned("send", &placement_args(common, args.to, &[]), notes)?;
+    notes.push_str(crate::timestamps::UDP_SEND_PLAN_LINE);
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = sender_link(args, flows)?;
     let mut configs = configs;
@@ -186,6 +187,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
         &placement_args(&common, args.listen, &[]),
         &mut notes,
     )?;
+    notes.push_str(config.arrival.plan_line(asked_arrival(&args.tuning)));
     let exported = args.tuning.metrics_flows.min(config.max_flows);
     let metrics = common.metrics;
     if secret.is_none() && !args.listen.ip().is_loopback() && !args.insecure_control {
@@ -212,6 +214,11 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
         },
         reporting(&common, metrics, notes),
     ))
+}
+
+/// The arrival a UDP sink asks for (`--arrival`, kernel stamps by default).
+fn asked_arrival(tuning: &crate::cli::SinkTuning) -> crate::timestamps::Arrival {
+    tuning.arrival.unwrap_or(crate::timestamps::Arrival::Kernel)
 }
 
 /// A free UDP port on `ip`, found by binding port 0.
@@ -254,6 +261,8 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     }
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
+    notes.push_str(crate::timestamps::UDP_SEND_PLAN_LINE);
+    notes.push_str(sink_cfg.arrival.plan_line(asked_arrival(&args.tuning)));
     let target = roles::target_pps(&configs);
     let metrics = pair_metrics(args.no_metrics, &common);
     let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);

@@ -143,6 +143,13 @@ fn sink_config(
     if max_conns == 0 {
         return Err(Error::Usage("--max-conns must be at least 1".into()));
     }
+    if let Some(arrival) = tuning.arrival {
+        return Err(Error::Usage(format!(
+            "--arrival {} is for UDP sinks: a TCP record's arrival is always the sink's read; drop --arrival (or RINGBLAST_ARRIVAL)",
+            clap::ValueEnum::to_possible_value(&arrival)
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        )));
+    }
     Ok(TcpSinkConfig {
         listen,
         max_conns,
@@ -185,6 +192,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     }
     let mut notes = String::new();
     let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
+    notes.push_str(crate::timestamps::TCP_PLAN_LINE);
     let reporting = reporting(common, common.metrics, notes);
     Ok(Plan::Tcp(
         TcpPlan {
@@ -222,6 +230,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
         &mut notes,
     )?;
     notes.push_str(config.recv.note());
+    notes.push_str(crate::timestamps::TCP_PLAN_LINE);
     let reporting = reporting(common, common.metrics, notes);
     Ok(Plan::Tcp(
         TcpPlan {
@@ -257,6 +266,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(common, probe, &mut notes)?;
     notes.push_str(sink_cfg.recv.note());
+    notes.push_str(crate::timestamps::TCP_PLAN_LINE);
     let reporting = reporting(common, pair_metrics(args.no_metrics, common), notes);
     Ok(Plan::Tcp(
         TcpPlan {

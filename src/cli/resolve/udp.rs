@@ -213,6 +213,7 @@ pub(crate) fn sink_config(
         session_idle: t.session_idle,
         listen,
         gro: !t.no_gro,
+        arrival: super::asked_arrival(t).granted(),
         wait: t.rx_wait.into(),
         buffers,
         max_flows: t.max_flows,

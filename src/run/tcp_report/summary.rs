@@ -25,6 +25,7 @@ impl TcpReport {
         line.insert("type".into(), json!("summary"));
         line.insert("role".into(), json!("send"));
         line.insert("protocol".into(), json!("tcp"));
+        line.insert("stamps".into(), crate::timestamps::stamps_json(true, None));
         line.insert("duration_s".into(), json!(seconds));
         line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
         line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
@@ -119,6 +120,10 @@ impl TcpReport {
         line.insert("type".into(), json!("summary"));
         line.insert("role".into(), json!("sink"));
         line.insert("protocol".into(), json!("tcp"));
+        line.insert(
+            "stamps".into(),
+            crate::timestamps::stamps_json(true, Some(crate::timestamps::Arrival::Read)),
+        );
         line.insert("duration_s".into(), json!(run_s));
         line.insert("active_s".into(), json!(active_s));
         line.insert("bps".into(), json!(rate(bytes * 8, active_s) as u64));

@@ -64,6 +64,7 @@ impl UdpReport {
         summary["size"] = json!(s.size);
         summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
         summary["burst"] = json!(s.burst);
+        summary["stamps"] = crate::timestamps::stamps_json(false, None);
         summary["worker_time"] = workers.iter().map(HostTime::json).collect();
         if fragments > 1 {
             summary["ip_fragments_per_datagram"] = json!(fragments);
@@ -187,6 +188,7 @@ impl UdpReport {
         summary["sink_limited"] = json!(sink_limited);
         summary["worker_time"] = workers.iter().map(HostTime::json).collect();
         summary["queueing_delay"] = json!(queueing);
+        summary["stamps"] = crate::timestamps::stamps_json(false, Some(s.arrival));
         let (shares, shares_line) = report::queue_shares(rx, &s.queues);
         if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
             into.extend(more);
@@ -208,7 +210,11 @@ impl UdpReport {
                 p99 as f64 / 1e3
             ),
             None if total.traffic.packets > 0 => say!(
-                "sink: queueing delay unknown: no kernel receive stamps (SO_TIMESTAMPNS), so latency includes the sink's own wait"
+                "sink: queueing delay unknown: no kernel receive stamps ({}), so latency includes the sink's own wait",
+                match s.arrival {
+                    crate::timestamps::Arrival::Read => "--arrival read",
+                    crate::timestamps::Arrival::Kernel => "none came with the datagrams",
+                }
             ),
             None => {}
         }
