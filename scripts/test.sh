@@ -101,7 +101,7 @@ cargo test --release -- --include-ignored --test-threads=2
 echo "== control-message decoder: 10 M random and structured inputs"
 RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib control::tests::fuzz -- --nocapture
 echo "== header (full and compact), TCP record stream, cmsg and unit parsers: 10 M random and structured inputs each; the config file 1 M"
-RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cmsg::fuzz cli::fuzz --nocapture --test-threads=2
+RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz net::cmsg::fuzz cli::fuzz --nocapture --test-threads=2
 # The exact-count tests again with the CPUs busy: two busy loops of this script's own (bounded,
 # ended by PID) beside the send-op and receive-mode pairs, the four senders into one sink and the
 # kernel-drop faults. Their counts must still equal the kernel's: a sink that cannot keep up

@@ -2,7 +2,7 @@
 //!
 //! Each loop runs `RINGBLAST_FUZZ_CASES` cases (100 000 by default, for the plain and the
 //! debug-build `cargo test`); the test command runs them at 10 M in release mode:
-//! `RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz sink::cmsg::fuzz cli::fuzz`
+//! `RINGBLAST_FUZZ_CASES=10000000 cargo test --release --lib -- proto::fuzz net::cmsg::fuzz cli::fuzz`
 //! (the config-file loop runs a tenth of the count, `cli/fuzz.rs` says why).
 //!
 //! The run's seed is `RINGBLAST_FUZZ_SEED` when set, else a fresh random one, so every run

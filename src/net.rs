@@ -6,6 +6,7 @@
 //! `UDP_GRO` and for the kernel's drop counter with `SO_RXQ_OVFL`.
 
 pub(crate) mod claim;
+pub(crate) mod cmsg;
 pub(crate) mod fields;
 pub(crate) mod steer;
 pub(crate) mod wire;
@@ -145,6 +146,18 @@ pub(crate) fn sink_socket(listen: SocketAddr, opts: SinkSocketOptions) -> Result
         _ => Error::io(format!("bind {listen}"), e),
     })?;
     Ok(sock)
+}
+
+/// Asks the kernel to report software stamps on `sock` (`SO_TIMESTAMPING` with
+/// `SOF_TIMESTAMPING_SOFTWARE` alone: no stamp is generated until a send asks for one in its
+/// control message); false where the kernel refuses.
+pub(crate) fn report_software_stamps<S: AsFd>(sock: &S) -> bool {
+    setsockopt(
+        &sock.as_fd(),
+        sockopt::Timestamping,
+        &nix::sys::socket::TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE,
+    )
+    .is_ok()
 }
 
 /// The kernel's drop counter of `sock` (`/proc/net/udp{,6}`, `drops` column), read once at the

@@ -54,20 +54,46 @@ impl Arrival {
 }
 
 /// The start plan's line for a UDP sender: its datagrams carry a user-space stamp, and its own
-/// lag from that stamp to the kernel's transmit is not measured (no transmit stamps are read).
-pub(crate) const UDP_SEND_PLAN_LINE: &str = "  stamps: a datagram's send time is the sender's clock when its batch is submitted (user space); its lag to the kernel's transmit is not measured (unknown: no transmit stamps are read)\n";
+/// lag from that stamp to the kernel's transmit is sampled where the kernel reports transmit
+/// stamps.
+pub(crate) fn udp_send_plan_line() -> &'static str {
+    if kernel_transmit_stamps() {
+        "  stamps: a datagram's send time is the sender's clock when its batch is submitted (user space); its lag to the kernel's software transmit stamp is sampled every 1 ms per queue (one SENDMSG asking for SO_TIMESTAMPING, read from the error queue)\n"
+    } else {
+        "  stamps: a datagram's send time is the sender's clock when its batch is submitted (user space); its lag to the kernel's transmit is unknown: this kernel reports no software transmit stamps (SO_TIMESTAMPING)\n"
+    }
+}
 
 /// The start plan's line for TCP, sender or sink: a byte stream has no per-record kernel stamp.
 pub(crate) const TCP_PLAN_LINE: &str = "  stamps: a TCP record's send time is the sender's clock when its write is submitted, its arrival the sink's read of its last byte (a byte stream has no per-record kernel stamp): latency includes both ends' socket buffers, and queueing delay is unknown\n";
 
 /// The `"stamps"` object of a summary: where each datagram's (`tcp`: record's) send time and
-/// arrival come from (`arrival`: `None` for a sender, which does not know the sink's), and the
-/// sender's lag from its stamp to the kernel's transmit, which is not measured (null: unknown).
-pub(crate) fn stamps_json(tcp: bool, arrival: Option<Arrival>) -> serde_json::Value {
+/// arrival come from (`arrival`: `None` for a sender, which does not know the sink's), and where
+/// the sender's lag from its stamp to the kernel's transmit comes from (`transmit_lag`: sampled
+/// kernel transmit stamps; null where it is not measured: unknown).
+pub(crate) fn stamps_json(
+    tcp: bool,
+    arrival: Option<Arrival>,
+    transmit_lag: bool,
+) -> serde_json::Value {
     serde_json::json!({
         "send": if tcp { "sender_write" } else { "sender_batch_submit" },
         "arrival": arrival.map(Arrival::json_name),
-        "transmit_lag": serde_json::Value::Null,
+        "transmit_lag": transmit_lag.then_some("kernel_transmit_stamp"),
+    })
+}
+
+/// Whether this kernel reports software stamps on a UDP socket (probed once).
+fn kernel_transmit_stamps() -> bool {
+    static GRANTED: OnceLock<bool> = OnceLock::new();
+    *GRANTED.get_or_init(|| {
+        socket(
+            AddressFamily::Inet,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .is_ok_and(|fd| crate::net::report_software_stamps(&fd))
     })
 }
 

@@ -477,7 +477,7 @@ fn every_interval_is_printed_and_the_intervals_add_up_to_the_summary() {
 #[test]
 fn the_start_plan_says_where_each_stamp_comes_from() {
     let _guard = traffic_lock();
-    let send_line = "stamps: a datagram's send time is the sender's clock when its batch is submitted (user space); its lag to the kernel's transmit is not measured";
+    let send_line = "stamps: a datagram's send time is the sender's clock when its batch is submitted (user space); its lag to the kernel's software transmit stamp is sampled every 1 ms per queue";
     for (arrival, line, json) in [
         (
             "kernel",
@@ -506,7 +506,9 @@ fn the_start_plan_says_where_each_stamp_comes_from() {
         assert!(err.contains(line), "{err}");
         let sums = summaries(&out);
         assert_eq!(sums.sink.unwrap()["stamps"]["arrival"], json);
-        assert_eq!(sums.send.unwrap()["stamps"]["send"], "sender_batch_submit");
+        let send = sums.send.unwrap();
+        assert_eq!(send["stamps"]["send"], "sender_batch_submit");
+        assert_eq!(send["stamps"]["transmit_lag"], "kernel_transmit_stamp");
     }
     let out = ringblast(&["pair", "--proto", "tcp", "--count", "1000", "--json"]);
     assert_ok(&out);

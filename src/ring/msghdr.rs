@@ -1,10 +1,12 @@
-//! `RECVMSG` over `msghdr`s that live in the engine's arena: a worker reserves a table of them
-//! once at setup, and each receive it queues names one entry of the table together with the
-//! arena ranges the kernel may write the sender's address and the control messages into.
+//! `RECVMSG` and `SENDMSG` over `msghdr`s that live in the engine's arena: a worker reserves a
+//! table of them once at setup, and each receive or send it queues names one entry of the table
+//! together with the arena ranges the kernel may write the sender's address and the control
+//! messages into (a receive), or read the payload and control messages from (a send).
 //!
-//! The engine, not the caller, writes every `msghdr` (no iovec: the payload goes to the
-//! provided-buffer ring), just before it queues the receive, so the kernel only ever reads
-//! pointers the engine checked: into the arena, outside the buffer ring and outside the table.
+//! The engine, not the caller, writes every `msghdr` and its one `iovec` (none for a receive
+//! into the provided-buffer ring), just before it queues the operation, so the kernel only ever
+//! reads pointers the engine checked: into the arena, outside the buffer ring and outside the
+//! table.
 //! The table itself is kernel-facing memory that [`Engine::arena_bytes_mut`] refuses to hand
 //! out. Which entry belongs to which receive, and when the kernel is done with it, is the
 //! caller's bookkeeping; a wrong call can only make the kernel write into the wrong arena bytes,
@@ -16,7 +18,14 @@ use io_uring::{opcode, squeue, types, types::RecvMsgOut};
 
 use super::{BUFFER_GROUP, Engine};
 
-const HEADER_SIZE: usize = std::mem::size_of::<libc::msghdr>();
+/// One table entry: a `msghdr` and the one `iovec` it points at when it carries a payload.
+#[repr(C)]
+struct TableEntry {
+    header: libc::msghdr,
+    iov: libc::iovec,
+}
+
+const HEADER_SIZE: usize = std::mem::size_of::<TableEntry>();
 
 /// A range of arena bytes: `len` bytes from `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +94,7 @@ pub(crate) fn parse_recvmsg_out(
 }
 
 impl Engine {
-    /// Bytes one `msghdr` takes in the table (entries lie back to back).
+    /// Bytes one table entry (a `msghdr` and an `iovec`) takes (entries lie back to back).
     pub(crate) const MSGHDR_BYTES: usize = HEADER_SIZE;
 
     /// Reserves `count` `msghdr`s at arena `offset` for receives (setup, once) and zeroes them.
@@ -158,6 +167,51 @@ impl Engine {
         self.push(&entry)
     }
 
+    /// Queues a `SENDMSG` of arena bytes `payload` on `fd` through table entry `index`, with
+    /// the control messages the caller wrote into arena bytes `control` (the kernel reads both,
+    /// and copies the entry when the send is issued). False for an entry outside the table, for
+    /// a range that leaves the arena or overlaps the buffer ring or the table, or when the SQ is
+    /// full.
+    pub(crate) fn push_sendmsg(
+        &mut self,
+        fd: RawFd,
+        index: usize,
+        payload: ArenaRange,
+        control: ArenaRange,
+        user_data: u64,
+    ) -> bool {
+        let Some(header) = self.write_entry(index, payload, control) else {
+            return false;
+        };
+        let entry = opcode::SendMsg::new(types::Fd(fd), header.cast_const())
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
+    /// Queues a non-blocking single-shot `RECVMSG` of `fd`'s error queue (`MSG_ERRQUEUE`,
+    /// `MSG_DONTWAIT`: `-EAGAIN` when it is empty) through table entry `index`: the first
+    /// `data.len` bytes of the queued packet go into arena bytes `data` (the rest is cut,
+    /// `MSG_TRUNC`), its control messages into `control`, and the kernel writes their lengths
+    /// back into the entry ([`Engine::msghdr_lengths`]). False as for [`Engine::push_sendmsg`].
+    pub(crate) fn push_recv_errqueue(
+        &mut self,
+        fd: RawFd,
+        index: usize,
+        data: ArenaRange,
+        control: ArenaRange,
+        user_data: u64,
+    ) -> bool {
+        let Some(header) = self.write_entry(index, data, control) else {
+            return false;
+        };
+        let entry = opcode::RecvMsg::new(types::Fd(fd), header)
+            .flags((libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) as u32)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
     /// The lengths and flags table entry `index` holds: what the kernel wrote back when the
     /// last receive through it completed (as queued while one is in flight).
     pub(crate) fn msghdr_lengths(&self, index: usize) -> Option<MsghdrLengths> {
@@ -219,6 +273,45 @@ impl Engine {
                 .wrapping_add(table.offset + index * HEADER_SIZE)
                 .cast(),
         )
+    }
+
+    /// Writes entry `index` for an operation whose one `iovec` is arena bytes `payload` and
+    /// whose control messages are arena bytes `control` (no address: the socket is connected),
+    /// after checking all three.
+    fn write_entry(
+        &mut self,
+        index: usize,
+        payload: ArenaRange,
+        control: ArenaRange,
+    ) -> Option<*mut libc::msghdr> {
+        if !self.receive_range_ok(payload) || !self.receive_range_ok(control) {
+            return None;
+        }
+        let header = self.msghdr_ptr(index)?;
+        let iov_at: *mut libc::iovec = header
+            .cast::<u8>()
+            .wrapping_add(std::mem::offset_of!(TableEntry, iov))
+            .cast();
+        let base = self.arena.as_ptr();
+        let iov = libc::iovec {
+            iov_base: base.wrapping_add(payload.offset).cast(),
+            iov_len: payload.len,
+        };
+        // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = iov_at;
+        h.msg_iovlen = 1;
+        h.msg_control = base.wrapping_add(control.offset).cast();
+        h.msg_controllen = control.len;
+        // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as long
+        // as `self`, and its `iovec` lies inside the same entry (`TableEntry` is `repr(C)`, so
+        // the field is aligned too); the kernel may still write back an earlier operation's
+        // lengths into the header, so both are written volatile and no reference is formed.
+        unsafe {
+            iov_at.write_volatile(iov);
+            header.write_volatile(h);
+        }
+        Some(header)
     }
 
     /// Writes entry `index` for a receive into `name` and `control`, after checking all

@@ -1,7 +1,8 @@
 //! Receives through `msghdr`s in the arena: bad tables, entries and ranges are refused, the
 //! bytes the kernel reads pointers from are never handed out for writing, and datagrams on a
 //! real loopback UDP pair come back with the address and control messages the kernel wrote
-//! (single-shot into the arena ranges, multishot into the provided buffer).
+//! (single-shot into the arena ranges, multishot into the provided buffer); a send through an
+//! entry carries its control message, and its transmit stamp comes back from the error queue.
 
 use std::{
     net::UdpSocket,
@@ -165,7 +166,9 @@ fn bad_tables_entries_and_ranges_are_refused() {
         "a buffer-ring entry"
     );
     assert!(
-        engine.arena_bytes_mut(TAIL + 112, 8).is_some(),
+        engine
+            .arena_bytes_mut(TAIL + 2 * Engine::MSGHDR_BYTES, 8)
+            .is_some(),
         "after the table"
     );
     assert!(engine.arena_bytes_mut(4096, 8).is_some(), "buffer bytes");
@@ -238,4 +241,85 @@ fn a_multishot_recvmsg_writes_name_and_control_into_each_buffer() {
         engine.recycle_buffer(bid);
     }
     engine.publish_buffers();
+}
+
+#[test]
+fn a_sendmsg_asking_for_a_transmit_stamp_gets_it_from_the_error_queue() {
+    let mut engine = engine();
+    assert!(engine.reserve_msghdrs(TAIL, 2));
+    let (rx, tx) = udp_pair();
+    let fd = tx.as_raw_fd();
+    assert!(crate::net::report_software_stamps(&tx));
+    // Bad ranges are refused before anything is queued.
+    for bad in [
+        range(TAIL + 100, 8),
+        range(TAIL + 4096 - 4, 8),
+        range(usize::MAX, 2),
+    ] {
+        assert!(!engine.push_sendmsg(fd, 0, bad, CONTROL, 1));
+        assert!(!engine.push_recv_errqueue(fd, 1, bad, CONTROL, 1));
+        assert!(!engine.push_sendmsg(fd, 0, NAME, bad, 1));
+    }
+    assert!(
+        !engine.push_sendmsg(fd, 2, NAME, CONTROL, 1),
+        "past the table"
+    );
+    assert!(engine.push_recv_errqueue(fd, 1, NAME, CONTROL, 1));
+    assert_eq!(
+        completions(&mut engine, 1)[0].result,
+        -libc::EAGAIN,
+        "nothing queued yet"
+    );
+
+    let payload = range(TAIL + 1024, 40);
+    let request = range(TAIL + 2048, 24);
+    let sent_before = crate::clock::realtime_ns();
+    {
+        let bytes = engine.arena_bytes_mut(payload.offset, payload.len).unwrap();
+        bytes.copy_from_slice(&[0x5a; 40]);
+        let control = engine.arena_bytes_mut(request.offset, request.len).unwrap();
+        control[0..8].copy_from_slice(&20usize.to_ne_bytes());
+        control[8..12].copy_from_slice(&libc::SOL_SOCKET.to_ne_bytes());
+        control[12..16].copy_from_slice(&libc::SO_TIMESTAMPING.to_ne_bytes());
+        control[16..20].copy_from_slice(&libc::SOF_TIMESTAMPING_TX_SOFTWARE.to_ne_bytes());
+    }
+    assert!(engine.push_sendmsg(fd, 0, payload, request, 2));
+    let sent = completions(&mut engine, 1)[0];
+    assert_eq!((sent.user_data, sent.result), (2, 40));
+    let mut got = [0u8; 64];
+    assert_eq!(
+        rx.recv(&mut got).unwrap(),
+        40,
+        "the datagram itself arrived"
+    );
+
+    let data = range(TAIL + 3072, 256);
+    let control = range(TAIL + 512, 256);
+    assert!(engine.push_recv_errqueue(fd, 1, data, control, 3));
+    let read = completions(&mut engine, 1)[0];
+    assert_eq!(read.user_data, 3);
+    assert!(
+        read.result >= 40,
+        "the packet comes back with its headers: {read:?}"
+    );
+    let lengths = engine.msghdr_lengths(1).unwrap();
+    let packet = engine
+        .arena()
+        .bytes(data.offset, read.result as usize)
+        .unwrap();
+    assert!(packet.ends_with(&[0x5a; 40]), "{packet:?}");
+    let cmsgs = engine
+        .arena()
+        .bytes(control.offset, lengths.control)
+        .unwrap();
+    let stamp = crate::net::cmsg::parse(cmsgs)
+        .stamp_ns
+        .expect("a software transmit stamp");
+    assert!(
+        stamp >= sent_before && stamp <= crate::clock::realtime_ns(),
+        "{stamp}"
+    );
+    // One stamp per request: the queue is empty again.
+    assert!(engine.push_recv_errqueue(fd, 1, data, control, 4));
+    assert_eq!(completions(&mut engine, 1)[0].result, -libc::EAGAIN);
 }

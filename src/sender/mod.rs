@@ -13,6 +13,7 @@ pub(crate) mod rtt;
 mod slots;
 pub(crate) mod tcp;
 pub(crate) mod trials;
+mod tx_lag;
 
 use std::{os::fd::AsRawFd, sync::Arc, time::Duration};
 
@@ -21,6 +22,7 @@ use socket2::Socket;
 use self::{
     parts::{PartClock, PartMarks},
     slots::Slots,
+    tx_lag::TxLag,
 };
 use crate::{
     clock,
@@ -29,7 +31,7 @@ use crate::{
     mem::{Arena, limits},
     net,
     pacing::Pacer,
-    ring::{Completion, Engine, RingSize, Wait, probe},
+    ring::{ArenaRange, Completion, Engine, RingSize, Wait, probe},
     stats::{TxFlow, WorkerCounters, errno_class},
     worker::{Control, Job},
 };
@@ -126,7 +128,7 @@ pub(crate) struct SenderShared {
 }
 
 /// What a sender reports when it ends.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct SenderOutcome {
     /// Monotonic ns when sending began.
     pub(crate) started_ns: u64,
@@ -136,6 +138,11 @@ pub(crate) struct SenderOutcome {
     pub(crate) ring_failed: bool,
     /// What the host gave the worker between the two; `None`: unknown.
     pub(crate) time: Option<crate::host_time::ThreadTime>,
+    /// Sampled lags from the send stamp to the kernel's software transmit stamp (`tx_lag`);
+    /// `None` where the kernel reports no transmit stamps (unknown).
+    pub(crate) transmit_lag: Option<hdrhistogram::Histogram<u64>>,
+    /// Samples whose transmit stamp never came.
+    pub(crate) transmit_lag_missing: u64,
 }
 
 impl crate::worker::Outcome for SenderOutcome {
@@ -163,17 +170,20 @@ pub(crate) struct SenderWorker {
     next_flow: usize,
     counters: WorkerCounters,
     completions: Vec<Completion>,
+    /// Samples the lag from send stamp to the kernel's transmit.
+    tx_lag: TxLag,
 }
 
 impl SenderWorker {
-    /// Bytes of packet memory one worker registers.
+    /// Bytes of packet memory one worker registers: its send slots, then its transmit-lag
+    /// sampler's.
     pub(crate) fn arena_bytes(config: &SenderConfig) -> u64 {
-        Slots::arena_bytes(config) as u64
+        (Slots::arena_bytes(config) + TxLag::ARENA_BYTES) as u64
     }
 
     /// Bytes of locked memory one worker registers (arena plus ring).
     pub(crate) fn locked_bytes(config: &SenderConfig) -> u64 {
-        Slots::arena_bytes(config) as u64 + ring_size(config).locked_bytes()
+        Self::arena_bytes(config) + ring_size(config).locked_bytes()
     }
 
     /// Builds the worker on the calling (already pinned) thread.
@@ -183,9 +193,12 @@ impl SenderWorker {
         shared: Arc<SenderShared>,
     ) -> Result<Self, Error> {
         limits::check_memlock(Self::locked_bytes(&config))?;
-        let arena =
-            Arena::allocate_on_node(Slots::arena_bytes(&config), place.node, config.hugepages)
-                .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let arena = Arena::allocate_on_node(
+            Self::arena_bytes(&config) as usize,
+            place.node,
+            config.hugepages,
+        )
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
         let ops = match config.op {
             SendOp::WriteFixed => probe::SEND_OPS,
             SendOp::SendZc => probe::SEND_ZC_OPS,
@@ -203,6 +216,8 @@ impl SenderWorker {
             .collect::<Result<Vec<_>, _>>()?;
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let mut slots = Slots::new(&config, &mut engine, &place.flows)?;
+        let stamps = sockets.iter().all(net::report_software_stamps);
+        let tx_lag = TxLag::new(&mut engine, Slots::arena_bytes(&config), stamps);
         if let Some((key, tagged)) = &config.proof {
             slots.prove(
                 config.part_epochs.iter().map(|e| key.run(*e)).collect(),
@@ -235,6 +250,7 @@ impl SenderWorker {
             counters: WorkerCounters::default(),
             shared,
             config,
+            tx_lag,
         })
     }
 
@@ -256,9 +272,10 @@ impl SenderWorker {
         );
     }
 
-    /// Pushes up to `budget` packets' worth of sends, none shorter than `train` packets;
-    /// returns packets queued.
-    fn push_sends(&mut self, budget: u64, train: u64, now_real: u64) -> u64 {
+    /// Pushes up to `budget` packets' worth of sends, none shorter than `train` packets, each
+    /// stamped `now_real` (at monotonic `now`: when a transmit-lag sample is due, one of them
+    /// is it); returns packets queued.
+    fn push_sends(&mut self, budget: u64, train: u64, now_real: u64, now: u64) -> u64 {
         let mut queued = 0;
         let mut pushed = 0;
         while pushed < self.config.batch && budget - queued >= train {
@@ -278,10 +295,19 @@ impl SenderWorker {
             );
             let fd = self.fds[flow];
             let user_data = u64::from(slot);
-            let ok = match self.config.op {
-                SendOp::WriteFixed => self.engine.push_write_fixed(fd, offset, len, user_data),
-                SendOp::SendZc => self.engine.push_send_zc_fixed(fd, offset, len, user_data),
-                SendOp::Send => self.engine.push_send(fd, offset, len, user_data),
+            let ok = if self.tx_lag.due(now) {
+                let payload = ArenaRange {
+                    offset,
+                    len: len as usize,
+                };
+                self.tx_lag
+                    .push_sample(&mut self.engine, fd, slot, payload, segs, now_real)
+            } else {
+                match self.config.op {
+                    SendOp::WriteFixed => self.engine.push_write_fixed(fd, offset, len, user_data),
+                    SendOp::SendZc => self.engine.push_send_zc_fixed(fd, offset, len, user_data),
+                    SendOp::Send => self.engine.push_send(fd, offset, len, user_data),
+                }
             };
             if !ok {
                 self.slots.give_back(slot);
@@ -299,10 +325,15 @@ impl SenderWorker {
         queued
     }
 
-    fn reap(&mut self) {
+    /// Takes every completion ready at monotonic `now`.
+    fn reap(&mut self, now: u64) {
         let n = self.engine.reap(&mut self.completions);
         for i in 0..n {
             let c = self.completions[i];
+            if c.user_data == tx_lag::USER_DATA_READ {
+                self.tx_lag.read_completed(&mut self.engine, &c, now);
+                continue;
+            }
             let slot = c.user_data as u32;
             if c.is_notification() {
                 if c.result as u32 & ZC_COPIED != 0 {
@@ -311,6 +342,7 @@ impl SenderWorker {
                 self.slots.release(slot);
                 continue;
             }
+            self.tx_lag.send_completed(slot, c.result, now);
             let flow = self.slots.flow_of(slot);
             let segs = u64::from(self.slots.segments(slot));
             let f = &mut self.flows[flow];
@@ -396,6 +428,7 @@ impl SenderWorker {
             }
             if let Some(end) = stopping
                 && self.slots.in_flight() == 0
+                && !self.tx_lag.reading()
             {
                 return end;
             }
@@ -405,7 +438,7 @@ impl SenderWorker {
             }
             let mut queued = 0;
             if stopping.is_none() && budget >= need {
-                queued = self.push_sends(budget, train.max(1), clock::realtime_ns());
+                queued = self.push_sends(budget, train.max(1), clock::realtime_ns(), now);
                 pacer.commit(queued);
                 remaining -= queued;
             }
@@ -425,7 +458,10 @@ impl SenderWorker {
             if self.engine.submit(wait).is_err() {
                 return Sent::RingFailed;
             }
-            self.reap();
+            self.reap(now);
+            if stopping.is_none() {
+                self.tx_lag.poll(&mut self.engine, now);
+            }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.counters.pacing_lag_ns = pacer.lag_ns(now);
                 self.counters.target_milli_pps =
@@ -521,6 +557,8 @@ impl Job for SenderWorker {
             time: ThreadTime::of_this_thread()
                 .zip(time_before)
                 .map(|(after, before)| after.since(before)),
+            transmit_lag: self.tx_lag.measured().then(|| self.tx_lag.lag.clone()),
+            transmit_lag_missing: self.tx_lag.missing,
         }
     }
 }

@@ -18,7 +18,6 @@
 
 pub mod books;
 mod circulation;
-pub(crate) mod cmsg;
 pub(crate) mod figure_pool;
 mod inline;
 pub mod mailbox;
@@ -363,7 +362,7 @@ impl SinkWorker {
                 None => return false,
             },
         };
-        let control = cmsg::parse(control_bytes);
+        let control = net::cmsg::parse(control_bytes);
         // The kernel's receive stamp is the arrival, so the time a datagram waited for this
         // worker is not network latency; that wait is this queue's queueing delay. Without a
         // stamp the arrival is when the worker reaped it, and the wait is unknown.
@@ -383,7 +382,7 @@ impl SinkWorker {
             self.last_drops = queued_drops;
             self.books.add_kernel_drops(u64::from(new));
         }
-        let source = cmsg::parse_source(name_bytes);
+        let source = net::cmsg::parse_source(name_bytes);
         if payload.is_empty() {
             // A zero-length datagram: `chunks` would yield nothing.
             self.counters.invalid[INVALID_SHORT] += 1;

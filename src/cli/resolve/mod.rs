@@ -140,7 +140,7 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
         common.hugepages,
     )?;
     let queues = planned("send", &placement_args(common, args.to, &[]), notes)?;
-    notes.push_str(crate::timestamps::UDP_SEND_PLAN_LINE);
+    notes.push_str(crate::timestamps::udp_send_plan_line());
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = sender_link(args, flows)?;
     let mut configs = configs;
@@ -261,7 +261,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     }
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
-    notes.push_str(crate::timestamps::UDP_SEND_PLAN_LINE);
+    notes.push_str(crate::timestamps::udp_send_plan_line());
     notes.push_str(sink_cfg.arrival.plan_line(asked_arrival(&args.tuning)));
     let target = roles::target_pps(&configs);
     let metrics = pair_metrics(args.no_metrics, &common);

@@ -25,7 +25,10 @@ impl TcpReport {
         line.insert("type".into(), json!("summary"));
         line.insert("role".into(), json!("send"));
         line.insert("protocol".into(), json!("tcp"));
-        line.insert("stamps".into(), crate::timestamps::stamps_json(true, None));
+        line.insert(
+            "stamps".into(),
+            crate::timestamps::stamps_json(true, None, false),
+        );
         line.insert("duration_s".into(), json!(seconds));
         line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
         line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
@@ -122,7 +125,7 @@ impl TcpReport {
         line.insert("protocol".into(), json!("tcp"));
         line.insert(
             "stamps".into(),
-            crate::timestamps::stamps_json(true, Some(crate::timestamps::Arrival::Read)),
+            crate::timestamps::stamps_json(true, Some(crate::timestamps::Arrival::Read), false),
         );
         line.insert("duration_s".into(), json!(run_s));
         line.insert("active_s".into(), json!(active_s));

@@ -64,7 +64,13 @@ impl UdpReport {
         summary["size"] = json!(s.size);
         summary["sizes"] = report::tx_sizes_json(&s.sizes, &total.traffic);
         summary["burst"] = json!(s.burst);
-        summary["stamps"] = crate::timestamps::stamps_json(false, None);
+        let (transmit_lag, transmit_line) = transmit_lag(&s.queues, outcomes);
+        summary["stamps"] = crate::timestamps::stamps_json(
+            false,
+            None,
+            outcomes.iter().flatten().any(|o| o.transmit_lag.is_some()),
+        );
+        summary["transmit_lag"] = transmit_lag;
         summary["worker_time"] = workers.iter().map(HostTime::json).collect();
         if fragments > 1 {
             summary["ip_fragments_per_datagram"] = json!(fragments);
@@ -88,6 +94,9 @@ impl UdpReport {
         );
         if let Some(line) = verdict_line {
             say!("{line}");
+        }
+        if total.traffic.packets > 0 {
+            say!("{transmit_line}");
         }
         if fragments > 1 {
             say!(
@@ -188,7 +197,7 @@ impl UdpReport {
         summary["sink_limited"] = json!(sink_limited);
         summary["worker_time"] = workers.iter().map(HostTime::json).collect();
         summary["queueing_delay"] = json!(queueing);
-        summary["stamps"] = crate::timestamps::stamps_json(false, Some(s.arrival));
+        summary["stamps"] = crate::timestamps::stamps_json(false, Some(s.arrival), false);
         let (shares, shares_line) = report::queue_shares(rx, &s.queues);
         if let (Value::Object(into), Value::Object(more)) = (&mut summary, shares) {
             into.extend(more);
@@ -235,4 +244,48 @@ impl UdpReport {
             crate::output::json_line(&summary);
         }
     }
+}
+
+/// Each queue's sampled lag from send stamp to the kernel's transmit stamp (`lag` null:
+/// unknown, no stamp came back or the kernel reports none), and the line that says the worst.
+fn transmit_lag(
+    queues: &[report::QueueView],
+    outcomes: &[Option<SenderOutcome>],
+) -> (Value, String) {
+    let rows: Vec<Value> = queues
+        .iter()
+        .zip(outcomes)
+        .map(|(q, o)| {
+            let lag = o.as_ref().and_then(|o| o.transmit_lag.as_ref());
+            let figure = lag.filter(|h| !h.is_empty()).map(report::latency_hdr_json);
+            json!({"queue": q.queue, "lag": figure, "measured": lag.is_some(),
+                "missing": o.as_ref().map_or(0, |o| o.transmit_lag_missing)})
+        })
+        .collect();
+    let sampled = outcomes
+        .iter()
+        .flatten()
+        .filter_map(|o| o.transmit_lag.as_ref());
+    let worst = sampled
+        .clone()
+        .filter(|h| !h.is_empty())
+        .max_by_key(|h| h.value_at_quantile(0.99));
+    let missing: u64 = outcomes
+        .iter()
+        .flatten()
+        .map(|o| o.transmit_lag_missing)
+        .sum();
+    let line = match worst {
+        Some(h) => format!(
+            "send: transmit lag of sampled datagrams (the sender's stamp to the kernel's software transmit stamp; one SENDMSG with a stamp request per queue every 1 ms): worst queue p50 {:.1}us p99 {:.1}us ({} samples, {missing} without a stamp)",
+            h.value_at_quantile(0.5) as f64 / 1e3,
+            h.value_at_quantile(0.99) as f64 / 1e3,
+            h.len()
+        ),
+        None if sampled.count() > 0 => format!(
+            "send: transmit lag unknown: no sampled datagram's transmit stamp came back ({missing} without one)"
+        ),
+        None => "send: transmit lag unknown: this kernel reports no software transmit stamps (SO_TIMESTAMPING)".to_string(),
+    };
+    (json!(rows), line)
 }

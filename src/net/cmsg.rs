@@ -1,8 +1,8 @@
-//! Parsing of the control messages a multishot `RECVMSG` delivers with each datagram:
+//! Parsing of the control messages a `RECVMSG` delivers: with each datagram a sink receives,
 //! `UDP_GRO` (the segment size of a coalesced buffer), `SO_RXQ_OVFL` (the socket's cumulative
 //! drop counter) and `SCM_TIMESTAMPNS` (the kernel's software receive stamp), and the sender's
-//! address (`sockaddr_in`/`sockaddr_in6`). Pure byte parsing,
-//! no pointers.
+//! address (`sockaddr_in`/`sockaddr_in6`); with a sender's error-queue read, `SCM_TIMESTAMPING`
+//! (the kernel's software transmit stamp). Pure byte parsing, no pointers.
 
 /// `SOL_UDP`.
 const SOL_UDP: i32 = 17;
@@ -19,7 +19,8 @@ pub(crate) struct ControlInfo {
     pub(crate) gro_segment: Option<u16>,
     /// The socket's cumulative drop counter, present once drops have happened.
     pub(crate) drops: Option<u32>,
-    /// When the kernel received the buffer (`CLOCK_REALTIME`, ns).
+    /// When the kernel received the buffer, or transmitted the packet an error-queue read
+    /// returned (`CLOCK_REALTIME`, ns).
     pub(crate) stamp_ns: Option<u64>,
 }
 
@@ -64,18 +65,28 @@ pub(crate) fn parse(control: &[u8]) -> ControlInfo {
             }
             // `struct timespec`: two 64-bit words on 64-bit Linux.
             (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) if data.len() >= 16 => {
-                let secs = read_i64(&data[0..8]);
-                let nanos = read_i64(&data[8..16]);
-                info.stamp_ns = u64::try_from(secs)
-                    .ok()
-                    .zip(u64::try_from(nanos).ok().filter(|n| *n < 1_000_000_000))
-                    .and_then(|(s, n)| s.checked_mul(1_000_000_000)?.checked_add(n));
+                info.stamp_ns = timespec_ns(data);
+            }
+            // `struct scm_timestamping`: three timespecs, the first the software stamp (zero
+            // when there is none).
+            (libc::SOL_SOCKET, libc::SO_TIMESTAMPING) if data.len() >= 16 => {
+                info.stamp_ns = timespec_ns(data).filter(|&ns| ns > 0);
             }
             _ => {}
         }
         offset += len.div_ceil(ALIGN) * ALIGN;
     }
     info
+}
+
+/// The `struct timespec` at the start of `data` in ns; `None` when it is not a valid time.
+fn timespec_ns(data: &[u8]) -> Option<u64> {
+    let secs = read_i64(&data[0..8]);
+    let nanos = read_i64(&data[8..16]);
+    u64::try_from(secs)
+        .ok()
+        .zip(u64::try_from(nanos).ok().filter(|n| *n < 1_000_000_000))
+        .and_then(|(s, n)| s.checked_mul(1_000_000_000)?.checked_add(n))
 }
 
 fn read_usize(b: &[u8]) -> usize {
@@ -123,6 +134,20 @@ mod tests {
         let info = parse(&buf);
         assert_eq!(info.gro_segment, Some(1400));
         assert_eq!(info.drops, Some(77));
+    }
+
+    #[test]
+    fn a_transmit_stamp_is_the_first_timespec_of_scm_timestamping() {
+        let mut stamps = Vec::new();
+        for (secs, nanos) in [(1_700_000_000i64, 123i64), (0, 0), (0, 0)] {
+            stamps.extend_from_slice(&secs.to_ne_bytes());
+            stamps.extend_from_slice(&nanos.to_ne_bytes());
+        }
+        let info = parse(&cmsg(libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &stamps));
+        assert_eq!(info.stamp_ns, Some(1_700_000_000_000_000_123));
+        // No software stamp (only a hardware one): none, not the Unix epoch.
+        let none = parse(&cmsg(libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &[0; 48]));
+        assert_eq!(none.stamp_ns, None);
     }
 
     #[test]
