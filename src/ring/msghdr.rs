@@ -184,6 +184,7 @@ impl Engine {
             return false;
         };
         let entry = opcode::SendMsg::new(types::Fd(fd), header.cast_const())
+            .flags(libc::MSG_NOSIGNAL as u32)
             .build()
             .user_data(user_data);
         self.push(&entry)
