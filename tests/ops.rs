@@ -87,7 +87,7 @@ fn exact_run_at(count: u64, rate: &str, extra: &[&str]) -> serde_json::Value {
     assert_eq!(kernel.out_datagrams, sends, "Udp OutDatagrams, {ctx}");
     assert_eq!(
         kernel.out_datagrams,
-        u(&send, "ring_sqes_submitted"),
+        send_sqes(&send),
         "one send per SQE, {ctx}"
     );
     let wire = (sends, sends * HEADERS + u(&send, "tx_bytes"));

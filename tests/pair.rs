@@ -68,7 +68,7 @@ fn unpaced_run_equals_the_kernels_count(tag: &str, extra: &[&str], train: u64) {
     assert_accounted(&send, &sink);
     // One OutDatagrams per SQE: every SQE carried a whole train.
     assert_eq!(
-        train * u(&send, "ring_sqes_submitted"),
+        train * send_sqes(&send),
         u(&send, "tx_packets"),
         "send {send}"
     );
@@ -132,7 +132,7 @@ fn gso_segments_are_counted_one_by_one_with_gro() {
     assert_exact(&send, &sink);
     // Every send carries exactly 16 segments (2 s at 100 kpps is a whole number of sends), and
     // the sink's GRO read each as one whole train (`pair_counted`: 16 × InDatagrams).
-    let sqes = u(&send, "ring_sqes_submitted");
+    let sqes = send_sqes(&send);
     assert_eq!(
         sqes * 16,
         u(&send, "tx_packets"),

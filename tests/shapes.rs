@@ -36,7 +36,7 @@ fn a_burst_of_32_holds_its_rate_and_leaves_back_to_back() {
     // measured), a burst of 32 leaves 16 (16.03 measured). 15 allows a few ticks cut short at
     // the ends. That the 32 really leave back to back is judged by a neutral receiver's kernel
     // stamps in tests/neutral_rate.rs (root).
-    let per_enter = u(&send, "ring_sqes_submitted") as f64 / u(&send, "ring_enter_calls") as f64;
+    let per_enter = send_sqes(&send) as f64 / u(&send, "ring_enter_calls") as f64;
     assert!(
         (15.0..=16.5).contains(&per_enter),
         "{per_enter} sends per enter: {send}"

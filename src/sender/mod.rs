@@ -143,6 +143,8 @@ pub(crate) struct SenderOutcome {
     pub(crate) transmit_lag: Option<hdrhistogram::Histogram<u64>>,
     /// Samples whose transmit stamp never came.
     pub(crate) transmit_lag_missing: u64,
+    /// Error-queue reads the samples took (SQEs that are not sends).
+    pub(crate) transmit_lag_reads: u64,
 }
 
 impl crate::worker::Outcome for SenderOutcome {
@@ -438,6 +440,8 @@ impl SenderWorker {
             }
             let mut queued = 0;
             if stopping.is_none() && budget >= need {
+                // A due error-queue read rides along with sends, so it costs no wake-up.
+                self.tx_lag.poll(&mut self.engine, now);
                 queued = self.push_sends(budget, train.max(1), clock::realtime_ns(), now);
                 pacer.commit(queued);
                 remaining -= queued;
@@ -459,9 +463,6 @@ impl SenderWorker {
                 return Sent::RingFailed;
             }
             self.reap(now);
-            if stopping.is_none() {
-                self.tx_lag.poll(&mut self.engine, now);
-            }
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.counters.pacing_lag_ns = pacer.lag_ns(now);
                 self.counters.target_milli_pps =
@@ -559,6 +560,7 @@ impl Job for SenderWorker {
                 .map(|(after, before)| after.since(before)),
             transmit_lag: self.tx_lag.measured().then(|| self.tx_lag.lag.clone()),
             transmit_lag_missing: self.tx_lag.missing,
+            transmit_lag_reads: self.tx_lag.reads,
         }
     }
 }

@@ -77,6 +77,8 @@ pub(super) struct TxLag {
     pub(super) lag: Histogram<u64>,
     /// Samples whose stamp never came.
     pub(super) missing: u64,
+    /// Error-queue reads queued (each one SQE that is not a send).
+    pub(super) reads: u64,
 }
 
 impl TxLag {
@@ -97,6 +99,7 @@ impl TxLag {
             sent_real: 0,
             lag: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds"),
             missing: 0,
+            reads: 0,
         };
         let request = sampler.request_range();
         let written = engine
@@ -179,7 +182,8 @@ impl TxLag {
         }
     }
 
-    /// Queues the next error-queue read when one is due.
+    /// Queues the next error-queue read when one is due (called just before sends are pushed,
+    /// so the read is submitted with them).
     #[inline]
     pub(super) fn poll(&mut self, engine: &mut Engine, now: u64) {
         let State::Reading {
@@ -207,6 +211,7 @@ impl TxLag {
                 USER_DATA_READ,
             )
         {
+            self.reads += 1;
             self.state = State::Reading {
                 fd,
                 since,

@@ -64,6 +64,18 @@ pub fn u(v: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} missing or not an integer in {v}"))
 }
 
+/// The SQEs of a UDP send summary that were sends: all of them but its transmit-lag samples'
+/// error-queue reads.
+pub fn send_sqes(send: &Value) -> u64 {
+    let reads: u64 = send["transmit_lag"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no transmit_lag[] in {send}"))
+        .iter()
+        .map(|q| u(q, "reads"))
+        .sum();
+    u(send, "ring_sqes_submitted") - reads
+}
+
 pub fn assert_ok(out: &Output) {
     assert!(
         out.status.success(),

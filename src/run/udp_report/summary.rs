@@ -259,7 +259,8 @@ fn transmit_lag(
             let lag = o.as_ref().and_then(|o| o.transmit_lag.as_ref());
             let figure = lag.filter(|h| !h.is_empty()).map(report::latency_hdr_json);
             json!({"queue": q.queue, "lag": figure, "measured": lag.is_some(),
-                "missing": o.as_ref().map_or(0, |o| o.transmit_lag_missing)})
+                "missing": o.as_ref().map_or(0, |o| o.transmit_lag_missing),
+                "reads": o.as_ref().map_or(0, |o| o.transmit_lag_reads)})
         })
         .collect();
     let sampled = outcomes
