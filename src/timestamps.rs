@@ -3,7 +3,7 @@
 //! the kernel once, and said in the start plan and the summaries, so a figure never rests on a
 //! stamp the run did not have.
 
-use std::sync::OnceLock;
+use std::{os::fd::OwnedFd, sync::OnceLock};
 
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, setsockopt, socket, sockopt};
 
@@ -86,29 +86,26 @@ pub(crate) fn stamps_json(
 /// Whether this kernel reports software stamps on a UDP socket (probed once).
 fn kernel_transmit_stamps() -> bool {
     static GRANTED: OnceLock<bool> = OnceLock::new();
-    *GRANTED.get_or_init(|| {
-        socket(
-            AddressFamily::Inet,
-            SockType::Datagram,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .is_ok_and(|fd| crate::net::report_software_stamps(&fd))
-    })
+    *GRANTED.get_or_init(|| udp_socket_takes(crate::net::report_software_stamps))
 }
 
 /// Whether this kernel sets `SO_TIMESTAMPNS` on a UDP socket (probed once).
 fn kernel_receive_stamps() -> bool {
     static GRANTED: OnceLock<bool> = OnceLock::new();
     *GRANTED.get_or_init(|| {
-        socket(
-            AddressFamily::Inet,
-            SockType::Datagram,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .is_ok_and(|fd| setsockopt(&fd, sockopt::ReceiveTimestampns, &true).is_ok())
+        udp_socket_takes(|fd| setsockopt(fd, sockopt::ReceiveTimestampns, &true).is_ok())
     })
+}
+
+/// Whether `set` succeeds on a fresh UDP socket.
+fn udp_socket_takes(set: impl FnOnce(&OwnedFd) -> bool) -> bool {
+    socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .is_ok_and(|fd| set(&fd))
 }
 
 #[cfg(test)]

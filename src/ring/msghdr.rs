@@ -132,7 +132,7 @@ impl Engine {
         control: ArenaRange,
         user_data: u64,
     ) -> bool {
-        let Some(header) = self.write_msghdr(index, name, control) else {
+        let Some(header) = self.write_entry(index, Some(name), None, control) else {
             return false;
         };
         let entry = opcode::RecvMsgMulti::new(types::Fd(fd), header.cast_const(), BUFFER_GROUP)
@@ -155,7 +155,7 @@ impl Engine {
         control: ArenaRange,
         user_data: u64,
     ) -> bool {
-        let Some(header) = self.write_msghdr(index, name, control) else {
+        let Some(header) = self.write_entry(index, Some(name), None, control) else {
             return false;
         };
         let entry = opcode::RecvMsg::new(types::Fd(fd), header)
@@ -180,7 +180,7 @@ impl Engine {
         control: ArenaRange,
         user_data: u64,
     ) -> bool {
-        let Some(header) = self.write_entry(index, payload, control) else {
+        let Some(header) = self.write_entry(index, None, Some(payload), control) else {
             return false;
         };
         let entry = opcode::SendMsg::new(types::Fd(fd), header.cast_const())
@@ -203,7 +203,7 @@ impl Engine {
         control: ArenaRange,
         user_data: u64,
     ) -> bool {
-        let Some(header) = self.write_entry(index, data, control) else {
+        let Some(header) = self.write_entry(index, None, Some(data), control) else {
             return false;
         };
         let entry = opcode::RecvMsg::new(types::Fd(fd), header)
@@ -252,9 +252,10 @@ impl Engine {
         }
     }
 
-    /// Whether the kernel may write a receive's address or control messages into `range`:
-    /// inside the arena, outside the buffer ring and the table.
-    fn receive_range_ok(&self, range: ArenaRange) -> bool {
+    /// Whether the kernel may read or write `range` for an operation queued through the table
+    /// (an address, a payload, control messages): inside the arena, outside the buffer ring and
+    /// the table.
+    fn kernel_range_ok(&self, range: ArenaRange) -> bool {
         range.end().is_some_and(|end| end <= self.arena.len())
             && u32::try_from(range.len).is_ok()
             && !range.overlaps(self.buf_ring_bytes())
@@ -276,16 +277,22 @@ impl Engine {
         )
     }
 
-    /// Writes entry `index` for an operation whose one `iovec` is arena bytes `payload` and
-    /// whose control messages are arena bytes `control` (no address: the socket is connected),
-    /// after checking all three.
+    /// Writes entry `index` with the arena ranges the kernel may use: the peer's address
+    /// (`name`: none on a connected socket), the payload (`payload`: none for a receive into
+    /// the provided-buffer ring, which then must exist) and the control messages, after
+    /// checking them all.
     fn write_entry(
         &mut self,
         index: usize,
-        payload: ArenaRange,
+        name: Option<ArenaRange>,
+        payload: Option<ArenaRange>,
         control: ArenaRange,
     ) -> Option<*mut libc::msghdr> {
-        if !self.receive_range_ok(payload) || !self.receive_range_ok(control) {
+        let ranges_ok = [name, payload, Some(control)]
+            .into_iter()
+            .flatten()
+            .all(|r| self.kernel_range_ok(r));
+        if !ranges_ok || (payload.is_none() && self.buf_ring.is_none()) {
             return None;
         }
         let header = self.msghdr_ptr(index)?;
@@ -294,52 +301,31 @@ impl Engine {
             .wrapping_add(std::mem::offset_of!(TableEntry, iov))
             .cast();
         let base = self.arena.as_ptr();
-        let iov = libc::iovec {
-            iov_base: base.wrapping_add(payload.offset).cast(),
-            iov_len: payload.len,
-        };
         // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-        h.msg_iov = iov_at;
-        h.msg_iovlen = 1;
+        if let Some(name) = name {
+            h.msg_name = base.wrapping_add(name.offset).cast();
+            h.msg_namelen = name.len as libc::socklen_t;
+        }
         h.msg_control = base.wrapping_add(control.offset).cast();
         h.msg_controllen = control.len;
-        // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as long
-        // as `self`, and its `iovec` lies inside the same entry (`TableEntry` is `repr(C)`, so
-        // the field is aligned too); the kernel may still write back an earlier operation's
-        // lengths into the header, so both are written volatile and no reference is formed.
-        unsafe {
-            iov_at.write_volatile(iov);
-            header.write_volatile(h);
+        if let Some(payload) = payload {
+            let iov = libc::iovec {
+                iov_base: base.wrapping_add(payload.offset).cast(),
+                iov_len: payload.len,
+            };
+            // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as
+            // long as `self`, and its `iovec` lies inside the same entry (`TableEntry` is
+            // `repr(C)`, so the field is aligned too); the kernel reads it only while it copies
+            // an operation queued through this entry, so it is written volatile and no
+            // reference to it is formed.
+            unsafe { iov_at.write_volatile(iov) };
+            h.msg_iov = iov_at;
+            h.msg_iovlen = 1;
         }
-        Some(header)
-    }
-
-    /// Writes entry `index` for a receive into `name` and `control`, after checking all
-    /// three (needs a buffer ring: the payload goes there).
-    fn write_msghdr(
-        &mut self,
-        index: usize,
-        name: ArenaRange,
-        control: ArenaRange,
-    ) -> Option<*mut libc::msghdr> {
-        if self.buf_ring.is_none()
-            || !self.receive_range_ok(name)
-            || !self.receive_range_ok(control)
-        {
-            return None;
-        }
-        let header = self.msghdr_ptr(index)?;
-        let base = self.arena.as_ptr();
-        // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
-        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-        h.msg_name = base.wrapping_add(name.offset).cast();
-        h.msg_namelen = name.len as libc::socklen_t;
-        h.msg_control = base.wrapping_add(control.offset).cast();
-        h.msg_controllen = control.len;
-        // SAFETY: `msghdr_ptr` returns an aligned entry inside the arena, which lives as long
-        // as `self`; the kernel may still write back an earlier receive's lengths into it,
-        // so it is written volatile and no reference to it is formed.
+        // SAFETY: as above, the entry is aligned inside the arena; the kernel may still write
+        // back an earlier operation's lengths into it, so it is written volatile and no
+        // reference to it is formed.
         unsafe { header.write_volatile(h) };
         Some(header)
     }

@@ -6,7 +6,7 @@
 //! transmit stamp (the socket only reports them: no other send is stamped). Once that send has
 //! completed, non-blocking reads of its socket's error queue fetch the stamp together with the
 //! packet's first bytes, which must hold the sampled datagram's own header bytes: a late stamp
-//! of an earlier sample is skipped, and a stamp that never comes within a second (the packet
+//! of an earlier sample is passed over, and a stamp that never comes within a second (the packet
 //! was dropped before the driver, or the kernel returns no payload) is counted missing, never
 //! invented. Everything lives in the worker's arena, laid out at setup; the loop only pushes
 //! SQEs and reads completions.

@@ -157,17 +157,8 @@ impl UdpReport {
                 json!({"queue": q.queue, "delay": h.map(report::latency_hdr_json)})
             })
             .collect();
-        let worst_wait = outcomes
-            .iter()
-            .flatten()
-            .filter(|o| !o.queueing.is_empty())
-            .map(|o| {
-                (
-                    o.queueing.value_at_quantile(0.5),
-                    o.queueing.value_at_quantile(0.99),
-                )
-            })
-            .max_by_key(|w| w.1);
+        let worst_wait = worst_queue(outcomes.iter().flatten().map(|o| &o.queueing))
+            .map(|h| (h.value_at_quantile(0.5), h.value_at_quantile(0.99)));
         let mut latency: Option<hdrhistogram::Histogram<u64>> = None;
         for o in outcomes.into_iter().flatten() {
             match latency.as_mut() {
@@ -267,10 +258,7 @@ fn transmit_lag(
         .iter()
         .flatten()
         .filter_map(|o| o.transmit_lag.as_ref());
-    let worst = sampled
-        .clone()
-        .filter(|h| !h.is_empty())
-        .max_by_key(|h| h.value_at_quantile(0.99));
+    let worst = worst_queue(sampled.clone());
     let missing: u64 = outcomes
         .iter()
         .flatten()
@@ -289,4 +277,13 @@ fn transmit_lag(
         None => "send: transmit lag unknown: this kernel reports no software transmit stamps (SO_TIMESTAMPING)".to_string(),
     };
     (json!(rows), line)
+}
+
+/// The queue whose figure has the highest p99, of those with samples.
+fn worst_queue<'a>(
+    queues: impl Iterator<Item = &'a hdrhistogram::Histogram<u64>>,
+) -> Option<&'a hdrhistogram::Histogram<u64>> {
+    queues
+        .filter(|h| !h.is_empty())
+        .max_by_key(|h| h.value_at_quantile(0.99))
 }
