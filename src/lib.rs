@@ -29,6 +29,7 @@ pub mod proto {
     mod fuzz;
     pub mod header;
     pub mod proof;
+    pub mod reach;
     pub(crate) mod record;
     pub mod seq;
 }

@@ -171,6 +171,15 @@ impl RateSchedule {
         (self.due_real(elapsed_ns, hint) + 1e-9).floor() as u64 + 1
     }
 
+    /// The highest rate anywhere in the schedule (a ramp's is at one of its ends), so no
+    /// more than `peak × elapsed + 1` packets are ever due.
+    pub(crate) fn peak_rate(&self) -> f64 {
+        self.segments
+            .iter()
+            .map(|s| s.from_pps.max(s.to_pps))
+            .fold(0.0, f64::max)
+    }
+
     /// The target rate at `elapsed_ns` (0 after the end).
     pub(crate) fn rate_at(&self, elapsed_ns: u64) -> f64 {
         let mut hint = 0;
@@ -228,6 +237,7 @@ mod tests {
         assert_eq!(s.time_of(100_200), Some(1_001_000_000));
         assert_eq!(s.time_of(600_000), None);
         assert_eq!(s.rate_at(1_500_000_000), 200_000.0);
+        assert_eq!(s.peak_rate(), 200_000.0);
         assert_eq!(
             s.parts(),
             &[(0, 1_000_000_000), (1_000_000_000, 3_000_000_000)]

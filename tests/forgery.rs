@@ -10,7 +10,9 @@
 //! - the same jump from another address is refused for its `source`;
 //! - the right epoch, source and port with a wrong proof (an off-path guess) is `auth`;
 //! - with `--auth-data`, every changed datagram, even one just ahead of the run that only
-//!   the tag can tell, is `auth`, and an unchanged copy is a duplicate.
+//!   the tag can tell, is `auth`, and an unchanged copy is a duplicate;
+//! - without a secret, a jump of a million numbers, well within the line's bound, is
+//!   `implausible` by a paced run's own reach.
 //!
 //! The observers are the kernel's `Udp` counters of the test's own namespace (every datagram
 //! the sink read is booked once, and every one the sender sent was counted) and the
@@ -470,5 +472,97 @@ fn a_random_epoch_flood_keeps_the_books_bounded() {
         "{runs} runs, {} senders listed, {} sender labels, RSS {baseline} -> {end} KiB",
         senders.len(),
         labels.len()
+    );
+}
+
+/// Jumps a million numbers ahead, from the victim's own address and port: within the line's
+/// bound (250 M datagrams/s since the highest plus 100 ms is about 25 M), but far beyond what a
+/// run paced at 5 kpps can have sent.
+const REACH_JUMP: u64 = 1_000_000;
+
+#[test]
+#[ignore = "needs root: a network namespace of its own, an AF_PACKET sniffer and a raw socket"]
+fn a_jump_within_the_lines_bound_but_beyond_a_paced_runs_reach_is_implausible() {
+    let _guard = traffic_lock();
+    let ns = Netns::create("reach");
+    let listen = format!("127.0.0.1:{DATA_PORT}");
+    // No secret: the reach bound holds with or without one.
+    let mut sink = start_sink(&ns.0, 9104, &[]);
+    let before = UdpSnmp::read(&ns.0);
+    let (go, hello_seen) = std::sync::mpsc::channel::<()>();
+    let injector = spawn_in_netns(&ns.0, move || {
+        // Once the sink said the victim's hello, and its flow has gone 200 numbers further (the
+        // sink's workers take a hello at their 10 ms publish cadence).
+        hello_seen.recv().expect("the sink's hello line");
+        let first = sniff();
+        let real = loop {
+            let next = sniff();
+            if next.source == first.source && next.seq() >= first.seq() + 200 {
+                break next;
+            }
+        };
+        let raw = Socket::new(
+            Domain::IPV4,
+            Type::RAW,
+            Some(Protocol::from(libc::IPPROTO_RAW)),
+        )
+        .expect("a raw socket (root)");
+        let mut sent = 0u64;
+        for i in 0..50 {
+            spoof(
+                &raw,
+                real.source,
+                &real.forged(real.seq() + REACH_JUMP + i, None, None),
+            );
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        sent
+    });
+    let args = [
+        "send", "--to", &listen, "--json", "--name", "victim", "--rate", "5kpps", "--count",
+        "20000", "--gso", "1",
+    ];
+    let send = Proc::ringblast(Some(&ns.0), &args);
+    sink.wait_line("sink: sender victim", Duration::from_secs(10));
+    go.send(()).unwrap();
+    let injected = injector.join().expect("the injector");
+    let (status, out, err) = send.finish();
+    sink.interrupt();
+    let (sink_status, sink_out, sink_err) = sink.finish();
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    assert!(status.success(), "the victim: {status}\n{err}");
+    assert!(sink_status.success(), "the sink: {sink_status}\n{sink_err}");
+    let send = last_summary(&out, "send");
+    let sink = last_summary(&sink_out, "sink");
+    let verdict = &send["sink"];
+    let ctx = format!("{kernel:?}\nsend {send}\nsink {sink}");
+
+    // The victim's verdict is the truth by the kernel's counters: nothing lost.
+    let tx = u(&send, "tx_packets");
+    assert_eq!((tx, kernel.out_datagrams), (20_000, 20_000), "{ctx}");
+    assert_eq!(
+        u(verdict, "rx_packets") + u(verdict, "rx_kernel_drops"),
+        tx,
+        "{ctx}"
+    );
+    assert_eq!(u(verdict, "rx_kernel_drops"), kernel.rcvbuf_errors, "{ctx}");
+    assert_eq!(u(verdict, "rx_lost"), 0, "{ctx}");
+    // Every datagram the kernel queued was booked once, and every forgery as implausible.
+    assert_eq!(
+        kernel.in_datagrams,
+        u(&sink, "rx_packets") + u(&sink, "rx_duplicates") + u(&sink, "rx_invalid"),
+        "InDatagrams: {ctx}"
+    );
+    assert_eq!(injected, 50);
+    assert_eq!(
+        u(&sink["rx_invalid_by_reason"], "implausible"),
+        injected,
+        "{ctx}"
+    );
+    assert_eq!(
+        (u(&sink, "rx_lost"), u(&sink, "rx_duplicates")),
+        (0, 0),
+        "{ctx}"
     );
 }

@@ -125,6 +125,21 @@ pub(crate) struct Hello {
     /// same one runs on the same kernel, so the two share one realtime clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) boot_id: Option<String>,
+    /// How far its paced flows can reach (protocol version 8): the sink refuses a datagram
+    /// numbered beyond it as `implausible` (`proto::reach`). `None`: unpaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) reach: Option<Reach>,
+}
+
+/// A paced run's pace, for the sink's bound on how far its sequence numbers can reach.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Reach {
+    /// The most datagrams per second any one of its flows is paced at (its fastest queue's
+    /// peak rate).
+    pub(crate) flow_pps: f64,
+    /// Time since the run's first pacer started (not the step's or the trial's).
+    pub(crate) run_elapsed_ns: u64,
 }
 
 /// The sink's reply to [`Hello`].
@@ -449,6 +464,14 @@ impl Message {
                 check_flows(m.flows.len())?;
                 if let Some(id) = &m.boot_id {
                     check_boot_id(id)?;
+                }
+                if let Some(r) = m.reach
+                    && !(r.flow_pps.is_finite() && r.flow_pps > 0.0)
+                {
+                    return Err(format!(
+                        "reach.flow_pps {} is not a finite positive number",
+                        r.flow_pps
+                    ));
                 }
                 match m.rate_pps {
                     Some(r) if !(r.is_finite() && r >= 0.0) => {

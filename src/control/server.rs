@@ -88,11 +88,23 @@ pub(crate) fn places() -> usize {
         .unwrap_or(PLACES)
 }
 
+/// Where a Hello came from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HelloFrom {
+    /// The sender's address.
+    pub(crate) peer: SocketAddr,
+    /// The protocol version it speaks.
+    pub(crate) version: u8,
+    /// With a secret, the proof its run's datagrams carry.
+    pub(crate) proof: Option<RunProof>,
+    /// Monotonic ns when this sink took the connection: the sender built the Hello after it.
+    pub(crate) connected_ns: u64,
+}
+
 /// The sink's accounting, as the control channel sees it. Called from connection threads.
 pub(crate) trait SinkBooks: Send + Sync + 'static {
-    /// A sender said Hello in protocol `version`, its datagrams proven by `proof` (with a
-    /// secret); returns the uptime for Welcome.
-    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8, proof: Option<RunProof>) -> u64;
+    /// A sender said Hello (`from` says where and how); returns the uptime for Welcome.
+    fn hello(&self, hello: &Hello, from: HelloFrom) -> u64;
     /// A sender reported progress.
     fn progress(&self, peer: SocketAddr, name: &str, epoch: u32, progress: &Progress);
     /// A sender told its estimate of this sink's clock offset.

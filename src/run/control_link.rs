@@ -6,14 +6,14 @@
 //! its own kernel (the same boot id) shares its clock; any other waits for the sender's offset
 //! estimate; `pair` is one process, so one clock.
 
-use crate::proto::proof::RunProof;
+use crate::proto::reach::RunReach;
 use crate::say;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use super::{
     link_state::{self, LinkState},
     part_link,
-    roles::{SenderSet, SinkSet},
+    roles::{RunPace, SenderSet, SinkSet},
     verdict::{
         AskSink, GOODBYE_WAIT, flow_verdict, hello_clock, in_process_clock, progress_of,
         reports_of, run_verdict, verdict_clock, verdict_jitter,
@@ -28,7 +28,7 @@ use crate::{
             ClockEstimate, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME, Progress, SizeCount,
             Verdict, name_byte_allowed,
         },
-        server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks},
+        server::{ControlServer, HelloFrom, RunningServer, ServerConfig, ServerStats, SinkBooks},
     },
     error::Error,
     metrics::names,
@@ -252,6 +252,7 @@ fn connect(
         started_ns: clock::monotonic_ns(),
         size: u32::try_from(s.size).unwrap_or(u32::MAX),
         rate_pps: s.target_pps,
+        pace: s.pace,
     });
     let mut config = ClientConfig::new(addr);
     config.secret = secret;
@@ -280,6 +281,7 @@ pub(super) fn part_books(s: &SenderSet) -> part_link::PartBooks {
         first_seq: s.first_seq,
         epochs: Arc::clone(&s.part_epochs),
         tally: Arc::clone(&s.tally),
+        pace: s.pace,
     }
 }
 
@@ -292,6 +294,11 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
         step: 0,
         clock: in_process_clock(),
         proof: None,
+        // One process, one clock: the run's start is known exactly.
+        reach: s
+            .pace
+            .flow_pps
+            .and_then(|r| RunReach::new(s.first_seq, r, s.pace.started_ns)),
     }
 }
 
@@ -302,9 +309,15 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8, proof: Option<RunProof>) -> u64 {
+    fn hello(&self, hello: &Hello, from: HelloFrom) -> u64 {
         let h = registry::Hello {
-            proof,
+            proof: from.proof,
+            reach: hello.reach.and_then(|r| {
+                let first_seq = hello.flows.iter().map(|f| f.first_seq).min()?;
+                // The run started no earlier than the connection minus the Hello's age of it.
+                let since = from.connected_ns.saturating_sub(r.run_elapsed_ns);
+                RunReach::new(first_seq, r.flow_pps, since)
+            }),
             name: hello.name.clone(),
             epoch: hello.epoch,
             flows: hello
@@ -319,9 +332,9 @@ impl SinkBooks for Books {
                 .collect(),
             elapsed_ns: hello.elapsed_ns,
             step: hello.step.unwrap_or(0),
-            clock: hello_clock(hello, version),
+            clock: hello_clock(hello, from.version),
         };
-        let (uptime, line) = self.registry.hello(Some(peer), &h);
+        let (uptime, line) = self.registry.hello(Some(from.peer), &h);
         let rate = hello
             .rate_pps
             .map_or_else(|| "unpaced".to_string(), |r| format!("{r:.0}pps"));
@@ -395,6 +408,7 @@ struct View {
     started_ns: u64,
     size: u32,
     rate_pps: Option<f64>,
+    pace: RunPace,
 }
 
 impl View {
@@ -424,6 +438,7 @@ impl SenderView for View {
             reconnect,
             step: None,
             boot_id: None,
+            reach: self.pace.reach(self.pace.flow_pps),
         }
     }
 

@@ -18,6 +18,7 @@ use crate::latency_clock::LatencyClock;
 
 use super::{
     link_state::{self},
+    roles::RunPace,
     verdict::{self, GOODBYE_WAIT, VerdictResult},
 };
 use crate::{
@@ -27,6 +28,7 @@ use crate::{
         msg::{FlowStart, Goodbye, Hello, Progress},
     },
     metrics::steps::StepTally,
+    proto::reach::RunReach,
     say,
     schedule::RateSchedule,
     sender::SenderShared,
@@ -92,6 +94,8 @@ pub(crate) struct PartBooks {
     pub(crate) epochs: Arc<[u32]>,
     /// The sink's results of the parts judged so far, for the exporter.
     pub(crate) tally: Arc<StepTally>,
+    /// How fast the run's flows can number their datagrams.
+    pub(crate) pace: RunPace,
 }
 
 impl PartBooks {
@@ -219,15 +223,20 @@ pub(crate) struct InProcess {
 
 impl PartSink for InProcess {
     fn open(&mut self, part: usize) {
-        let hello = registry::Hello {
-            name: "pair".into(),
-            epoch: self.books.epochs[part],
-            flows: self.books.reports(part),
-            elapsed_ns: 0,
-            step: part as u32,
-            clock: verdict::in_process_clock(),
-            proof: None,
-        };
+        let hello =
+            registry::Hello {
+                name: "pair".into(),
+                epoch: self.books.epochs[part],
+                flows: self.books.reports(part),
+                elapsed_ns: 0,
+                step: part as u32,
+                clock: verdict::in_process_clock(),
+                proof: None,
+                // One process, one clock: the run's start is known exactly.
+                reach: self.books.pace.flow_pps.and_then(|r| {
+                    RunReach::new(self.books.first_seq, r, self.books.pace.started_ns)
+                }),
+            };
         let (_, line) = self.registry.hello(None, &hello);
         if part == 0 {
             say!("{line}");
@@ -271,6 +280,7 @@ impl PartSink for Remote {
             books: self.books.clone(),
             size: self.size,
             rate_bits: AtomicU64::new(self.schedule.mean_rate(start, end).to_bits()),
+            flow_bits: AtomicU64::new(self.books.pace.flow_pps.map_or(0, f64::to_bits)),
             starts_ns: self.started_ns + start,
         });
         let state = Arc::clone(&self.state);
@@ -335,6 +345,7 @@ impl OneConnection {
             books,
             size,
             rate_bits: AtomicU64::new(0),
+            flow_bits: AtomicU64::new(0),
             starts_ns: clock::monotonic_ns(),
         });
         OneConnection {
@@ -348,12 +359,18 @@ impl OneConnection {
 }
 
 impl OneConnection {
-    /// The rate the next part's Hello announces (`None`: unpaced).
+    /// The rate the next part's Hello announces (`None`: unpaced), split evenly over the
+    /// queues as the trial's workers pace it.
     pub(crate) fn announce_rate(&self, rate_pps: Option<f64>) {
-        let bits = rate_pps
-            .filter(|r| r.is_finite() && *r > 0.0)
-            .map_or(0, f64::to_bits);
-        self.view.rate_bits.store(bits, Ordering::Relaxed);
+        let rate_pps = rate_pps.filter(|r| r.is_finite() && *r > 0.0);
+        self.view
+            .rate_bits
+            .store(rate_pps.map_or(0, f64::to_bits), Ordering::Relaxed);
+        let queues = self.view.books.shared.len().max(1) as f64;
+        let flow_pps = rate_pps.map(|r| r / queues);
+        self.view
+            .flow_bits
+            .store(flow_pps.map_or(0, f64::to_bits), Ordering::Relaxed);
     }
 }
 
@@ -405,6 +422,9 @@ struct PartView {
     size: u32,
     /// The part's target rate as `f64` bits (0: unpaced), for its Hello.
     rate_bits: AtomicU64,
+    /// The most datagrams per second one flow is paced at in this part, as `f64` bits (0:
+    /// unpaced), for its Hello's reach.
+    flow_bits: AtomicU64,
     starts_ns: u64,
 }
 
@@ -434,6 +454,13 @@ impl SenderView for PartView {
             reconnect,
             step: (part > 0).then_some(part as u32),
             boot_id: None,
+            reach: self
+                .books
+                .pace
+                .reach(match self.flow_bits.load(Ordering::Relaxed) {
+                    0 => None,
+                    bits => Some(f64::from_bits(bits)),
+                }),
         }
     }
 

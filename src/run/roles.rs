@@ -53,6 +53,45 @@ pub(crate) struct SenderSet {
     pub(crate) tally: Arc<crate::metrics::steps::StepTally>,
     /// The header fields and port mapping line for the start plan, if any is set.
     pub(crate) fields_plan: Option<String>,
+    /// How fast its flows can number their datagrams, for the sink's reach bound.
+    pub(crate) pace: RunPace,
+}
+
+/// How fast a sender run's flows can number their datagrams: what its Hello tells the sink so
+/// that a datagram numbered beyond what the run could have sent is refused (`proto::reach`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunPace {
+    /// Monotonic ns before any of its pacers started.
+    pub(crate) started_ns: u64,
+    /// The most datagrams per second any one flow is paced at: the fastest queue's peak rate
+    /// (`None`: a queue is unpaced, or a search, whose trials tell their own).
+    pub(crate) flow_pps: Option<f64>,
+}
+
+impl RunPace {
+    /// The pace as a Hello tells it now, with `flow_pps` instead of the run's own (`None`:
+    /// nothing to tell).
+    pub(crate) fn reach(&self, flow_pps: Option<f64>) -> Option<crate::control::msg::Reach> {
+        flow_pps
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(|flow_pps| crate::control::msg::Reach {
+                flow_pps,
+                run_elapsed_ns: crate::clock::monotonic_ns().saturating_sub(self.started_ns),
+            })
+    }
+}
+
+/// The most datagrams per second one flow of `configs` is paced at: the fastest queue's peak
+/// (a flow is sent no faster than its queue); `None` when a queue is unpaced or runs trials.
+fn flow_pps(configs: &[(SenderConfig, Vec<u32>)]) -> Option<f64> {
+    configs
+        .iter()
+        .map(|(c, _)| match (&c.schedule, c.trials.is_some()) {
+            (_, true) => None,
+            (Some(s), false) => Some(s.peak_rate()),
+            (None, false) => c.rate_pps,
+        })
+        .try_fold(0.0, |peak: f64, r| r.map(|r| peak.max(r)))
 }
 
 /// Running sinks.
@@ -109,6 +148,11 @@ pub(crate) fn start_senders(
     let to = configs
         .first()
         .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |(c, _)| c.to);
+    // Before any worker exists, so before any pacer starts.
+    let pace = RunPace {
+        started_ns: crate::clock::monotonic_ns(),
+        flow_pps: flow_pps(&configs),
+    };
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     let mut flows = Vec::new();
@@ -153,6 +197,7 @@ pub(crate) fn start_senders(
         part_epochs,
         tally: Arc::default(),
         fields_plan,
+        pace,
     })
 }
 

@@ -6,7 +6,6 @@
 //! verdict on this sender run, which its summary carries ([`attach_verdict`]). Nothing here
 //! runs on a worker thread.
 
-use crate::proto::proof::RunProof;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use serde_json::{Map, Value, json};
@@ -24,7 +23,7 @@ use crate::{
         msg::{
             ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict,
         },
-        server::{ControlServer, RunningServer, ServerConfig, SinkBooks},
+        server::{ControlServer, HelloFrom, RunningServer, ServerConfig, SinkBooks},
     },
     report::latency_clock_json,
     say,
@@ -68,13 +67,14 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, peer: SocketAddr, hello: &Hello, version: u8, _: Option<RunProof>) -> u64 {
+    fn hello(&self, hello: &Hello, from: HelloFrom) -> u64 {
         say!(
-            "control: sender {} (run {:08x}) said hello from {peer}",
+            "control: sender {} (run {:08x}) said hello from {}",
             hello.name,
-            hello.epoch
+            hello.epoch,
+            from.peer
         );
-        let clock = verdict::hello_clock(hello, version);
+        let clock = verdict::hello_clock(hello, from.version);
         self.books.hello(&hello.name, hello.epoch, clock)
     }
 
@@ -166,6 +166,8 @@ impl SenderView for View {
             // TCP runs have no rate schedule (refused at start).
             step: None,
             boot_id: None,
+            // A record stream has no sequence numbers to bound.
+            reach: None,
         }
     }
 

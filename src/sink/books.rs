@@ -52,6 +52,7 @@ use crate::{
     proto::{
         header::extend_seq,
         proof::{Proof, RunProof},
+        reach::RunReach,
         seq::{Outcome, SeqCounters, SeqTracker, WINDOW},
     },
     stats::{NO_TRANSIT, RxFlow, SessionCounters, count_jitter, latency_cell},
@@ -68,9 +69,10 @@ pub(crate) const CEILING_NS_PER_DATAGRAM: u64 = 4;
 pub(crate) const READ_LAG_SLACK_NS: u64 = 100_000_000;
 /// Bytes of memory one session takes (tracker bitmap included).
 pub(crate) const SESSION_BYTES: usize = std::mem::size_of::<Session>() + (WINDOW / 8) as usize;
-// docs/pairing.md states about 3.1 KiB per session (2.6 KiB before the per-sender latency sums
-// and jitter cells, 2.5 KiB before the size classes): keep it true.
-const _: () = assert!(SESSION_BYTES <= 3_200);
+// docs/pairing.md states about 3.2 KiB per session (3.1 KiB before the run's reach, 2.6 KiB
+// before the per-sender latency sums and jitter cells, 2.5 KiB before the size classes): keep
+// it true.
+const _: () = assert!(SESSION_BYTES <= 3_280);
 const EMPTY: u32 = u32::MAX;
 const PENDING_STARTS: usize = 1024;
 /// Epochs whose clock correction waits for sessions still to come (the oldest is overwritten).
@@ -113,6 +115,10 @@ struct Session {
     announced: bool,
     /// With a secret, the proof its run's datagrams carry (`proto::proof`): any other is refused.
     proof: Option<RunProof>,
+    /// How far its paced run's numbers can reach (`proto::reach`), and the limit last found
+    /// at or above its highest number (the limit only grows, so most datagrams skip it).
+    reach: Option<RunReach>,
+    reach_limit: u64,
     /// Its run's slot in the figure pool (`None`: the pool had none for it).
     figures: Option<u16>,
     dirty: bool,
@@ -139,6 +145,7 @@ struct Announced {
     epoch: u32,
     refusals: EpochRefusals,
     proof: Option<RunProof>,
+    reach: Option<RunReach>,
 }
 
 /// Why a packet was not counted.
@@ -149,7 +156,8 @@ pub enum Refused {
     /// Its session is bound to another source address (that of its first datagram).
     Source,
     /// Its sequence number is further ahead than its flow could have sent since the session's
-    /// highest, or its failed-send count rose by more than the numbers it spans could fail.
+    /// highest, or beyond its paced run's reach (`proto::reach`), or its failed-send count rose
+    /// by more than the numbers it spans could fail.
     Implausible,
     /// Every session slot it may take is taken.
     TableFull,
@@ -276,6 +284,8 @@ impl Books {
                     last_transit: NO_TRANSIT,
                     announced: false,
                     proof: None,
+                    reach: None,
+                    reach_limit: 0,
                     figures: None,
                     dirty: false,
                 })
@@ -357,14 +367,16 @@ impl Books {
     fn open(&mut self, p: &Packet) -> Result<u32, Refused> {
         match self.announced_at(p.key.epoch) {
             Some(i) => {
-                let proof = self.announced[i].proof;
+                let Announced { proof, reach, .. } = self.announced[i];
                 if !p.compact && proof.is_some_and(|r| !r.admits(&p.proof)) {
                     return Err(Refused::Auth);
                 }
                 let slot = self
                     .insert(p.key, p.source, true)
                     .ok_or(Refused::TableFull)?;
-                self.sessions[slot as usize].proof = proof;
+                let s = &mut self.sessions[slot as usize];
+                s.proof = proof;
+                s.reach = reach;
                 Ok(slot)
             }
             None if self.announcements_waiting
@@ -382,9 +394,15 @@ impl Books {
         }
     }
 
-    /// Sender run `epoch` said hello; its first send was at monotonic `since_ns`, and its
-    /// datagrams carry `proof` (with a secret).
-    fn announce(&mut self, epoch: u32, since_ns: u64, proof: Option<RunProof>) {
+    /// Sender run `epoch` said hello; its first send was at monotonic `since_ns`, its
+    /// datagrams carry `proof` (with a secret), and a paced run's numbers stay within `reach`.
+    fn announce(
+        &mut self,
+        epoch: u32,
+        since_ns: u64,
+        proof: Option<RunProof>,
+        reach: Option<RunReach>,
+    ) {
         if self.announced_at(epoch).is_none() {
             let entry = Announced {
                 epoch,
@@ -393,6 +411,7 @@ impl Books {
                     uncertain: self.last_refusal_ns != 0 && self.last_refusal_ns >= since_ns,
                 },
                 proof,
+                reach,
             };
             if self.announced.len() < ANNOUNCED_EPOCHS {
                 self.announced.push(entry);
@@ -404,8 +423,10 @@ impl Books {
         for &slot in &self.live {
             let s = &mut self.sessions[slot as usize];
             if s.key.epoch == epoch {
-                // A session opened before the hello (a sink's start-up grace) is proven from now.
+                // A session opened before the hello (a sink's start-up grace) is proven, and
+                // bounded by its run's reach, from now.
                 s.proof = proof;
+                s.reach = reach;
                 if !s.announced {
                     s.announced = true;
                     self.unannounced_live -= 1;
@@ -507,6 +528,8 @@ impl Books {
         s.last_transit = NO_TRANSIT;
         s.announced = announced;
         s.proof = None;
+        s.reach = None;
+        s.reach_limit = 0;
         s.figures = self.figure_leases.open(
             &self.figures,
             key.epoch,
@@ -585,6 +608,14 @@ impl Books {
         let first = s.tracker.highest().is_none();
         let ahead = s.tracker.highest().map_or(0, |h| p.seq.saturating_sub(h));
         let failed_rise = u64::from(p.failed32.wrapping_sub(s.failed32));
+        if p.seq >= s.reach_limit
+            && let Some(reach) = s.reach
+        {
+            s.reach_limit = reach.limit(p.now_ns);
+            if p.seq >= s.reach_limit {
+                return Err(Refused::Implausible);
+            }
+        }
         if ahead > 0 && !plausible(s, &p, ahead, failed_rise, queued_at, self.gro) {
             return Err(Refused::Implausible);
         }
@@ -736,7 +767,8 @@ impl Books {
                 epoch,
                 since_ns,
                 proof,
-            } => self.announce(epoch, since_ns, proof),
+                reach,
+            } => self.announce(epoch, since_ns, proof, reach),
             ToWorker::Close { key, end, failed } => {
                 self.pending.retain(|(k, _)| *k != key);
                 self.pending_next = 0;

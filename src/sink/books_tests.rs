@@ -639,6 +639,7 @@ fn announce(b: &mut Books, mailbox: &Mailbox, epoch: u32, since_ns: u64) {
             epoch,
             since_ns,
             proof: None,
+            reach: None,
         },
         mailbox,
         0,
@@ -790,6 +791,48 @@ fn a_forged_jump_is_implausible_and_changes_no_number() {
 }
 
 #[test]
+fn a_jump_beyond_its_paced_runs_reach_is_implausible_however_recent_its_highest() {
+    // A run paced at 1 kpps per flow that started at 1 s: by 1.1 s it reached about 100 +
+    // its slack's 10, so 1 000 numbers ahead is no loss, while the line's ceiling (250 M
+    // datagrams/s since the highest, 1 µs ago, plus 100 ms) would have let 25 M through.
+    let mailbox = Mailbox::new(4);
+    let mut b = Books::new(4, 4, false);
+    b.apply(
+        ToWorker::Announce {
+            epoch: 9,
+            since_ns: 0,
+            proof: None,
+            reach: crate::proto::reach::RunReach::new(0, 1_000.0, 1_000_000_000),
+        },
+        &mailbox,
+        0,
+    );
+    let at = |seq: u64, now_ns: u64| Packet {
+        now_ns,
+        ..packet(9, 0, seq, 0)
+    };
+    for seq in 0..100 {
+        b.record(at(seq, 1_000_000_000 + seq * 1_000_000)).unwrap();
+    }
+    assert_eq!(
+        b.record(at(1_100, 1_100_000_000)),
+        Err(Refused::Implausible)
+    );
+    assert_eq!(
+        b.record(at(1_000_000, 1_100_000_000)),
+        Err(Refused::Implausible)
+    );
+    // On its schedule, and a real gap of 5 inside its reach, it goes on.
+    b.record(at(100, 1_100_000_000)).unwrap();
+    b.record(at(106, 1_106_000_000)).unwrap();
+    // Ten seconds on, what was beyond is within.
+    b.record(at(1_100, 11_000_000_000)).unwrap();
+    goodbye(&mut b, &mailbox, key(9, 0), 1_101, 0);
+    let s = closed(&mailbox)[0];
+    assert_eq!((s.packets, s.lost), (103, 1_101 - 103), "{s:?}");
+}
+
+#[test]
 fn a_compact_jump_of_two_to_the_31_is_implausible() {
     let (got, s) = with_forgery(Packet {
         compact: true,
@@ -927,6 +970,7 @@ fn a_proven_run_counts_only_datagrams_with_its_proof_and_a_forged_first_binds_no
             epoch: 8,
             since_ns: 0,
             proof: Some(run),
+            reach: None,
         },
         &mailbox,
         0,
@@ -977,6 +1021,7 @@ fn a_session_opened_before_its_hello_is_proven_from_the_hello_on() {
             epoch: 8,
             since_ns: 0,
             proof: Some(run),
+            reach: None,
         },
         &mailbox,
         0,
@@ -1032,6 +1077,7 @@ fn a_sink_with_a_secret_reads_no_compact_header_before_its_runs_hello() {
             epoch: 8,
             since_ns: 0,
             proof: Some(run),
+            reach: None,
         },
         &mailbox,
         0,

@@ -53,6 +53,8 @@ pub enum ToWorker {
         since_ns: u64,
         /// With a secret, the proof its datagrams must carry.
         proof: Option<crate::proto::proof::RunProof>,
+        /// How far its paced flows can reach: a datagram numbered beyond it is implausible.
+        reach: Option<crate::proto::reach::RunReach>,
     },
 }
 

@@ -68,6 +68,9 @@ pub(crate) struct Hello {
     pub(crate) clock: LatencyClock,
     /// With a secret, the proof its datagrams carry (`proto::proof`).
     pub(crate) proof: Option<crate::proto::proof::RunProof>,
+    /// How far a paced run's numbers can reach, on this sink's clock (`None`: unpaced, or a
+    /// sender older than protocol version 8).
+    pub(crate) reach: Option<crate::proto::reach::RunReach>,
 }
 
 /// What the sink saw of one sender run, after its goodbye.
@@ -375,6 +378,7 @@ impl Registry {
         self.broadcast(ToWorker::Announce {
             epoch: hello.epoch,
             proof: hello.proof,
+            reach: hello.reach,
             since_ns: clock::monotonic_ns().saturating_sub(hello.elapsed_ns),
         });
         if let Some(correction) = correction {

@@ -56,6 +56,7 @@ fn restarts_under_one_name_add_up_and_goodbye_gives_the_tail() {
             step: 0,
             clock: LatencyClock::same_clock(),
             proof: None,
+            reach: None,
         };
         let (_, line) = registry.hello(None, &hello);
         assert!(
@@ -105,6 +106,7 @@ fn a_flow_nobody_saw_is_lost_from_its_start_and_unnamed_senders_go_by_ip_and_epo
             step: 0,
             clock: LatencyClock::unknown(NO_ESTIMATE_YET),
             proof: None,
+            reach: None,
         },
     );
     let r = Arc::clone(&registry);
@@ -181,6 +183,7 @@ fn refused_datagrams_of_an_announced_run_are_never_lost_and_its_verdict_counts_t
             step: 0,
             clock: LatencyClock::same_clock(),
             proof: None,
+            reach: None,
         },
     );
     // The hello still waits in the inbox: the worker finds it on the first refusal.
@@ -231,6 +234,7 @@ fn a_runs_clock_estimate_reaches_the_worker_and_its_verdict() {
             step: 0,
             clock: LatencyClock::unknown(NO_ESTIMATE_YET),
             proof: None,
+            reach: None,
         },
     );
     round(&mut books, &shared);
@@ -289,6 +293,7 @@ fn hello_of(name: &str, epoch: u32) -> Hello {
         step: 0,
         clock: LatencyClock::same_clock(),
         proof: None,
+        reach: None,
     }
 }
 
@@ -394,6 +399,7 @@ fn run_with_delays(
         step: 0,
         clock: LatencyClock::same_clock(),
         proof: None,
+        reach: None,
     };
     registry.hello(None, &hello);
     round(books, shared);

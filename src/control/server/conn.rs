@@ -11,7 +11,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::admission::{Admitted, Ticket};
-use super::{POLL, Shared, Source, TICK, bump};
+use super::{HelloFrom, POLL, Shared, Source, TICK, bump};
 use crate::clock;
 use crate::control::DeadlineStream;
 use crate::control::auth::{AuthError, BUSY, server_handshake};
@@ -160,6 +160,8 @@ fn handshake_failure<'a>(
 }
 
 fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, ticket: &Ticket) {
+    // Before this side of the handshake, so before the sender can have built a Hello.
+    let connected_ns = clock::monotonic_ns();
     let cfg = &sh.config;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
@@ -202,7 +204,13 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, tick
     let mut hello = hello;
     loop {
         let proof = cfg.secret.as_ref().map(|s| s.data_key().run(hello.epoch));
-        let uptime_ns = sh.books.hello(peer, &hello, channel.version(), proof);
+        let from = HelloFrom {
+            peer,
+            version: channel.version(),
+            proof,
+            connected_ns,
+        };
+        let uptime_ns = sh.books.hello(&hello, from);
         let welcome = Welcome {
             sink_session: cfg.sink_session.clone(),
             uptime_ns,

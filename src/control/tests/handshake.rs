@@ -355,10 +355,10 @@ fn a_sink_with_a_secret_names_the_version_an_older_or_newer_sender_needs() {
             )
         );
     }
-    let (e, reason) = hello_in_version(9);
-    assert!(matches!(e, AuthError::TooNew(9)), "{e}");
+    let (e, reason) = hello_in_version(10);
+    assert!(matches!(e, AuthError::TooNew(10)), "{e}");
     assert_eq!(
         reason,
-        "the sender speaks control protocol version 9, this sink versions 1 to 7: upgrade the sink"
+        "the sender speaks control protocol version 10, this sink versions 1 to 8: upgrade the sink"
     );
 }

@@ -18,9 +18,10 @@ use super::auth::Secret;
 use super::client::{ClientConfig, ClientEvent, ControlClient, NoVerdict, SenderView};
 use super::frame::{self, decode, encode};
 use super::msg::*;
-use super::server::{ControlServer, RunningServer, ServerConfig, ServerStats, SinkBooks};
+use super::server::{
+    ControlServer, HelloFrom, RunningServer, ServerConfig, ServerStats, SinkBooks,
+};
 use crate::error::Error;
-use crate::proto::proof::RunProof;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -32,7 +33,7 @@ struct Books {
 }
 
 impl SinkBooks for Books {
-    fn hello(&self, _: SocketAddr, hello: &Hello, _: u8, _: Option<RunProof>) -> u64 {
+    fn hello(&self, hello: &Hello, _: HelloFrom) -> u64 {
         let _ = self.hellos.lock().unwrap().send(hello.clone());
         42
     }
@@ -148,6 +149,7 @@ impl SenderView for View {
             reconnect,
             step: None,
             boot_id: None,
+            reach: None,
         }
     }
     fn progress(&self) -> Progress {
@@ -272,6 +274,10 @@ pub(crate) fn samples() -> Vec<Message> {
             reconnect: 1,
             step: Some(2),
             boot_id: Some("dd8301e1-b789-428b-bc10-29b5abb6791d".into()),
+            reach: Some(Reach {
+                flow_pps: 5e5,
+                run_elapsed_ns: 13,
+            }),
         }),
         Message::Welcome(Welcome {
             sink_session: "s".into(),
