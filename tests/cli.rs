@@ -127,7 +127,7 @@ fn bad_flags_exit_2_with_a_clear_message() {
             "inline",
         ],
         2,
-        "--rx-wait inline is for UDP sinks",
+        "--rx-wait inline applies to UDP only (a TCP sink waits with batch, spin or sleep); drop it for --proto tcp",
     );
     expect_exit(
         &[
@@ -140,7 +140,7 @@ fn bad_flags_exit_2_with_a_clear_message() {
             "kernel",
         ],
         2,
-        "--arrival kernel is for UDP sinks: a TCP record's arrival is always the sink's read",
+        "--arrival applies to UDP only (a TCP record's arrival is always the sink's read); drop it for --proto tcp",
     );
     expect_exit(&["pair", "--address", "10.1.2.3"], 2, "loopback");
     expect_exit(&["frobnicate"], 2, "unrecognized subcommand");

@@ -522,3 +522,93 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
         "{rx1}\n{rx2}"
     );
 }
+
+/// The tbf qdisc's bytes sent on `dev` in `ns` (the kernel's count of what left).
+fn tbf_sent_bytes(ns: &str, dev: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev", dev])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .skip_while(|l| !l.starts_with("qdisc tbf"))
+        .find_map(|l| l.trim_start().strip_prefix("Sent "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("no tbf Sent line: {text}"))
+}
+
+/// `--min-rate-ratio` judges a TCP run in records/s: through tbf at 8 Mbit/s, a run asking for
+/// 4 000 records/s of 1 000 B (32 Mbit/s) falls far short and exits 1 naming it, where the
+/// kernel's qdisc confirms the shortfall; one asking for 500 records/s (4 Mbit/s) passes.
+#[test]
+#[ignore = "needs root: network namespaces and tc"]
+fn min_rate_ratio_fails_a_tcp_run_that_tbf_holds_below_its_rate() {
+    let _lock = common::traffic_lock();
+    assert!(common::is_root(), "this test needs root (namespaces, tc)");
+    let lab = common::Lab::create("mrr", 231);
+    let shaped = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.tx,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            &lab.tx_dev,
+        ])
+        .args([
+            "root", "tbf", "rate", "8mbit", "burst", "32kb", "limit", "64kb",
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(shaped, "tc: tbf on the sender's veth");
+    let to = "10.231.0.2:7710";
+    let run = |rate: &str, duration: &str| {
+        let sink = start_sink_with(Some(&lab.rx), to, &["--insecure-control"]);
+        let before = tbf_sent_bytes(&lab.tx, &lab.tx_dev);
+        let (code, tx, err) = common::tcp::send_status(
+            Some(&lab.tx),
+            &[
+                "--to",
+                to,
+                "--size",
+                "1000",
+                "--rate",
+                rate,
+                "--duration",
+                duration,
+                "--min-rate-ratio",
+                "0.9",
+            ],
+        );
+        let sent = tbf_sent_bytes(&lab.tx, &lab.tx_dev) - before;
+        let rx = stop_sink(sink, 1);
+        (code, tx, err, sent, rx)
+    };
+
+    let (code, tx, err, sent, rx) = run("4000pps", "3s");
+    let ctx = format!("send {tx}\nsink {rx}\ntbf sent {sent} B\n{err}");
+    assert_eq!(code, Some(1), "{ctx}");
+    assert!(
+        err.contains("below --min-rate-ratio 0.9"),
+        "one line naming the shortfall: {ctx}"
+    );
+    let ratio = tx["achieved_ratio"].as_f64().unwrap();
+    assert!(ratio < 0.9, "{ctx}");
+    // The kernel agrees: what left through tbf is far below 3 s of 4 000 records of 1 000 B.
+    assert!(sent < 12_000_000 * 9 / 10, "{ctx}");
+    assert_eq!(u(&rx, "rx_records"), u(&tx, "tx_records"), "{ctx}");
+
+    let (code, tx, err, sent, rx) = run("500pps", "2s");
+    let ctx = format!("send {tx}\nsink {rx}\ntbf sent {sent} B\n{err}");
+    assert_eq!(code, Some(0), "{ctx}");
+    assert!(tx["achieved_ratio"].as_f64().unwrap() >= 0.9, "{ctx}");
+    assert!(
+        sent >= u(&tx, "tx_bytes"),
+        "every record left through tbf: {ctx}"
+    );
+    assert_eq!(u(&rx, "rx_records"), u(&tx, "tx_records"), "{ctx}");
+}

@@ -316,12 +316,12 @@ pub(crate) struct TrafficArgs {
     pub(crate) burst: u64,
     /// SQEs submitted per io_uring_enter.
     ///
-    /// UDP only: a TCP sender keeps one write in flight per connection and ignores it.
+    /// UDP only: a TCP sender keeps one write in flight per connection, so --proto tcp refuses it.
     #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
     pub(crate) batch: u32,
     /// Sends in flight per queue (default: twice --batch).
     ///
-    /// UDP only: a TCP sender keeps one write in flight per connection and ignores it.
+    /// UDP only: a TCP sender keeps one write in flight per connection, so --proto tcp refuses it.
     #[arg(long, env = "RINGBLAST_WINDOW")]
     pub(crate) window: Option<u32>,
     /// UDP GSO: packets per send (each with its own header); 1 = off.
@@ -345,9 +345,8 @@ pub(crate) struct TrafficArgs {
     /// Show the L1 wire rate in live lines (frames plus preamble, SFD and inter-frame gap).
     #[arg(long, env = "RINGBLAST_WIRE_RATE")]
     pub(crate) wire_rate: bool,
-    /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI).
-    ///
-    /// UDP only: a TCP run ignores it.
+    /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI): packets/s
+    /// for UDP, records/s for TCP.
     #[arg(long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
     pub(crate) min_rate_ratio: Option<f64>,
 }
@@ -410,7 +409,7 @@ pub(crate) struct SendArgs {
 pub(crate) struct SinkTuning {
     /// Do not ask for UDP GRO (count datagrams one by one).
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, env = "RINGBLAST_NO_GRO")]
     pub(crate) no_gro: bool,
     /// How sink queues wait while traffic flows: batch (32 completions or 50 µs; a TCP sink
@@ -439,18 +438,18 @@ pub(crate) struct SinkTuning {
     pub(crate) rx_buffers: Option<u16>,
     /// Flow ids 0..N are tracked per queue; others count as invalid.
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
     pub(crate) max_flows: usize,
     /// Flow ids 0..N get their own metric series per sink queue; the rest are summed as "other".
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
     pub(crate) metrics_flows: usize,
     /// Sessions (sender, epoch, flow) each sink queue tracks at once (memory is allocated at
     /// start: see docs/pairing.md); packets of a session beyond it count as invalid `table_full`.
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
     pub(crate) max_sessions: usize,
     /// Of --max-sessions, the slots each sink queue gives sessions opened by data alone, from
@@ -459,12 +458,12 @@ pub(crate) struct SinkTuning {
     /// senders that said hello. Their datagrams beyond it count as invalid `table_full`
     /// [default: half of --max-sessions, rounded up].
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, env = "RINGBLAST_MAX_UNANNOUNCED_SESSIONS")]
     pub(crate) max_unannounced_sessions: Option<usize>,
     /// A session without packets for this long is closed and its slot reused.
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
     pub(crate) session_idle: Duration,
     /// Senders with their own `sender` metric series and JSON entry; the rest are summed as
@@ -477,7 +476,7 @@ pub(crate) struct SinkTuning {
     /// SO_REUSEPORT group reads the ringblast header, so one sender's flows alternate over the
     /// queues) or hash (the kernel's 4-tuple hash). Foreign datagrams always use the hash.
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, value_enum, default_value = "flow", env = "RINGBLAST_STEER")]
     pub(crate) steer: Steer,
 }
@@ -532,7 +531,7 @@ pub(crate) struct SinkArgs {
     /// `unannounced` once --unannounced-grace has passed; a sink without a secret always counts
     /// them (within --max-unannounced-sessions).
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
     pub(crate) accept_unannounced: bool,
     /// With --secret-file: for this long after start the sink still counts datagrams of senders
@@ -540,7 +539,7 @@ pub(crate) struct SinkArgs {
     /// running before it started (restarted sink) are counted while they reconnect (their
     /// backoff is at most 5 s); a session opened then joins its sender's books at its hello.
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
     pub(crate) unannounced_grace: Duration,
     /// Stop after this long (default: until SIGINT/SIGTERM).
@@ -550,7 +549,7 @@ pub(crate) struct SinkArgs {
     /// sink): the kernel then splits the flows between the two. Without it, a port held by
     /// anyone else is refused (exit 3).
     ///
-    /// UDP only: a TCP sink ignores it.
+    /// UDP only: a TCP sink refuses it.
     #[arg(long, env = "RINGBLAST_SHARE_PORT")]
     pub(crate) share_port: bool,
     /// Receive tuning.

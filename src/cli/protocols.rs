@@ -1,130 +1,398 @@
-//! Which sender flags belong to one protocol: one table, read by one check that every `send`
-//! and `pair` runs before anything starts. A flag not in the table means the same for UDP and
-//! TCP (its `--help` says what it means for each).
+//! Which flags belong to one protocol: one table for `send`, `pair` and `sink`, read by one
+//! check that each of them runs before anything starts, so a flag that would do nothing for the
+//! chosen protocol is refused with one line naming the fix, never silently ignored. A flag not
+//! in the table means the same for UDP and TCP (its `--help` says what it means for each).
+//! `search` has no `--proto`: it runs UDP trials only, so every one of its flags applies.
+
+use std::time::Duration;
 
 use super::{
-    TrafficArgs,
+    RxWaitArg, SendArgs, SinkArgs, SinkTuning, Steer, TrafficArgs,
     tcp::{Pattern, Proto, TcpSendArgs},
 };
 use crate::sender::payload::PayloadFill;
 
-/// The sender's arguments a flag is read from.
-type Given = fn(&TrafficArgs, &TcpSendArgs) -> bool;
+/// The parsed arguments a flag is read from, which says which commands have it.
+enum Reads {
+    /// The sender's traffic and TCP flags: `send` and `pair`.
+    Sender(fn(&TrafficArgs, &TcpSendArgs) -> bool),
+    /// The receive tuning: `sink` and `pair`.
+    Tuning(fn(&SinkTuning) -> bool),
+    /// `sink`'s own flags.
+    Sink(fn(&SinkArgs) -> bool),
+}
 
-/// A flag only one protocol accepts, and whether the command line gave it (a value other than
-/// its default).
+/// A flag only one protocol accepts: whether the command line gave it (a value other than its
+/// default), why it applies to that protocol only (empty: it says so itself), and an example
+/// of it for the table's test.
 struct ProtocolFlag {
     flag: &'static str,
     only: Proto,
-    given: Given,
+    reads: Reads,
+    why: &'static str,
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the table's own test gives each example")
+    )]
+    example: &'static [&'static str],
 }
 
-const fn flag(flag: &'static str, only: Proto, given: Given) -> ProtocolFlag {
-    ProtocolFlag { flag, only, given }
+const fn udp(flag: &'static str, reads: Reads, example: &'static [&'static str]) -> ProtocolFlag {
+    ProtocolFlag {
+        flag,
+        only: Proto::Udp,
+        reads,
+        why: "",
+        example,
+    }
 }
 
-/// Every flag of `send` and `pair` that only one protocol accepts.
+const fn tcp(flag: &'static str, reads: Reads, example: &'static [&'static str]) -> ProtocolFlag {
+    ProtocolFlag {
+        flag,
+        only: Proto::Tcp,
+        reads,
+        why: "",
+        example,
+    }
+}
+
+const fn because(mut f: ProtocolFlag, why: &'static str) -> ProtocolFlag {
+    f.why = why;
+    f
+}
+
+use Reads::{Sender, Sink, Tuning};
+
+/// Every flag of `send`, `pair` and `sink` that only one protocol accepts.
 const PROTOCOL_FLAGS: &[ProtocolFlag] = &[
-    flag("--gso", Proto::Udp, |t, _| t.gso != 1),
-    flag("--frame-size", Proto::Udp, |t, _| t.frame_size.is_some()),
-    flag("--allow-fragments", Proto::Udp, |t, _| t.allow_fragments),
-    flag("--wire-rate", Proto::Udp, |t, _| t.wire_rate),
-    flag("--flows (use --conns)", Proto::Udp, |t, _| {
-        t.flows.is_some()
-    }),
-    flag("--burst", Proto::Udp, |t, _| t.burst != 1),
-    flag("--rate-steps", Proto::Udp, |t, _| t.rate_steps.is_some()),
-    flag("--ramp", Proto::Udp, |t, _| t.ramp.is_some()),
-    flag("--tos/--dscp", Proto::Udp, |t, _| {
-        t.tos.is_some() || t.dscp.is_some()
-    }),
-    flag("--ttl", Proto::Udp, |t, _| t.ttl.is_some()),
-    flag("--src-ports/--dst-ports", Proto::Udp, |t, _| {
-        t.src_ports.is_some() || t.dst_ports.is_some()
-    }),
-    flag("--payload", Proto::Udp, |t, _| {
-        t.payload != PayloadFill::Zero
-    }),
-    flag("--conns", Proto::Tcp, |_, p| p.conns.is_some()),
-    flag("--pattern", Proto::Tcp, |_, p| p.pattern != Pattern::Stream),
-    flag("--request-size", Proto::Tcp, |_, p| {
-        p.request_size.is_some()
-    }),
-    flag("--response-size", Proto::Tcp, |_, p| {
-        p.response_size.is_some()
-    }),
-    flag("--depth", Proto::Tcp, |_, p| p.depth.is_some()),
+    udp("--gso", Sender(|t, _| t.gso != 1), &["--gso", "8"]),
+    udp(
+        "--frame-size",
+        Sender(|t, _| t.frame_size.is_some()),
+        &["--frame-size", "128"],
+    ),
+    udp(
+        "--allow-fragments",
+        Sender(|t, _| t.allow_fragments),
+        &["--allow-fragments"],
+    ),
+    udp("--wire-rate", Sender(|t, _| t.wire_rate), &["--wire-rate"]),
+    udp(
+        "--flows (use --conns)",
+        Sender(|t, _| t.flows.is_some()),
+        &["--flows", "4"],
+    ),
+    udp("--burst", Sender(|t, _| t.burst != 1), &["--burst", "8"]),
+    udp(
+        "--rate-steps",
+        Sender(|t, _| t.rate_steps.is_some()),
+        &["--rate-steps", "1kpps:1s"],
+    ),
+    udp(
+        "--ramp",
+        Sender(|t, _| t.ramp.is_some()),
+        &["--ramp", "1kpps:2kpps:1s"],
+    ),
+    udp(
+        "--tos/--dscp",
+        Sender(|t, _| t.tos.is_some() || t.dscp.is_some()),
+        &["--dscp", "10"],
+    ),
+    udp("--ttl", Sender(|t, _| t.ttl.is_some()), &["--ttl", "9"]),
+    udp(
+        "--src-ports/--dst-ports",
+        Sender(|t, _| t.src_ports.is_some() || t.dst_ports.is_some()),
+        &["--src-ports", "4000-4001"],
+    ),
+    udp(
+        "--payload",
+        Sender(|t, _| t.payload != PayloadFill::Zero),
+        &["--payload", "random"],
+    ),
+    because(
+        udp("--batch", Sender(|t, _| t.batch != 32), &["--batch", "8"]),
+        "a TCP sender keeps one write in flight per connection",
+    ),
+    because(
+        udp(
+            "--window",
+            Sender(|t, _| t.window.is_some()),
+            &["--window", "8"],
+        ),
+        "a TCP sender keeps one write in flight per connection",
+    ),
+    tcp(
+        "--conns",
+        Sender(|_, p| p.conns.is_some()),
+        &["--conns", "4"],
+    ),
+    tcp(
+        "--pattern",
+        Sender(|_, p| p.pattern != Pattern::Stream),
+        &["--pattern", "rr"],
+    ),
+    tcp(
+        "--request-size",
+        Sender(|_, p| p.request_size.is_some()),
+        &["--request-size", "100"],
+    ),
+    tcp(
+        "--response-size",
+        Sender(|_, p| p.response_size.is_some()),
+        &["--response-size", "100"],
+    ),
+    tcp(
+        "--depth",
+        Sender(|_, p| p.depth.is_some()),
+        &["--depth", "2"],
+    ),
+    udp("--no-gro", Tuning(|t| t.no_gro), &["--no-gro"]),
+    because(
+        udp(
+            "--rx-wait inline",
+            Tuning(|t| t.rx_wait == RxWaitArg::Inline),
+            &["--rx-wait", "inline"],
+        ),
+        "a TCP sink waits with batch, spin or sleep",
+    ),
+    because(
+        udp(
+            "--arrival",
+            Tuning(|t| t.arrival.is_some()),
+            &["--arrival", "kernel"],
+        ),
+        "a TCP record's arrival is always the sink's read",
+    ),
+    udp(
+        "--max-flows",
+        Tuning(|t| t.max_flows != 256),
+        &["--max-flows", "8"],
+    ),
+    udp(
+        "--metrics-flows",
+        Tuning(|t| t.metrics_flows != 16),
+        &["--metrics-flows", "8"],
+    ),
+    because(
+        udp(
+            "--max-sessions",
+            Tuning(|t| t.max_sessions != 4096),
+            &["--max-sessions", "64"],
+        ),
+        "a TCP sink books connections; --max-conns caps them",
+    ),
+    udp(
+        "--max-unannounced-sessions",
+        Tuning(|t| t.max_unannounced_sessions.is_some()),
+        &["--max-unannounced-sessions", "8"],
+    ),
+    udp(
+        "--session-idle",
+        Tuning(|t| t.session_idle != Duration::from_secs(10)),
+        &["--session-idle", "3s"],
+    ),
+    because(
+        udp(
+            "--steer",
+            Tuning(|t| t.steer != Steer::Flow),
+            &["--steer", "hash"],
+        ),
+        "the kernel spreads a TCP sink's connections over its queues",
+    ),
+    because(
+        udp(
+            "--accept-unannounced",
+            Sink(|s| s.accept_unannounced),
+            &["--accept-unannounced"],
+        ),
+        "a TCP sink with a secret counts proven connections only",
+    ),
+    udp(
+        "--unannounced-grace",
+        Sink(|s| s.unannounced_grace != Duration::from_secs(6)),
+        &["--unannounced-grace", "2s"],
+    ),
+    udp("--share-port", Sink(|s| s.share_port), &["--share-port"]),
+    tcp(
+        "--max-conns",
+        Sink(|s| s.tcp.max_conns != 1024),
+        &["--max-conns", "8"],
+    ),
 ];
 
-/// Refuses the first flag the sender's protocol does not accept, with the fix.
-pub(crate) fn check(traffic: &TrafficArgs, tcp: &TcpSendArgs) -> Result<(), String> {
-    let wrong = PROTOCOL_FLAGS
-        .iter()
-        .find(|f| f.only != tcp.proto && (f.given)(traffic, tcp));
-    match wrong {
-        None => Ok(()),
-        Some(f) if f.only == Proto::Udp => Err(format!(
-            "{} applies to UDP only; drop it for --proto tcp",
-            f.flag
-        )),
-        Some(f) => Err(format!("{} applies to TCP only; add --proto tcp", f.flag)),
+/// What one command line gave, for the table: its protocol and the parts it has.
+struct Given<'a> {
+    proto: Proto,
+    sender: Option<(&'a TrafficArgs, &'a TcpSendArgs)>,
+    tuning: Option<&'a SinkTuning>,
+    sink: Option<&'a SinkArgs>,
+}
+
+impl ProtocolFlag {
+    /// Whether `g` gave this flag (a command without it never does).
+    fn given_in(&self, g: &Given) -> bool {
+        match self.reads {
+            Sender(given) => g.sender.is_some_and(|(t, p)| given(t, p)),
+            Tuning(given) => g.tuning.is_some_and(given),
+            Sink(given) => g.sink.is_some_and(given),
+        }
     }
+
+    /// The one line that refuses it, with the fix.
+    fn refusal(&self) -> String {
+        let why = if self.why.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.why)
+        };
+        match self.only {
+            Proto::Udp => format!(
+                "{} applies to UDP only{why}; drop it for --proto tcp",
+                self.flag
+            ),
+            Proto::Tcp => format!("{} applies to TCP only{why}; add --proto tcp", self.flag),
+        }
+    }
+}
+
+/// Refuses the first flag of `g` its protocol does not accept, with the fix.
+fn check(g: &Given) -> Result<(), String> {
+    match PROTOCOL_FLAGS
+        .iter()
+        .find(|f| f.only != g.proto && f.given_in(g))
+    {
+        None => Ok(()),
+        Some(f) => Err(f.refusal()),
+    }
+}
+
+/// `ringblast send`'s flags against its `--proto`.
+pub(crate) fn check_send(args: &SendArgs) -> Result<(), String> {
+    check(&Given {
+        proto: args.tcp.proto,
+        sender: Some((&args.traffic, &args.tcp)),
+        tuning: None,
+        sink: None,
+    })
+}
+
+/// `ringblast pair`'s flags (a sender's and a sink's) against its `--proto`.
+pub(crate) fn check_pair(args: &super::PairArgs) -> Result<(), String> {
+    check(&Given {
+        proto: args.tcp.proto,
+        sender: Some((&args.traffic, &args.tcp)),
+        tuning: Some(&args.tuning),
+        sink: None,
+    })
+}
+
+/// `ringblast sink`'s flags against its `--proto`.
+pub(crate) fn check_sink(args: &SinkArgs) -> Result<(), String> {
+    check(&Given {
+        proto: args.tcp.proto,
+        sender: None,
+        tuning: Some(&args.tuning),
+        sink: Some(args),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
-    use crate::cli::{Cli, Command};
+    use super::{PROTOCOL_FLAGS, Reads};
+    use crate::cli::{Cli, Command, tcp::Proto};
 
-    fn checked(args: &[&str]) -> Result<(), String> {
-        let argv = ["ringblast", "send", "--to", "127.0.0.1:9"]
-            .iter()
-            .chain(args);
+    /// Parses `argv` and runs its command's protocol check.
+    fn checked(argv: &[&str]) -> Result<(), String> {
+        let argv = ["ringblast"].iter().chain(argv);
         match Cli::try_parse_from(argv).unwrap().command {
-            Command::Send(s) => super::check(&s.traffic, &s.tcp),
+            Command::Send(s) => super::check_send(&s),
+            Command::Pair(p) => super::check_pair(&p),
+            Command::Sink(s) => super::check_sink(&s),
             other => panic!("parsed as {other:?}"),
         }
     }
 
+    /// The commands that have a flag read from `reads`, each with its required arguments.
+    fn commands(reads: &Reads) -> &'static [&'static [&'static str]] {
+        const SEND: &[&str] = &["send", "--to", "127.0.0.1:9"];
+        const PAIR: &[&str] = &["pair"];
+        const SINK: &[&str] = &["sink", "--listen", "127.0.0.1:9"];
+        match reads {
+            Reads::Sender(_) => &[SEND, PAIR],
+            Reads::Tuning(_) => &[SINK, PAIR],
+            Reads::Sink(_) => &[SINK],
+        }
+    }
+
     #[test]
-    fn each_protocol_refuses_the_others_flags_and_names_the_fix() {
-        assert_eq!(checked(&[]), Ok(()));
-        assert_eq!(checked(&["--proto", "tcp", "--conns", "4"]), Ok(()));
-        assert_eq!(checked(&["--gso", "8", "--ttl", "9"]), Ok(()));
+    fn every_flag_of_the_table_is_refused_for_the_other_protocol_and_accepted_for_its_own() {
+        for f in PROTOCOL_FLAGS {
+            for command in commands(&f.reads) {
+                let own: &[&str] = match f.only {
+                    Proto::Udp => &[],
+                    Proto::Tcp => &["--proto", "tcp"],
+                };
+                let other: &[&str] = match f.only {
+                    Proto::Udp => &["--proto", "tcp"],
+                    Proto::Tcp => &[],
+                };
+                let with = |proto: &[&'static str]| [*command, proto, f.example].concat();
+                assert_eq!(checked(&with(other)), Err(f.refusal()), "{:?}", with(other));
+                assert_eq!(checked(&with(own)), Ok(()), "{:?}", with(own));
+                assert!(!f.refusal().contains('\n'));
+            }
+        }
+    }
+
+    #[test]
+    fn the_refusal_names_the_flag_the_protocol_and_the_fix() {
+        assert_eq!(checked(&["send", "--to", "127.0.0.1:9"]), Ok(()));
         assert_eq!(
-            checked(&["--proto", "tcp", "--gso", "8"]),
+            checked(&[
+                "send",
+                "--to",
+                "127.0.0.1:9",
+                "--proto",
+                "tcp",
+                "--gso",
+                "8"
+            ]),
             Err("--gso applies to UDP only; drop it for --proto tcp".into())
         );
         assert_eq!(
-            checked(&["--proto", "tcp", "--dscp", "10"]),
-            Err("--tos/--dscp applies to UDP only; drop it for --proto tcp".into())
+            checked(&["sink", "--listen", "127.0.0.1:9", "--proto", "tcp", "--arrival", "read"]),
+            Err("--arrival applies to UDP only (a TCP record's arrival is always the sink's read); drop it for --proto tcp".into())
         );
         assert_eq!(
-            checked(&["--conns", "4"]),
-            Err("--conns applies to TCP only; add --proto tcp".into())
-        );
-        assert_eq!(
-            checked(&["--request-size", "100"]),
-            Err("--request-size applies to TCP only; add --proto tcp".into())
+            checked(&["sink", "--listen", "127.0.0.1:9", "--max-conns", "8"]),
+            Err("--max-conns applies to TCP only; add --proto tcp".into())
         );
     }
 
     #[test]
-    fn every_flag_in_the_table_exists() {
-        let send = <Cli as clap::CommandFactory>::command();
-        let send = send.find_subcommand("send").unwrap();
-        let longs: Vec<String> = send
-            .get_arguments()
-            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
-            .collect();
-        for f in super::PROTOCOL_FLAGS {
-            for word in f
-                .flag
-                .split(['/', ' ', '(', ')'])
-                .filter(|w| w.starts_with("--"))
-            {
-                assert!(longs.iter().any(|l| l == word), "{word} is not a send flag");
+    fn every_flag_in_the_table_exists_in_each_command_that_reads_it() {
+        let cli = <Cli as clap::CommandFactory>::command();
+        for f in PROTOCOL_FLAGS {
+            for command in commands(&f.reads) {
+                let sub = cli.find_subcommand(command[0]).unwrap();
+                let longs: Vec<String> = sub
+                    .get_arguments()
+                    .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+                    .collect();
+                for word in f
+                    .flag
+                    .split(['/', ' ', '(', ')'])
+                    .filter(|w| w.starts_with("--"))
+                {
+                    assert!(
+                        longs.iter().any(|l| l == word),
+                        "{word} is not a {} flag",
+                        command[0]
+                    );
+                }
             }
         }
     }

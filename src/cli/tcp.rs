@@ -59,6 +59,8 @@ pub(crate) struct TcpSinkArgs {
     pub(crate) proto: Proto,
     /// TCP connections each sink queue holds at once; more are accepted and closed at once
     /// (counted as refused).
+    ///
+    /// TCP only: a UDP sink refuses it.
     #[arg(long, default_value_t = 1024, env = "RINGBLAST_MAX_CONNS")]
     pub(crate) max_conns: u32,
 }

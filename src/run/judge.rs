@@ -29,6 +29,17 @@ pub(crate) struct Judgement {
     pub(crate) failure: Option<String>,
 }
 
+/// Why a run that reached `ratio` of its target rate fails `--min-rate-ratio` (`min`), if it
+/// does: the one judgement of the rate, for UDP and TCP alike.
+pub(crate) fn below_min_rate_ratio(ratio: f64, min: Option<f64>) -> Option<String> {
+    min.filter(|min| ratio < *min).map(|min| {
+        format!(
+            "the run reached {:.1}% of its target rate, below --min-rate-ratio {min}",
+            ratio * 100.0
+        )
+    })
+}
+
 /// Watches a sender run on every reporter tick, then judges it.
 #[derive(Debug)]
 pub(crate) struct Judge {
@@ -126,14 +137,7 @@ impl Judge {
                     OFFERED_TOLERANCE * 100.0
                 ));
             }
-            if let Some(min) = self.min_ratio
-                && ratio < min
-            {
-                failures.push(format!(
-                    "the run reached {:.1}% of its target rate, below --min-rate-ratio {min}",
-                    ratio * 100.0
-                ));
-            }
+            failures.extend(below_min_rate_ratio(ratio, self.min_ratio));
         }
         let (failed, tried) = (total.errors(), attempts(total));
         if self.windows_sending > 0 && self.windows_refused == self.windows_sending {

@@ -71,6 +71,8 @@ pub(crate) struct TcpPlan {
     pub(crate) senders: Option<TcpSendSide>,
     pub(crate) sinks: Option<TcpSinkSide>,
     pub(crate) output: Output,
+    /// Exit 1 below this share of the target records/s.
+    pub(crate) min_rate_ratio: Option<f64>,
 }
 
 /// The sending side of a TCP run.

@@ -32,6 +32,8 @@ pub(crate) struct TcpReport {
     /// A sink-only run's `--duration`, and the sinks' control to stop them when it is up.
     sink_duration: Option<(Arc<Control>, Duration)>,
     target_rps: Option<f64>,
+    /// `--min-rate-ratio`: the run fails below this share of `target_rps`.
+    min_rate_ratio: Option<f64>,
     rr: bool,
     /// The sink's per-sender books.
     books: Option<Arc<TcpBooks>>,
@@ -148,6 +150,7 @@ impl TcpReport {
     ) -> TcpReport {
         TcpReport {
             target_rps: senders.as_ref().and_then(|s| s.target_rps),
+            min_rate_ratio: None,
             rr: senders.as_ref().is_some_and(|s| s.rr),
             books: None,
             ask: None,
@@ -219,6 +222,12 @@ impl TcpReport {
     ) -> TcpReport {
         self.link = link;
         self.send_control = Some(senders);
+        self
+    }
+
+    /// Fails the run below `min` of its target records/s (`--min-rate-ratio`).
+    pub(crate) fn with_min_rate_ratio(mut self, min: Option<f64>) -> TcpReport {
+        self.min_rate_ratio = min;
         self
     }
 
@@ -414,6 +423,13 @@ impl Proto for TcpReport {
             // A sender group whose every worker panicked has no span, and no summary.
             if let Some(span) = worker::span(&outcomes).map(|(a, b)| (b - a) as f64 / 1e9) {
                 self.send_summary(&snap, span, ctx, state.verdict.as_ref());
+                let short = self.target_rps.filter(|t| *t > 0.0).and_then(|target| {
+                    let ratio = rate(snap.tx.tx_records, span) / target;
+                    super::judge::below_min_rate_ratio(ratio, self.min_rate_ratio)
+                });
+                if let Some(why) = short {
+                    result = Err(Error::io("the run failed", std::io::Error::other(why)));
+                }
             }
             if snap.tx.connects == 0 {
                 result = Err(Error::io(

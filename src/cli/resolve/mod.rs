@@ -98,7 +98,7 @@ fn planned(
 
 /// `ringblast send`.
 pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
-    crate::cli::protocols::check(&args.traffic, &args.tcp).map_err(Error::Usage)?;
+    crate::cli::protocols::check_send(&args).map_err(Error::Usage)?;
     if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::send(args);
     }
@@ -159,6 +159,7 @@ type UdpSender = (
 
 /// `ringblast sink`.
 pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
+    crate::cli::protocols::check_sink(&args).map_err(Error::Usage)?;
     if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::sink(args);
     }
@@ -233,7 +234,7 @@ fn free_udp_port(ip: std::net::IpAddr) -> Result<SocketAddr, Error> {
 
 /// `ringblast pair`.
 pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
-    crate::cli::protocols::check(&args.traffic, &args.tcp).map_err(Error::Usage)?;
+    crate::cli::protocols::check_pair(&args).map_err(Error::Usage)?;
     if args.tcp.proto == crate::cli::tcp::Proto::Tcp {
         return tcp::pair(args);
     }

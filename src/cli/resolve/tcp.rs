@@ -143,13 +143,6 @@ fn sink_config(
     if max_conns == 0 {
         return Err(Error::Usage("--max-conns must be at least 1".into()));
     }
-    if let Some(arrival) = tuning.arrival {
-        return Err(Error::Usage(format!(
-            "--arrival {} is for UDP sinks: a TCP record's arrival is always the sink's read; drop --arrival (or RINGBLAST_ARRIVAL)",
-            clap::ValueEnum::to_possible_value(&arrival)
-                .map_or_else(String::new, |v| v.get_name().to_string())
-        )));
-    }
     Ok(TcpSinkConfig {
         listen,
         max_conns,
@@ -206,6 +199,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
             }),
             sinks: None,
             output: output(common),
+            min_rate_ratio: args.traffic.min_rate_ratio,
         },
         reporting,
     ))
@@ -243,6 +237,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
                 serve: serve_control.then_some(secret),
             }),
             output: output(common),
+            min_rate_ratio: None,
         },
         reporting,
     ))
@@ -290,6 +285,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
                 serve: Some(None),
             }),
             output: output(common),
+            min_rate_ratio: args.traffic.min_rate_ratio,
         },
         reporting,
     ))

@@ -32,8 +32,13 @@ impl TcpReport {
         line.insert("duration_s".into(), json!(seconds));
         line.insert("bps".into(), json!(rate(bytes * 8, seconds) as u64));
         line.insert("records_per_s".into(), json!(rate(records, seconds) as u64));
-        if let Some(t) = self.target_rps {
+        if let Some(t) = self.target_rps.filter(|t| *t > 0.0) {
             line.insert("target_records_per_s".into(), json!(t));
+            let ratio = rate(records, seconds) / t;
+            line.insert(
+                "achieved_ratio".into(),
+                json!((ratio * 1000.0).round() / 1000.0),
+            );
         }
         // The smallest round trip of the sender's clock exchanges; null without them.
         line.insert(
