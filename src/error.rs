@@ -5,8 +5,9 @@
 //! units), 3 for an environment that cannot run ringblast (no io_uring, seccomp, memlock, too
 //! few file descriptors, a port in use, a missing NUMA node), 4 for input `report` cannot read
 //! as ringblast JSON Lines, 5 for a sender that gave up on a sink whose control channel stayed
-//! busy, 6 for a search whose sender could not offer the rates it had to try, 1 for anything
-//! that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
+//! busy, 6 for a search whose sender could not offer the rates it had to try, 7 for a sender
+//! whose credentials the sink refused, 8 for a sender and a sink of different protocols, 1 for
+//! anything that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
 //! site becomes the file-descriptor error with its fix instead of a bare "os error 24".
 
 use std::io;
@@ -26,6 +27,10 @@ pub(crate) const EXIT_SINK_BUSY: i32 = 5;
 /// Exit status for a search that ended at the rate its own sender could offer, not at a bound
 /// the device under test set.
 pub(crate) const EXIT_SENDER_LIMITED: i32 = 6;
+/// Exit status for a sender whose credentials (secret) the sink refused.
+pub(crate) const EXIT_REFUSED: i32 = 7;
+/// Exit status for a sender whose sink counts the other protocol (`--proto`).
+pub(crate) const EXIT_PROTOCOL_MISMATCH: i32 = 8;
 
 /// Everything that can stop a ringblast run.
 #[derive(Debug, Error)]
@@ -43,6 +48,12 @@ pub enum Error {
     /// gave up.
     #[error("{0}")]
     SinkBusy(String),
+    /// The sink refused this sender's credentials.
+    #[error("{0}")]
+    Refused(String),
+    /// The sender and the sink speak different protocols (`--proto`).
+    #[error("{0}")]
+    ProtocolMismatch(String),
     /// A search's sender could not offer the rates the search had to try: its result is a
     /// lower bound on what the device under test passes, set by this host.
     #[error("{0}")]
@@ -107,6 +118,8 @@ impl Error {
             Error::Usage(_) => EXIT_USAGE,
             Error::BadInput(_) => EXIT_BAD_INPUT,
             Error::SinkBusy(_) => EXIT_SINK_BUSY,
+            Error::Refused(_) => EXIT_REFUSED,
+            Error::ProtocolMismatch(_) => EXIT_PROTOCOL_MISMATCH,
             Error::SenderLimited(_) => EXIT_SENDER_LIMITED,
             Error::Unsupported(_) | Error::MemlockTooLow { .. } | Error::NoFiles { .. } => {
                 EXIT_UNSUPPORTED

@@ -2,7 +2,7 @@
 //! wrong secret, no secret, a recorded handshake replayed, an oversized frame, garbage bytes,
 //! a client that connects and says nothing, 300 clients that say nothing at once, and 1000
 //! connection attempts. Then floods of silent connections, from one address and from many,
-//! during which a sender with the secret starts, gets its verdict and exits 0. Each gets its own clear line at the sink (and exit 3 where a `ringblast
+//! during which a sender with the secret starts, gets its verdict and exits 0. Each gets its own clear line at the sink (and exit 7 where a `ringblast
 //! send` is refused); all the while the paced run is counted exactly, and its control connection
 //! is never dropped. A sink on a non-loopback address with no secret refuses to start. The abuse
 //! runs on the loopback of a network namespace of its own, so that the kernel's `Udp` counters
@@ -208,7 +208,7 @@ fn abuse_while_counting() -> (u64, u64, u64) {
     paced.wait_line("control: connected to sink", Duration::from_secs(10));
     sink.wait_line("sink: sender paced", Duration::from_secs(10));
 
-    // A wrong secret, and no secret at all: each sender is told in one line and exits 3.
+    // A wrong secret, and no secret at all: each sender is told in one line and exits 7.
     let mut others_tx = 0;
     for (name, extra) in [
         (
@@ -220,9 +220,12 @@ fn abuse_while_counting() -> (u64, u64, u64) {
         let mut args = vec!["--name", name, "--count", "200", "--rate", "2kpps"];
         args.extend(extra);
         let (status, out, err) = Proc::spawn(send_cmd(port, &args)).finish();
-        assert_eq!(status.code(), Some(3), "{name}: {err}");
-        // A refused sender still sent its 200 (the sink counts them under an unnamed sender).
-        others_tx += last_json(&out, "send")["tx_packets"].as_u64().unwrap();
+        assert_eq!(status.code(), Some(7), "{name}: {err}");
+        // A refused sender stops before its first datagram (the kernel's OutDatagrams holds
+        // the paced sender's alone).
+        let tx = last_json(&out, "send")["tx_packets"].as_u64().unwrap();
+        assert_eq!(tx, 0, "{name}: {err}");
+        others_tx += tx;
         assert!(
             err.contains(
                 "the sink refused this sender's credentials: give both sides the same --secret-file"

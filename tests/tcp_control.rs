@@ -102,7 +102,7 @@ fn two_tcp_senders_into_one_sink_get_separate_books_and_verdicts() {
 }
 
 #[test]
-fn a_wrong_secret_is_refused_with_one_line_and_exit_3() {
+fn a_wrong_secret_is_refused_with_one_line_and_exit_7() {
     let _lock = common::traffic_lock();
     let (right, wrong) = (common::secret_file(), common::secret_file());
     let port = common::free_port();
@@ -123,7 +123,7 @@ fn a_wrong_secret_is_refused_with_one_line_and_exit_3() {
             wrong.path().to_str().unwrap(),
         ],
     );
-    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(code, Some(7), "{err}");
     assert!(err.contains("wrong secret"), "{err}");
     assert!(
         err.contains(
@@ -235,4 +235,69 @@ fn a_stream_over_veth_between_namespaces_matches_the_verdict_exactly() {
         assert_eq!(arrived.payload / 1400, u(&rx, "rx_records"), "{ctx}");
         assert_eq!(arrived.payload % 1400, 0, "{ctx}");
     }
+}
+
+/// A sender and a sink of different `--proto` find out from the sink's refusal of the Hello:
+/// the sender stops at once, long before its `--duration`, with one line naming both protocols
+/// and exit 8, and the sink says in one line what connected to it. The kernel's counters of the
+/// test's own namespace are the observer: a UDP sender refused by a TCP sink sent no datagram,
+/// and a TCP sender's data stopped when it was refused.
+#[test]
+#[ignore = "needs root: a network namespace of its own, whose Udp and Tcp counters see only this test"]
+fn a_sender_of_the_other_protocol_is_refused_at_once_with_exit_8() {
+    let _lock = common::traffic_lock();
+    assert!(common::is_root(), "this test needs root (a namespace)");
+    let ns = common::Netns::create("mism");
+    let to = "127.0.0.1:7720";
+    let long = ["--to", to, "--duration", "20s", "--rate", "2kpps"];
+
+    // A UDP sender against a TCP sink: refused before its first datagram.
+    let sink = start_sink_with(Some(&ns.0), to, &[]);
+    let out_before = snmp(&ns.0, "Udp", "OutDatagrams");
+    let started = std::time::Instant::now();
+    let mut args = vec!["send", "--json"];
+    args.extend_from_slice(&long);
+    let (status, out, err) = common::proc::Proc::ringblast(Some(&ns.0), &args).finish();
+    let took = started.elapsed();
+    let sent = snmp(&ns.0, "Udp", "OutDatagrams") - out_before;
+    assert_eq!(status.code(), Some(8), "{err}");
+    assert!(took < std::time::Duration::from_secs(4), "{took:?}: {err}");
+    let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+    assert_eq!(
+        last,
+        "ringblast: error: the sink refused this sender: the sink counts TCP and this sender sends UDP: give both the same --proto",
+        "{err}"
+    );
+    assert_eq!(common::last_summary(&out, "send")["tx_packets"], 0, "{out}");
+    assert_eq!(sent, 0, "Udp OutDatagrams: the refused sender sent nothing");
+    let (_, sink_err) = stop_sink_with_err(sink, 0);
+    assert!(
+        sink_err.contains(
+            "refused: a UDP sender said hello to this TCP sink: start the sink with --proto udp, or the sender with --proto tcp"
+        ),
+        "{sink_err}"
+    );
+
+    // A TCP sender against a UDP sink: refused at its hello, it stops at the next tick.
+    let mut sink = common::proc::Proc::ringblast(Some(&ns.0), &["sink", "--listen", to, "--json"]);
+    sink.wait_line("control: listening on tcp", common::tcp::WAIT);
+    let started = std::time::Instant::now();
+    let (code, tx, err) = send_status(Some(&ns.0), &long);
+    let took = started.elapsed();
+    assert_eq!(code, Some(8), "{err}");
+    assert!(took < std::time::Duration::from_secs(4), "{took:?}: {err}");
+    assert!(
+        err.contains(
+            "the sink refused this sender: the sink counts UDP and this sender sends TCP: give both the same --proto"
+        ),
+        "{err}"
+    );
+    assert!(tx["verdict"].is_null(), "{tx}");
+    sink.wait_line(
+        "refused: a TCP sender said hello to this UDP sink: start the sink with --proto tcp, or the sender with --proto udp",
+        common::tcp::WAIT,
+    );
+    sink.interrupt();
+    let (status, _, err) = sink.finish();
+    assert!(status.success(), "{err}");
 }

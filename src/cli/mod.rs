@@ -380,7 +380,8 @@ pub(crate) struct SendArgs {
     #[arg(long, env = "RINGBLAST_NAME")]
     pub(crate) name: Option<String>,
     /// The control channel to the sink: `auto` (TCP to the --to address), `off` or ADDR:PORT.
-    /// A sink that refuses the secret exits 3; one still busy (every place it has for control
+    /// A sink that refuses the secret exits 7, one of the other --proto 8 (both before the
+    /// first datagram); one still busy (every place it has for control
     /// connections held by an authenticated sender) when the run gives up on its verdict exits 5.
     #[arg(long, default_value = "auto", value_parser = parse_control, env = "RINGBLAST_CONTROL")]
     pub(crate) control: ControlTarget,

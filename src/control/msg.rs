@@ -129,7 +129,34 @@ pub(crate) struct Hello {
     /// numbered beyond it as `implausible` (`proto::reach`). `None`: unpaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) reach: Option<Reach>,
+    /// What its data is (protocol version 8): a sink of the other protocol refuses the Hello
+    /// with a reason starting [`PROTOCOL_MISMATCH`], so the sender stops at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) proto: Option<DataProto>,
 }
+
+/// What a sender's data is, as its Hello tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum DataProto {
+    /// UDP datagrams.
+    Udp,
+    /// TCP streams of records.
+    Tcp,
+}
+
+impl DataProto {
+    /// How a user names it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DataProto::Udp => "UDP",
+            DataProto::Tcp => "TCP",
+        }
+    }
+}
+
+/// How a sink's refusal of a sender of the other protocol starts.
+pub(crate) const PROTOCOL_MISMATCH: &str = "protocol mismatch";
 
 /// A paced run's pace, for the sink's bound on how far its sequence numbers can reach.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::auth::Secret;
-use super::msg::{ClockEstimate, Goodbye, Hello, Progress, Verdict};
+use super::msg::{ClockEstimate, DataProto, Goodbye, Hello, Progress, Verdict};
 use crate::error::Error;
 use crate::proto::proof::RunProof;
 
@@ -57,6 +57,8 @@ pub(crate) struct ServerConfig {
     pub(crate) handshake_timeout: Duration,
     /// Heartbeat period (default 1 s); 3 periods of silence drop the connection.
     pub(crate) heartbeat: Duration,
+    /// What this sink counts (default UDP): a Hello of the other protocol is refused.
+    pub(crate) proto: DataProto,
 }
 
 impl ServerConfig {
@@ -71,6 +73,7 @@ impl ServerConfig {
             max_unauthenticated_per_address: 8,
             handshake_timeout: Duration::from_secs(1),
             heartbeat: Duration::from_secs(1),
+            proto: DataProto::Udp,
         }
     }
 }

@@ -25,8 +25,8 @@ use crate::{
         auth::Secret,
         client::{ClientConfig, ControlClient, SenderView},
         msg::{
-            ClockEstimate, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME, Progress, SizeCount,
-            Verdict, name_byte_allowed,
+            ClockEstimate, DataProto, FlowStart, FlowVerdict, Goodbye, Hello, MAX_NAME, Progress,
+            SizeCount, Verdict, name_byte_allowed,
         },
         server::{ControlServer, HelloFrom, RunningServer, ServerConfig, ServerStats, SinkBooks},
     },
@@ -439,6 +439,7 @@ impl SenderView for View {
             step: None,
             boot_id: None,
             reach: self.pace.reach(self.pace.flow_pps),
+            proto: Some(DataProto::Udp),
         }
     }
 

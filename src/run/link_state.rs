@@ -10,13 +10,20 @@ use std::{
     time::Duration,
 };
 
-use crate::{control::client::ClientEvent, error::Error, metrics::names, say};
+use crate::{
+    control::{client::ClientEvent, msg::PROTOCOL_MISMATCH},
+    error::Error,
+    metrics::names,
+    say,
+};
 
 /// What a sender's control channel found out, for its summary.
 #[derive(Debug)]
 pub(crate) struct LinkState {
-    /// The sink refused this sender's credentials (the run exits 3).
+    /// The sink refused this sender's credentials (the run exits 7).
     pub(crate) refused: AtomicBool,
+    /// The sink counts the other protocol, as its refusal says (the run exits 8).
+    mismatch: Mutex<Option<String>>,
     /// The sink's last answer was busy: no connection got in since (the run exits 5).
     busy: Mutex<Option<String>>,
     /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
@@ -38,6 +45,7 @@ impl Default for LinkState {
     fn default() -> LinkState {
         LinkState {
             refused: AtomicBool::new(false),
+            mismatch: Mutex::new(None),
             busy: Mutex::new(None),
             control_rtt_ns: AtomicU64::new(u64::MAX),
             integrity_failures: Default::default(),
@@ -57,6 +65,12 @@ impl LinkState {
     /// Whether the sink refused this sender's credentials.
     pub(crate) fn refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Whether the sink refused this sender for good (its credentials, or the other
+    /// protocol): nothing it sends can be counted, so its senders stop at once.
+    pub(crate) fn stops_run(&self) -> bool {
+        self.refused() || self.mismatch.lock().is_ok_and(|m| m.is_some())
     }
 
     /// The summary's `control_integrity_failures`: connections dropped per reason.
@@ -97,35 +111,49 @@ impl LinkState {
     }
 }
 
-/// A run whose sink refused this sender's credentials fails as an environment error (exit 3);
-/// one that gave up on a sink that was still busy fails as [`Error::SinkBusy`] (exit 5).
-pub(crate) fn refused_or_busy_exit(
-    result: Result<(), Error>,
-    state: Option<&LinkState>,
-) -> Result<(), Error> {
-    let Some(state) = state.filter(|_| result.is_ok()) else {
-        return result;
-    };
+/// Why a run whose sink refused or stayed busy fails, if it did: [`Error::ProtocolMismatch`]
+/// (exit 8) for a sink of the other protocol and [`Error::Refused`] (exit 7) for its
+/// credentials, whatever else went wrong (the cause of it: a UDP sink's port refuses a TCP
+/// sender's connections, a TCP sink's port a UDP sender's datagrams); and for a run that
+/// otherwise `ran_ok`, [`Error::SinkBusy`] (exit 5) when it gave up on a sink still busy.
+pub(crate) fn refusal(state: Option<&LinkState>, ran_ok: bool) -> Option<Error> {
+    let state = state?;
+    if let Some(why) = state
+        .mismatch
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+    {
+        return Some(Error::ProtocolMismatch(why));
+    }
     if state.refused() {
-        return Err(Error::Unsupported(
+        return Some(Error::Refused(
             "the sink refused this sender's credentials: give both sides the same --secret-file"
                 .into(),
         ));
     }
-    let busy = state.busy.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match busy {
-        Some(reason) => Err(Error::SinkBusy(format!(
-            "{reason}; no verdict: run again later, or spread the senders over more sinks"
-        ))),
-        None => result,
+    if !ran_ok {
+        return None;
     }
+    let busy = state.busy.lock().unwrap_or_else(|e| e.into_inner()).take();
+    busy.map(|reason| {
+        Error::SinkBusy(format!(
+            "{reason}; no verdict: run again later, or spread the senders over more sinks"
+        ))
+    })
 }
 
 /// Records a control client event in `state`, the control metrics and the log.
 pub(crate) fn event(e: ClientEvent, state: &LinkState) {
-    if !matches!(e, ClientEvent::Clock { .. }) {
+    // Answered once what the answer says is recorded, so the sender's start sees it.
+    let answers = !matches!(e, ClientEvent::Clock { .. });
+    record(e, state);
+    if answers {
         state.answer();
     }
+}
+
+fn record(e: ClientEvent, state: &LinkState) {
     match e {
         ClientEvent::Connected {
             addr,
@@ -171,8 +199,14 @@ pub(crate) fn event(e: ClientEvent, state: &LinkState) {
         }
         ClientEvent::Refused { reason } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
-            state.refused.store(true, Ordering::Relaxed);
             say!("control: {reason}");
+            match reason.split_once(PROTOCOL_MISMATCH) {
+                Some((_, why)) => {
+                    *state.mismatch.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("the sink refused this sender{}", why.trim_end()));
+                }
+                None => state.refused.store(true, Ordering::Relaxed),
+            }
         }
         ClientEvent::Breach { reason } => {
             if let Some(i) = INTEGRITY_REASONS.iter().position(|r| *r == reason) {
@@ -210,7 +244,7 @@ mod tests {
         let state = LinkState::default();
         event(busy(), &state);
         assert!(!state.refused(), "busy is not a credentials problem");
-        let e = refused_or_busy_exit(Ok(()), Some(&state)).unwrap_err();
+        let e = refusal(Some(&state), true).unwrap();
         assert_eq!(e.exit_code(), EXIT_SINK_BUSY);
         assert_eq!(
             e.to_string(),
@@ -226,6 +260,6 @@ mod tests {
             },
             &state,
         );
-        assert!(refused_or_busy_exit(Ok(()), Some(&state)).is_ok());
+        assert!(refusal(Some(&state), true).is_none());
     }
 }

@@ -25,7 +25,7 @@ use crate::{
     clock,
     control::{
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
-        msg::{FlowStart, Goodbye, Hello, Progress},
+        msg::{DataProto, FlowStart, Goodbye, Hello, Progress},
     },
     metrics::steps::StepTally,
     proto::reach::RunReach,
@@ -461,6 +461,7 @@ impl SenderView for PartView {
                     0 => None,
                     bits => Some(f64::from_bits(bits)),
                 }),
+            proto: Some(DataProto::Udp),
         }
     }
 

@@ -123,10 +123,10 @@ pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Resul
     if let Some(server) = server {
         server.stop();
     }
-    if result.is_ok() {
-        // A sender the sink refused, or gave up on as busy, ends at once, without lingering
-        // for a scrape.
-        super::link_state::refused_or_busy_exit(Ok(()), link.as_deref())?;
+    // A sender the sink refused, or gave up on as busy, ends at once, without lingering for
+    // a scrape.
+    if let Some(e) = super::link_state::refusal(link.as_deref(), result.is_ok()) {
+        return Err(e);
     }
     if reporting.metrics.is_some() {
         exporting::linger(reporting.metrics_linger, &signal, interrupted);

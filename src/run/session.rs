@@ -108,6 +108,11 @@ pub(crate) trait Proto {
     /// The sinks are released; the senders are next (a UDP sender waits for its sink's first
     /// answer here).
     fn before_senders(&mut self) {}
+    /// Whether the sink refused the senders for good (their credentials, or the other
+    /// protocol): asked before they are released and on every tick, and they stop at once.
+    fn senders_refused(&self) -> bool {
+        false
+    }
     /// Every worker was released at `start_ns`: the start-up lines.
     fn released(&mut self, _start_ns: u64) {}
     /// The senders have all ended (called once, before that tick's [`Proto::tick`]); the
@@ -204,6 +209,10 @@ impl<P: Proto> Session<P> {
         }
         if self.proto.senders().is_some() {
             self.proto.before_senders();
+            if self.proto.senders_refused() {
+                // Released only to stop: nothing they would send could be counted.
+                self.send_control.request_stop();
+            }
         }
         if let Some(s) = self.proto.senders() {
             s.release();
@@ -296,6 +305,9 @@ impl<P: Proto> Ticked for Ticks<'_, P> {
             && now_ns - at > bound.as_nanos() as u64
         {
             self.session.sink_control.request_stop();
+        }
+        if self.session.proto.senders_refused() {
+            self.session.send_control.request_stop();
         }
         self.now = self.session.proto.snapshot();
         self.session.proto.tick(now_ns, &self.now);

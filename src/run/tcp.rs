@@ -217,7 +217,7 @@ impl super::pipeline::Transport for TcpRunSpec {
             .map(|d| (Arc::clone(&run.sink_control), d));
         let report = TcpReport::new(self.plan.output.json, run.senders, run.sinks, sink_duration)
             .with_control(started.books, ask)
-            .with_link(refused.clone(), Arc::clone(&run.send_control))
+            .with_link(refused.clone())
             .with_min_rate_ratio(self.plan.min_rate_ratio);
         let exporter = run
             .exporting

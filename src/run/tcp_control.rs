@@ -21,7 +21,8 @@ use crate::{
         auth::Secret,
         client::{ClientConfig, ControlClient, SenderView},
         msg::{
-            ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Progress, Verdict,
+            ClockEstimate, DataProto, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello,
+            Progress, Verdict,
         },
         server::{ControlServer, HelloFrom, RunningServer, ServerConfig, SinkBooks},
     },
@@ -52,6 +53,7 @@ pub(crate) fn serve(
     let session = control_link::sink_session_id();
     let mut config = ServerConfig::new(listen, session.clone());
     config.secret = secret;
+    config.proto = DataProto::Tcp;
     say!("control: served on the data port tcp {listen} (sink session {session})");
     let books = Arc::new(Books {
         books,
@@ -168,6 +170,7 @@ impl SenderView for View {
             boot_id: None,
             // A record stream has no sequence numbers to bound.
             reach: None,
+            proto: Some(DataProto::Tcp),
         }
     }
 

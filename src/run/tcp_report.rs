@@ -46,8 +46,6 @@ pub(crate) struct TcpReport {
     placement: (Option<Value>, Option<Value>),
     /// What the sender's control channel found out (its round trip, for the summary).
     link: Option<Arc<super::link_state::LinkState>>,
-    /// Stops the senders (a refused sender).
-    send_control: Option<Arc<Control>>,
     /// What the report learns as the run goes.
     state: TcpState,
 }
@@ -165,7 +163,6 @@ impl TcpReport {
                     .map(|s| crate::report::placement_json(&s.queues, s.group.memory())),
             ),
             link: None,
-            send_control: None,
             json,
             senders,
             sinks,
@@ -212,16 +209,14 @@ impl TcpReport {
         self
     }
 
-    /// What the sender's control channel finds out (none with `--control off`), and the
-    /// senders' control: a sender whose credentials the sink refused stops at the next tick,
-    /// since a sink with a secret counts none of its connections.
+    /// What the sender's control channel finds out (none with `--control off`): a sender the
+    /// sink refused stops at the next tick (see [`Proto::senders_refused`]), since a sink with
+    /// a secret counts none of its connections, and one of the other protocol counts nothing.
     pub(crate) fn with_link(
         mut self,
         link: Option<Arc<super::link_state::LinkState>>,
-        senders: Arc<Control>,
     ) -> TcpReport {
         self.link = link;
-        self.send_control = Some(senders);
         self
     }
 
@@ -329,6 +324,10 @@ impl Proto for TcpReport {
         self.sinks.as_mut().map(|s| &mut s.group)
     }
 
+    fn senders_refused(&self) -> bool {
+        self.link.as_ref().is_some_and(|l| l.stops_run())
+    }
+
     fn released(&mut self, start_ns: u64) {
         let ctx = crate::metrics::ctx::sample();
         self.state = TcpState {
@@ -361,11 +360,6 @@ impl Proto for TcpReport {
     fn tick(&mut self, now: u64, snapshot: &Snapshot) {
         if let Some((control, d)) = &self.sink_duration
             && now - self.state.start >= d.as_nanos() as u64
-        {
-            control.request_stop();
-        }
-        if let (Some(link), Some(control)) = (&self.link, &self.send_control)
-            && link.refused()
         {
             control.request_stop();
         }

@@ -216,7 +216,9 @@ impl TrialSender {
                     Ok(_) => "not every sink queue answered in time".into(),
                 };
                 // A sink that refused the secret, or stayed busy, says so with its own code.
-                super::link_state::refused_or_busy_exit(Ok(()), Some(&self.link))?;
+                if let Some(e) = super::link_state::refusal(Some(&self.link), true) {
+                    return Err(e);
+                }
                 return Err(Error::Unsupported(format!(
                     "a trial at {rate_arg} got no complete verdict from the sink ({why}); the search needs the sink's control channel"
                 )));

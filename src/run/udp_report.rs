@@ -171,6 +171,10 @@ impl Proto for UdpReport {
         }
     }
 
+    fn senders_refused(&self) -> bool {
+        self.link.stops_run()
+    }
+
     fn released(&mut self, start_ns: u64) {
         say!(
             "startup: workers released {:.1} ms after launch",

@@ -17,7 +17,9 @@ use crate::control::DeadlineStream;
 use crate::control::auth::{AuthError, BUSY, server_handshake};
 use crate::control::channel::Channel;
 use crate::control::frame::{FrameError, write_frame};
-use crate::control::msg::{ClockReply, Heartbeat, Hello, Message, Refused, Welcome};
+use crate::control::msg::{
+    ClockReply, DataProto, Heartbeat, Hello, Message, PROTOCOL_MISMATCH, Refused, Welcome,
+};
 
 /// The next connection from `source`, its peer and the bytes read from it already.
 fn next(source: &Source) -> io::Result<(TcpStream, SocketAddr, Vec<u8>)> {
@@ -162,6 +164,16 @@ fn handshake_failure<'a>(
 fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, ticket: &Ticket) {
     // Before this side of the handshake, so before the sender can have built a Hello.
     let connected_ns = clock::monotonic_ns();
+    if sh.config.proto == DataProto::Udp
+        && first.starts_with(&crate::proto::header::MAGIC.to_be_bytes())
+    {
+        // A TCP sender's data connection: its records start with the magic a control frame's
+        // length never has.
+        bump(&sh.stats.protocol_errors);
+        return sh.log.line(format!(
+            "control: {peer}: a TCP sender (--proto tcp) connected to this UDP sink's port: start the sink with --proto tcp, or the sender without it"
+        ));
+    }
     let cfg = &sh.config;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
@@ -203,6 +215,22 @@ fn serve(sh: &Shared, stream: &TcpStream, peer: SocketAddr, first: Vec<u8>, tick
     }
     let mut hello = hello;
     loop {
+        if let Some(theirs) = hello.proto.filter(|p| *p != cfg.proto) {
+            let reason = format!(
+                "{PROTOCOL_MISMATCH}: the sink counts {} and this sender sends {}: give both the same --proto",
+                cfg.proto.name(),
+                theirs.name()
+            );
+            sh.log.line(format!(
+                "control: {peer}: refused: a {} sender said hello to this {} sink: start the sink with --proto {}, or the sender with --proto {}",
+                theirs.name(),
+                cfg.proto.name(),
+                theirs.name().to_lowercase(),
+                cfg.proto.name().to_lowercase()
+            ));
+            let _ = channel.send(&mut ds, &Message::Refused(Refused { reason }));
+            return;
+        }
         let proof = cfg.secret.as_ref().map(|s| s.data_key().run(hello.epoch));
         let from = HelloFrom {
             peer,

@@ -150,6 +150,7 @@ impl SenderView for View {
             step: None,
             boot_id: None,
             reach: None,
+            proto: None,
         }
     }
     fn progress(&self) -> Progress {
@@ -278,6 +279,7 @@ pub(crate) fn samples() -> Vec<Message> {
                 flow_pps: 5e5,
                 run_elapsed_ns: 13,
             }),
+            proto: Some(DataProto::Tcp),
         }),
         Message::Welcome(Welcome {
             sink_session: "s".into(),
