@@ -6,8 +6,9 @@
 //! few file descriptors, a port in use, a missing NUMA node), 4 for input `report` cannot read
 //! as ringblast JSON Lines, 5 for a sender that gave up on a sink whose control channel stayed
 //! busy, 6 for a search whose sender could not offer the rates it had to try, 7 for a sender
-//! whose credentials the sink refused, 8 for a sender and a sink of different protocols, 1 for
-//! anything that failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
+//! whose credentials the sink refused, 8 for a sender and a sink of different protocols, 9 for
+//! a sender whose sink's control channel never answered at its start, 1 for anything that
+//! failed at run time. `Error::io` is the one constructor for OS errors, so an `EMFILE`/`ENFILE` from any call
 //! site becomes the file-descriptor error with its fix instead of a bare "os error 24".
 
 use std::io;
@@ -31,6 +32,8 @@ pub(crate) const EXIT_SENDER_LIMITED: i32 = 6;
 pub(crate) const EXIT_REFUSED: i32 = 7;
 /// Exit status for a sender whose sink counts the other protocol (`--proto`).
 pub(crate) const EXIT_PROTOCOL_MISMATCH: i32 = 8;
+/// Exit status for a sender whose sink's control channel never answered at its start.
+pub(crate) const EXIT_NO_SINK: i32 = 9;
 
 /// Everything that can stop a ringblast run.
 #[derive(Debug, Error)]
@@ -54,6 +57,9 @@ pub enum Error {
     /// The sender and the sink speak different protocols (`--proto`).
     #[error("{0}")]
     ProtocolMismatch(String),
+    /// Nothing answered the sender's control channel at its start.
+    #[error("{0}")]
+    NoSink(String),
     /// A search's sender could not offer the rates the search had to try: its result is a
     /// lower bound on what the device under test passes, set by this host.
     #[error("{0}")]
@@ -120,6 +126,7 @@ impl Error {
             Error::SinkBusy(_) => EXIT_SINK_BUSY,
             Error::Refused(_) => EXIT_REFUSED,
             Error::ProtocolMismatch(_) => EXIT_PROTOCOL_MISMATCH,
+            Error::NoSink(_) => EXIT_NO_SINK,
             Error::SenderLimited(_) => EXIT_SENDER_LIMITED,
             Error::Unsupported(_) | Error::MemlockTooLow { .. } | Error::NoFiles { .. } => {
                 EXIT_UNSUPPORTED

@@ -7,8 +7,13 @@ use std::{
         Condvar, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
+
+/// How long a sender that talks to a sink tries to get in at its start, busy or unreachable,
+/// before it gives up without sending (or, once sending, stops): 2 s, as iperf3 gives up on a
+/// server at once.
+pub(crate) const START_WINDOW: Duration = Duration::from_secs(2);
 
 use crate::{
     control::{client::ClientEvent, msg::PROTOCOL_MISMATCH},
@@ -26,6 +31,14 @@ pub(crate) struct LinkState {
     mismatch: Mutex<Option<String>>,
     /// The sink's last answer was busy: no connection got in since (the run exits 5).
     busy: Mutex<Option<String>>,
+    /// Why the last attempt found no sink (connection refused, no route, a timeout): no
+    /// connection got in since.
+    unreachable: Mutex<Option<String>>,
+    /// A connection got in (hello answered) at least once.
+    connected: AtomicBool,
+    /// When the link started: a sender that has not got in [`START_WINDOW`] after it, busy or
+    /// unreachable throughout, gives up (exit 5 or 9).
+    started: Instant,
     /// The smallest round trip of any clock exchange, in ns (`u64::MAX`: none).
     control_rtt_ns: AtomicU64,
     /// Connections dropped because a frame from the sink failed its integrity check, in the
@@ -47,6 +60,9 @@ impl Default for LinkState {
             refused: AtomicBool::new(false),
             mismatch: Mutex::new(None),
             busy: Mutex::new(None),
+            unreachable: Mutex::new(None),
+            connected: AtomicBool::new(false),
+            started: Instant::now(),
             control_rtt_ns: AtomicU64::new(u64::MAX),
             integrity_failures: Default::default(),
             answered: Mutex::new(false),
@@ -68,9 +84,72 @@ impl LinkState {
     }
 
     /// Whether the sink refused this sender for good (its credentials, or the other
-    /// protocol): nothing it sends can be counted, so its senders stop at once.
+    /// protocol), or it found no sink to take it within [`START_WINDOW`] of its start: nothing
+    /// it sends could be counted, so its senders stop at once.
     pub(crate) fn stops_run(&self) -> bool {
-        self.refused() || self.mismatch.lock().is_ok_and(|m| m.is_some())
+        self.refused()
+            || self.mismatch.lock().is_ok_and(|m| m.is_some())
+            || self.start_fault().is_some()
+    }
+
+    /// Why the sender gave up on its sink at its start, if it did: its verdict is not asked
+    /// for (nothing would answer).
+    pub(crate) fn gave_up_at_start(&self) -> Option<String> {
+        self.start_fault().map(|e| e.to_string())
+    }
+
+    /// A sender that talks to a sink and got in nowhere within [`START_WINDOW`] of its start:
+    /// the sink's busy answer ([`Error::SinkBusy`]) or why none answered ([`Error::NoSink`]).
+    fn start_fault(&self) -> Option<Error> {
+        if !self.awaits.load(Ordering::Relaxed)
+            || self.connected.load(Ordering::Relaxed)
+            || self.started.elapsed() < START_WINDOW
+        {
+            return None;
+        }
+        let lock = |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(busy) = lock(&self.busy) {
+            return Some(Error::SinkBusy(format!(
+                "{busy}; it stopped before sending: run again later, or spread the senders over more sinks"
+            )));
+        }
+        lock(&self.unreachable).map(|why| {
+            Error::NoSink(format!(
+                "{why}, for {:.0} s since the start: start the sink first, or check --to and --control",
+                START_WINDOW.as_secs_f64()
+            ))
+        })
+    }
+
+    /// Waits, at the start, until the sender got in, was refused, or gave up on the sink
+    /// ([`START_WINDOW`] after the link started): a busy or unreachable first answer is
+    /// retried by the control client meanwhile. Says so when no answer came at all (a sink
+    /// with a secret counts datagrams only after the sender's hello). At once without a link.
+    pub(crate) fn wait_start(&self) {
+        if !self.awaits.load(Ordering::Relaxed) {
+            return;
+        }
+        if !self.wait_first_answer(START_WINDOW) {
+            say!(
+                "control: no answer from the sink within {START_WINDOW:?}; sending anyway (a sink with a secret counts datagrams only after this sender's hello)"
+            );
+            return;
+        }
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let left = START_WINDOW.saturating_sub(self.started.elapsed());
+            let settled = self.connected.load(Ordering::Relaxed)
+                || self.refused()
+                || self.mismatch.lock().is_ok_and(|m| m.is_some());
+            if settled || left.is_zero() {
+                return;
+            }
+            answered = self
+                .answered_now
+                .wait_timeout(answered, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// The summary's `control_integrity_failures`: connections dropped per reason.
@@ -132,6 +211,9 @@ pub(crate) fn refusal(state: Option<&LinkState>, ran_ok: bool) -> Option<Error> 
                 .into(),
         ));
     }
+    if let Some(e) = state.start_fault() {
+        return Some(e);
+    }
     if !ran_ok {
         return None;
     }
@@ -162,6 +244,8 @@ fn record(e: ClientEvent, state: &LinkState) {
         } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(1.0);
             *state.busy.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            *state.unreachable.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            state.connected.store(true, Ordering::Relaxed);
             if reconnect > 0 {
                 metrics::counter!(names::TX_CONTROL_RECONNECTS).increment(1);
             }
@@ -177,9 +261,12 @@ fn record(e: ClientEvent, state: &LinkState) {
         } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
             say!(
-                "control: cannot reach the sink at {addr}: {reason}; sending anyway, retrying (next in {:.1}s)",
+                "control: cannot reach the sink at {addr}: {reason}; retrying (next in {:.1}s)",
                 retry_in.as_secs_f64()
             );
+            *state.unreachable.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!(
+                "nothing answered the control channel at {addr} ({reason})"
+            ));
         }
         ClientEvent::Busy {
             addr,
@@ -188,7 +275,7 @@ fn record(e: ClientEvent, state: &LinkState) {
         } => {
             metrics::gauge!(names::TX_CONTROL_CONNECTED).set(0.0);
             say!(
-                "control: {reason} (sink at {addr}); sending anyway, retrying (next in {:.1}s)",
+                "control: {reason} (sink at {addr}); retrying (next in {:.1}s)",
                 retry_in.as_secs_f64()
             );
             *state.busy.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);

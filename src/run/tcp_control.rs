@@ -191,6 +191,7 @@ pub(crate) fn connect(
     shared: Vec<Arc<TcpSendShared>>,
 ) -> (AskTcpSink, Arc<LinkState>) {
     let state = Arc::new(LinkState::default());
+    state.expect_answer();
     let view = Arc::new(View {
         name: link.name,
         epoch,

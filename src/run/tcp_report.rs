@@ -324,6 +324,12 @@ impl Proto for TcpReport {
         self.sinks.as_mut().map(|s| &mut s.group)
     }
 
+    fn before_senders(&mut self) {
+        if let Some(link) = &self.link {
+            link.wait_start();
+        }
+    }
+
     fn senders_refused(&self) -> bool {
         self.link.as_ref().is_some_and(|l| l.stops_run())
     }
@@ -405,7 +411,12 @@ impl Proto for TcpReport {
             keep_open_samples(&mut self.last_info, fresh);
         }
         let tx_shared: Vec<_> = self.senders.iter().flat_map(|g| g.shared.clone()).collect();
-        self.state.verdict = self.ask.take().map(|ask| ask(&tx_shared));
+        let gave_up = self.link.as_ref().and_then(|l| l.gave_up_at_start());
+        self.state.verdict = match (self.ask.take(), gave_up) {
+            // Nothing would answer the goodbye.
+            (Some(_), Some(why)) => Some(Err(why)),
+            (ask, _) => ask.map(|ask| ask(&tx_shared)),
+        };
     }
 
     fn summaries(self, snap: Snapshot, (send, _): Outcomes<Self>) -> Result<(), Error> {
@@ -414,8 +425,12 @@ impl Proto for TcpReport {
         let ctx = crate::metrics::ctx::delta(&state.ctx_start, &crate::metrics::ctx::sample());
         let mut result = Ok(());
         if let Some(outcomes) = send {
-            // A sender group whose every worker panicked has no span, and no summary.
-            if let Some(span) = worker::span(&outcomes).map(|(a, b)| (b - a) as f64 / 1e9) {
+            // A sender group whose every worker panicked has no span, and no summary; one the
+            // sink refused, or that found no sink, at its start stopped before sending: 0 s.
+            let span = worker::span(&outcomes)
+                .map(|(a, b)| (b - a) as f64 / 1e9)
+                .or_else(|| self.senders_refused().then_some(0.0));
+            if let Some(span) = span {
                 self.send_summary(&snap, span, ctx, state.verdict.as_ref());
                 let short = self.target_rps.filter(|t| *t > 0.0).and_then(|target| {
                     let ratio = rate(snap.tx.tx_records, span) / target;

@@ -30,9 +30,6 @@ mod summary;
 
 /// How often the sink's session starts and ends are looked for.
 const EVENTS_EVERY_NS: u64 = 500_000_000;
-/// How long a sender waits for its control channel's first answer before its first send:
-/// the connect timeout, so a sink that is simply down costs nothing (refused at once).
-const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// A started UDP run as its session reports it: senders, sinks or both.
 pub(crate) struct UdpReport {
@@ -164,11 +161,7 @@ impl Proto for UdpReport {
     }
 
     fn before_senders(&mut self) {
-        if !self.link.wait_first_answer(HELLO_WAIT) {
-            say!(
-                "control: no answer from the sink within {HELLO_WAIT:?}; sending anyway (a sink with a secret counts datagrams only after this sender's hello)"
-            );
-        }
+        self.link.wait_start();
     }
 
     fn senders_refused(&self) -> bool {
@@ -262,6 +255,9 @@ impl Proto for UdpReport {
                     .map(|v| ("this process".to_string(), v))
                     .ok_or_else(|| "the in-process sink gave no verdict".to_string()),
             ),
+            VerdictSource::Remote(_) if self.link.gave_up_at_start().is_some() => {
+                self.link.gave_up_at_start().map(Err)
+            }
             VerdictSource::Remote(ask) => Some(
                 self.senders
                     .as_ref()
