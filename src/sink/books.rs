@@ -116,7 +116,8 @@ struct Session {
     /// With a secret, the proof its run's datagrams carry (`proto::proof`): any other is refused.
     proof: Option<RunProof>,
     /// How far its paced run's numbers can reach (`proto::reach`), and the limit last found
-    /// at or above its highest number (the limit only grows, so most datagrams skip it).
+    /// at or above its highest number (the limit only grows, so most datagrams skip it;
+    /// `u64::MAX` without a reach, so one comparison passes them all).
     reach: Option<RunReach>,
     reach_limit: u64,
     /// Its run's slot in the figure pool (`None`: the pool had none for it).
@@ -285,7 +286,7 @@ impl Books {
                     announced: false,
                     proof: None,
                     reach: None,
-                    reach_limit: 0,
+                    reach_limit: u64::MAX,
                     figures: None,
                     dirty: false,
                 })
@@ -377,6 +378,7 @@ impl Books {
                 let s = &mut self.sessions[slot as usize];
                 s.proof = proof;
                 s.reach = reach;
+                s.reach_limit = if reach.is_some() { 0 } else { u64::MAX };
                 Ok(slot)
             }
             None if self.announcements_waiting
@@ -427,6 +429,7 @@ impl Books {
                 // bounded by its run's reach, from now.
                 s.proof = proof;
                 s.reach = reach;
+                s.reach_limit = if reach.is_some() { 0 } else { u64::MAX };
                 if !s.announced {
                     s.announced = true;
                     self.unannounced_live -= 1;
@@ -529,7 +532,7 @@ impl Books {
         s.announced = announced;
         s.proof = None;
         s.reach = None;
-        s.reach_limit = 0;
+        s.reach_limit = u64::MAX;
         s.figures = self.figure_leases.open(
             &self.figures,
             key.epoch,
