@@ -78,9 +78,19 @@ fn cost_over_two_seconds(p: &mut Proc) -> (f64, u64) {
 #[test]
 fn a_sender_whose_sink_is_down_sleeps_between_reconnects() {
     let _lock = common::traffic_lock();
-    // Nothing listens on this port: every connect is refused, and backs off to 1 s.
+    // Nothing listens on this port: every connect is refused, and backs off to 1 s. Without a
+    // control channel (with one, a sender that finds no sink at its start gives up in 2 s).
     let to = format!("127.0.0.1:{}", common::free_port());
-    let mut args = vec!["send", "--proto", "tcp", "--to", &to, "--json"];
+    let mut args = vec![
+        "send",
+        "--proto",
+        "tcp",
+        "--to",
+        &to,
+        "--json",
+        "--control",
+        "off",
+    ];
     args.extend_from_slice(&PACED);
     let mut tx = Proc::ringblast(None, &args);
     let (cpu, woke) = cost_over_two_seconds(&mut tx);
