@@ -113,6 +113,16 @@ fn sniff() -> Sniffed {
     panic!("no datagram of the run seen on port {DATA_PORT} within 10 s");
 }
 
+/// A raw IPv4 socket for [`spoof`].
+fn raw_socket() -> Socket {
+    Socket::new(
+        Domain::IPV4,
+        Type::RAW,
+        Some(Protocol::from(libc::IPPROTO_RAW)),
+    )
+    .expect("a raw socket (root)")
+}
+
 /// Sends `payload` to 127.0.0.1:`DATA_PORT` as if from `source` (a raw IPv4 socket; the
 /// kernel fills in the IP checksum and length, and a UDP checksum of 0 means none).
 fn spoof(raw: &Socket, source: SocketAddrV4, payload: &[u8]) {
@@ -145,12 +155,7 @@ struct Injected {
 fn inject(tagged: bool) -> Injected {
     let real = sniff();
     let other = UdpSocket::bind("127.0.0.99:0").unwrap();
-    let raw = Socket::new(
-        Domain::IPV4,
-        Type::RAW,
-        Some(Protocol::from(libc::IPPROTO_RAW)),
-    )
-    .expect("a raw socket (root)");
+    let raw = raw_socket();
     let pace = || std::thread::sleep(Duration::from_micros(200));
     let seq = real.seq();
     let mut injected = Injected {
@@ -501,12 +506,7 @@ fn a_jump_within_the_lines_bound_but_beyond_a_paced_runs_reach_is_implausible() 
                 break next;
             }
         };
-        let raw = Socket::new(
-            Domain::IPV4,
-            Type::RAW,
-            Some(Protocol::from(libc::IPPROTO_RAW)),
-        )
-        .expect("a raw socket (root)");
+        let raw = raw_socket();
         let mut sent = 0u64;
         for i in 0..50 {
             spoof(

@@ -83,13 +83,16 @@ impl LinkState {
         self.refused.load(Ordering::Relaxed)
     }
 
+    /// Whether the sink refused this sender for the other protocol.
+    fn mismatched(&self) -> bool {
+        self.mismatch.lock().is_ok_and(|m| m.is_some())
+    }
+
     /// Whether the sink refused this sender for good (its credentials, or the other
     /// protocol), or it found no sink to take it within [`START_WINDOW`] of its start: nothing
     /// it sends could be counted, so its senders stop at once.
     pub(crate) fn stops_run(&self) -> bool {
-        self.refused()
-            || self.mismatch.lock().is_ok_and(|m| m.is_some())
-            || self.start_fault().is_some()
+        self.refused() || self.mismatched() || self.start_fault().is_some()
     }
 
     /// Why the sender gave up on its sink at its start, if it did: its verdict is not asked
@@ -138,9 +141,8 @@ impl LinkState {
         let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let left = START_WINDOW.saturating_sub(self.started.elapsed());
-            let settled = self.connected.load(Ordering::Relaxed)
-                || self.refused()
-                || self.mismatch.lock().is_ok_and(|m| m.is_some());
+            let settled =
+                self.connected.load(Ordering::Relaxed) || self.refused() || self.mismatched();
             if settled || left.is_zero() {
                 return;
             }
