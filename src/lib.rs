@@ -25,6 +25,7 @@ pub mod output;
 pub mod pacing;
 pub mod proto {
     //! The wire format and the sink's sequence accounting.
+    pub(crate) mod exchange;
     #[cfg(test)]
     mod fuzz;
     pub mod header;

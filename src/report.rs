@@ -19,7 +19,7 @@ mod text;
 pub(crate) use clock::latency_clock_json;
 use clock::{latency_text, sender_jitter_json, sender_latency_json};
 pub(crate) use sizes::{rx_sizes_json, tx_sizes_json};
-pub(crate) use text::{latency_hdr_json, queue_shares, sink_summary_line};
+pub(crate) use text::{latency_hdr_json, ns_text, queue_shares, sink_summary_line};
 
 /// Where a queue runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -417,6 +417,11 @@ counter_set! {
         latency_unknown:,
         /// Sink: latency samples whose negative corrected transit was taken as 0.
         latency_clamped:,
+        /// Sink: requests (`--pattern rr`) answered.
+        answered:,
+        /// Sink: counted requests left unanswered by this sink (no response slot free, the
+        /// response length out of range, or the send failed).
+        unanswered:,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{
     RxWaitArg, SendArgs, SinkArgs, SinkTuning, Steer, TrafficArgs,
-    tcp::{Pattern, Proto, TcpSendArgs},
+    tcp::{Proto, TcpSendArgs},
 };
 use crate::sender::payload::PayloadFill;
 
@@ -127,25 +127,10 @@ const PROTOCOL_FLAGS: &[ProtocolFlag] = &[
         Sender(|_, p| p.conns.is_some()),
         &["--conns", "4"],
     ),
-    tcp(
-        "--pattern",
-        Sender(|_, p| p.pattern != Pattern::Stream),
-        &["--pattern", "rr"],
-    ),
-    tcp(
-        "--request-size",
-        Sender(|_, p| p.request_size.is_some()),
-        &["--request-size", "100"],
-    ),
-    tcp(
-        "--response-size",
-        Sender(|_, p| p.response_size.is_some()),
-        &["--response-size", "100"],
-    ),
-    tcp(
-        "--depth",
-        Sender(|_, p| p.depth.is_some()),
-        &["--depth", "2"],
+    udp(
+        "--response-timeout",
+        Sender(|_, p| p.response_timeout.is_some()),
+        &["--pattern", "rr", "--response-timeout", "500ms"],
     ),
     udp("--no-gro", Tuning(|t| t.no_gro), &["--no-gro"]),
     because(

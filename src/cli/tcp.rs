@@ -14,7 +14,7 @@ pub(crate) enum Proto {
     Tcp,
 }
 
-/// What a TCP sender does on its connections.
+/// What a sender does on its flows (UDP) or connections (TCP).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Pattern {
     /// Bulk streams of records (default).
@@ -37,18 +37,26 @@ pub(crate) struct TcpSendArgs {
     /// TCP connections per queue (default 1).
     #[arg(long, env = "RINGBLAST_CONNS")]
     pub(crate) conns: Option<u32>,
-    /// TCP traffic pattern: `stream` or `rr` (request/response).
+    /// Traffic pattern: `stream` or `rr` (request/response: the sink answers every request).
     #[arg(long, value_enum, default_value = "stream", env = "RINGBLAST_PATTERN")]
     pub(crate) pattern: Pattern,
-    /// rr: request record bytes, header included (at least 36).
+    /// rr: request bytes, header included (default 64; UDP at least 44, TCP at least 36).
     #[arg(long, value_parser = parse_size, env = "RINGBLAST_REQUEST_SIZE")]
     pub(crate) request_size: Option<usize>,
-    /// rr: response record bytes, header included (32 to 16 KiB).
+    /// rr: response bytes, header included (default 64; 32 to 4 KiB over UDP, 16 KiB over TCP).
     #[arg(long, value_parser = parse_size, env = "RINGBLAST_RESPONSE_SIZE")]
     pub(crate) response_size: Option<usize>,
-    /// rr: requests outstanding per connection (1 to 64).
+    /// rr: requests outstanding per flow (UDP) or connection (TCP), 1 to 64 (default 1).
     #[arg(long, env = "RINGBLAST_DEPTH")]
     pub(crate) depth: Option<u32>,
+    /// rr over UDP: how long a request waits for its response before it counts as lost
+    /// (default 1s).
+    #[arg(long, value_parser = parse_timeout, env = "RINGBLAST_RESPONSE_TIMEOUT")]
+    pub(crate) response_timeout: Option<std::time::Duration>,
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    crate::config::units::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// TCP options of `sink`.

@@ -12,7 +12,7 @@ pub(crate) fn latency_hdr_json(h: &hdrhistogram::Histogram<u64>) -> Value {
 }
 
 /// A duration for people: `850ns`, `12.3us`, `1.20ms`, `2.50s`.
-fn ns_text(ns: u64) -> String {
+pub(crate) fn ns_text(ns: u64) -> String {
     match ns {
         n if n < 1_000 => format!("{n}ns"),
         n if n < 1_000_000 => format!("{:.1}us", n as f64 / 1e3),

@@ -47,6 +47,34 @@ impl Engine {
         self.push(&entry)
     }
 
+    /// Queues a plain `SEND` of arena bytes `offset..offset+len` on unconnected `fd` to the
+    /// socket address stored in the arena at `addr` (`addr.len` bytes: a `sockaddr_in` or
+    /// `sockaddr_in6`), as `sendto(2)` would. Returns false when the SQ is full or either range
+    /// is outside the arena.
+    pub(crate) fn push_send_to(
+        &mut self,
+        fd: RawFd,
+        offset: usize,
+        len: u32,
+        addr: super::ArenaRange,
+        user_data: u64,
+    ) -> bool {
+        let Some(name) = self.arena.bytes(addr.offset, addr.len) else {
+            return false;
+        };
+        let name = (name.as_ptr(), addr.len as libc::socklen_t);
+        let Some(bytes) = self.arena.bytes(offset, len as usize) else {
+            return false;
+        };
+        let entry = opcode::Send::new(types::Fd(fd), bytes.as_ptr(), len)
+            .dest_addr(name.0.cast())
+            .dest_addr_len(name.1)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data);
+        self.push(&entry)
+    }
+
     /// Queues a zero-copy `SEND_ZC` of arena bytes from the registered buffer.
     pub(crate) fn push_send_zc_fixed(
         &mut self,

@@ -56,12 +56,32 @@ const MULTISHOT_RECEIVES: RequiredOp = RequiredOp {
     since: "6.0",
 };
 
-/// Opcodes the sink needs.
+/// Opcodes the sink needs: multishot receives, and sends for the answers to requests.
 pub(crate) const SINK_OPS: &[RequiredOp] = &[
     RequiredOp {
         code: opcode::RecvMsgMulti::CODE,
         name: "IORING_OP_RECVMSG",
         since: "5.3 (multishot 6.0)",
+    },
+    MULTISHOT_RECEIVES,
+    RequiredOp {
+        code: opcode::Send::CODE,
+        name: "IORING_OP_SEND",
+        since: "5.6",
+    },
+];
+
+/// Opcodes a UDP request/response sender needs: sends, and multishot receives of responses.
+pub(crate) const EXCHANGE_OPS: &[RequiredOp] = &[
+    RequiredOp {
+        code: opcode::Send::CODE,
+        name: "IORING_OP_SEND",
+        since: "5.6",
+    },
+    RequiredOp {
+        code: opcode::RecvMulti::CODE,
+        name: "IORING_OP_RECV",
+        since: "5.6 (multishot 6.0)",
     },
     MULTISHOT_RECEIVES,
 ];

@@ -214,7 +214,7 @@ impl pipeline::Transport for RunSpec {
             min_rate_ratio: self.plan.min_rate_ratio,
             wire_rate: self.plan.wire_rate,
             link: Arc::clone(&link.state),
-            state: Default::default(),
+            state: udp_report::UdpState::started(),
         };
         let session = Session::new(
             report,

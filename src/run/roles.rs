@@ -9,7 +9,7 @@ use crate::{
     net::claim,
     report::{QueueView, RxSample, TxSample},
     sender::{
-        SenderConfig, SenderOutcome, SenderPlacement, SenderShared, SenderWorker, mix::SizePlan,
+        SenderConfig, SenderOutcome, SenderPlacement, SenderShared, UdpSendJob, mix::SizePlan,
         parts::PartMarks,
     },
     sink::{
@@ -171,6 +171,7 @@ pub(crate) fn start_senders(
             parts: (0..parts)
                 .map(|_| PartMarks::new(my_flows.len(), config.first_seq))
                 .collect(),
+            exchange: Default::default(),
         });
         shared.push(Arc::clone(&s));
         flows.push(my_flows.clone());
@@ -178,7 +179,7 @@ pub(crate) fn start_senders(
             node: q.node,
             flows: my_flows,
         };
-        workers.push((q.cpu, move || SenderWorker::new(config, &place, s)));
+        workers.push((q.cpu, move || UdpSendJob::new(config, &place, s)));
     }
     let group = worker::start("send", control, workers)?;
     Ok(SenderSet {

@@ -25,6 +25,7 @@ use crate::{
     worker::Group,
 };
 
+mod exchange;
 mod interval;
 mod summary;
 
@@ -67,6 +68,18 @@ pub(crate) struct UdpState {
     wire: Option<(usize, usize, Vec<u64>)>,
     last_events: u64,
     judge: Option<Judge>,
+    /// Context switches when the run started (for rr's per-transaction figure).
+    ctx_start: crate::metrics::ctx::CtxSample,
+}
+
+impl UdpState {
+    /// The state of a run starting now.
+    pub(crate) fn started() -> UdpState {
+        UdpState {
+            ctx_start: crate::metrics::ctx::sample(),
+            ..UdpState::default()
+        }
+    }
 }
 
 impl UdpReport {

@@ -6,6 +6,7 @@
 //! pushes SQEs, submits and reaps: no allocation, locks, logging or metrics calls. Counters are
 //! plain fields published to the worker's shared block every few milliseconds and at the end.
 
+pub(crate) mod exchange;
 pub(crate) mod mix;
 pub(crate) mod parts;
 pub(crate) mod payload;
@@ -101,6 +102,8 @@ pub(crate) struct SenderConfig {
     /// With a secret: the key each part's proof is derived from (`proto::proof`), and whether
     /// the proof is a tag (`--auth-data`) rather than the run's token.
     pub(crate) proof: Option<(Arc<crate::proto::proof::DataKey>, bool)>,
+    /// `--pattern rr`: requests and responses (`exchange`) instead of a stream.
+    pub(crate) exchange: Option<exchange::ExchangeShape>,
 }
 
 /// Where a worker runs and which flows it owns.
@@ -125,6 +128,8 @@ pub(crate) struct SenderShared {
     pub(crate) parts: Vec<PartMarks>,
     /// The part the worker is in (0 without a schedule).
     pub(crate) part: std::sync::atomic::AtomicU64,
+    /// Request/response counters (`--pattern rr`; zero for a stream).
+    pub(crate) exchange: exchange::SharedExchange,
 }
 
 /// What a sender reports when it ends.
@@ -145,6 +150,8 @@ pub(crate) struct SenderOutcome {
     pub(crate) transmit_lag_missing: u64,
     /// Error-queue reads the samples took (SQEs that are not sends).
     pub(crate) transmit_lag_reads: u64,
+    /// `--pattern rr`: every round trip, in ns (`None` for a stream).
+    pub(crate) round_trips: Option<hdrhistogram::Histogram<u64>>,
 }
 
 impl crate::worker::Outcome for SenderOutcome {
@@ -509,6 +516,47 @@ impl SenderWorker {
     }
 }
 
+/// A UDP sender queue's worker: a stream's, or request/response's (`--pattern rr`).
+pub(crate) enum UdpSendJob {
+    Stream(Box<SenderWorker>),
+    Exchange(Box<exchange::ExchangeWorker>),
+}
+
+impl UdpSendJob {
+    /// Builds the worker `config` asks for on the calling (already pinned) thread.
+    pub(crate) fn new(
+        config: SenderConfig,
+        place: &SenderPlacement,
+        shared: Arc<SenderShared>,
+    ) -> Result<UdpSendJob, Error> {
+        Ok(if config.exchange.is_some() {
+            UdpSendJob::Exchange(Box::new(exchange::ExchangeWorker::new(
+                config, place, shared,
+            )?))
+        } else {
+            UdpSendJob::Stream(Box::new(SenderWorker::new(config, place, shared)?))
+        })
+    }
+}
+
+impl Job for UdpSendJob {
+    type Output = SenderOutcome;
+
+    fn arena(&self) -> &crate::mem::Arena {
+        match self {
+            UdpSendJob::Stream(w) => w.arena(),
+            UdpSendJob::Exchange(w) => w.arena(),
+        }
+    }
+
+    fn run(self, control: &Control) -> SenderOutcome {
+        match self {
+            UdpSendJob::Stream(w) => (*w).run(control),
+            UdpSendJob::Exchange(w) => (*w).run(control),
+        }
+    }
+}
+
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: the notification's result says the kernel copied.
 const ZC_COPIED: u32 = 1 << 31;
 
@@ -561,6 +609,7 @@ impl Job for SenderWorker {
             transmit_lag: self.tx_lag.measured().then(|| self.tx_lag.lag.clone()),
             transmit_lag_missing: self.tx_lag.missing,
             transmit_lag_reads: self.tx_lag.reads,
+            round_trips: None,
         }
     }
 }

@@ -98,6 +98,9 @@ impl SinkWorker {
                 self.inline.poll_armed = false;
                 continue;
             }
+            if self.answer_completed(&c) {
+                continue;
+            }
             let Some(slot) = c
                 .user_data
                 .checked_sub(FIRST_SLOT)

@@ -16,6 +16,7 @@
 //! (`books`): a packet whose sender run has no clock estimate gives no sample and counts as
 //! `latency_unknown`. The loop never allocates, locks, logs or calls metrics.
 
+mod answer;
 pub mod books;
 mod circulation;
 pub(crate) mod figure_pool;
@@ -35,6 +36,7 @@ use hdrhistogram::Histogram;
 use socket2::Socket;
 
 use self::{
+    answer::Answers,
     books::{Admission, Books, LatencySample, Packet, Refused},
     circulation::Circulation,
     figure_pool::FigurePool,
@@ -48,7 +50,7 @@ use crate::{
     error::Error,
     mem::{Arena, PAGE_SIZE, Populate, limits},
     net,
-    proto::{header, proof::Proof},
+    proto::{exchange, header, proof::Proof},
     ring::{BufOrder, BufRingLayout, Completion, Engine, RingSize, Wait, probe},
     stats::{SharedRxFlow, SharedWorkerCounters, WorkerCounters, errno_class},
 };
@@ -117,6 +119,49 @@ fn catch_up_drops(socket: &Socket, last_drops: &mut u32, books: &mut Books) {
 
 /// Bytes of one provided buffer: a full 64 KiB datagram plus the recvmsg header and control.
 const BUFFER_BYTES: u32 = 65536 + (RECVMSG_OUT_LEN + RECV_NAME_LEN + RECV_CONTROL_LEN) as u32;
+
+/// Requests one receive buffer held, copied out so the buffer can go back before the answers.
+struct Requests {
+    /// The source's socket address as the kernel wrote it.
+    name: [u8; 64],
+    name_len: usize,
+    /// Each request's header and the response length it asks for (`None`: out of range).
+    items: [([u8; header::HEADER_LEN], Option<u16>); Requests::MAX],
+    len: usize,
+    /// Requests beyond [`Requests::MAX`] (a GRO buffer holds at most 64 datagrams).
+    overflow: u64,
+}
+
+impl Requests {
+    const MAX: usize = 64;
+
+    fn new(name: &[u8]) -> Requests {
+        let mut r = Requests {
+            name: [0; 64],
+            name_len: 0,
+            items: [([0; header::HEADER_LEN], None); Requests::MAX],
+            len: 0,
+            overflow: 0,
+        };
+        if let Some(to) = r.name.get_mut(..name.len()) {
+            to.copy_from_slice(name);
+            r.name_len = name.len();
+        }
+        r
+    }
+
+    fn push(&mut self, datagram: &[u8]) {
+        let (Some(item), Some(head)) = (
+            self.items.get_mut(self.len),
+            datagram.first_chunk::<{ header::HEADER_LEN }>(),
+        ) else {
+            self.overflow += 1;
+            return;
+        };
+        *item = (*head, exchange::response_len(datagram).map(|l| l as u16));
+        self.len += 1;
+    }
+}
 
 /// Equal latency samples in a row, recorded into the histogram at once.
 #[derive(Default)]
@@ -221,6 +266,10 @@ pub(crate) struct SinkWorker {
     inline: inline::InlineState,
     recv: RecvMemory,
     circulation: Circulation,
+    /// Responses to UDP requests in flight.
+    answers: Answers,
+    /// Monotonic ns of the last answer queued (0: none yet).
+    last_answer_ns: u64,
 }
 
 fn layout(config: &SinkConfig) -> BufRingLayout {
@@ -238,19 +287,20 @@ fn recv_memory(config: &SinkConfig) -> RecvMemory {
 
 fn ring_size(config: &SinkConfig) -> RingSize {
     RingSize {
+        // Room for the receives and a GRO buffer's worth of answers.
         sq_entries: if config.wait.receives_inline() {
-            2 * INLINE_BATCH as u32
+            2 * INLINE_BATCH as u32 + 64
         } else {
-            8
+            64
         },
-        cq_entries: u32::from(config.buffers) * 4,
+        cq_entries: u32::from(config.buffers) * 4 + 256,
     }
 }
 
 impl SinkWorker {
     /// Bytes of packet memory one worker gives the kernel: its buffer ring and receive memory.
     pub(crate) fn arena_bytes(config: &SinkConfig) -> u64 {
-        recv_memory(config).end() as u64
+        (recv_memory(config).end() + Answers::ARENA_BYTES) as u64
     }
 
     /// Bytes of locked memory one worker pins (buffer-ring entries plus the ring).
@@ -275,8 +325,13 @@ impl SinkWorker {
             stride: BUFFER_BYTES as usize,
             touch: PAGE_SIZE,
         };
-        let arena = Arena::allocate_on_node_with(recv.end(), node, config.hugepages, populate)
-            .map_err(|e| Error::Unsupported(e.to_string()))?;
+        let arena = Arena::allocate_on_node_with(
+            recv.end() + Answers::ARENA_BYTES,
+            node,
+            config.hugepages,
+            populate,
+        )
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
         let mut engine = Engine::new(
             ring_size(&config),
             arena,
@@ -285,6 +340,7 @@ impl SinkWorker {
             Some(layout),
         )?;
         recv.reserve(&mut engine)?;
+        let answers = Answers::new(&mut engine, recv.end())?;
         let socket = net::sink_socket(
             config.listen,
             net::SinkSocketOptions {
@@ -325,6 +381,8 @@ impl SinkWorker {
             inline: inline::InlineState::default(),
             recv,
             circulation: Circulation::new(config.buffers),
+            answers,
+            last_answer_ns: 0,
             shared,
             config,
         })
@@ -402,6 +460,8 @@ impl SinkWorker {
         let full_len = segment.min(payload.len());
         let mut full_class = None;
         let mut run = LatencyRun::default();
+        // Requests counted in this buffer, answered once the buffer is no longer borrowed.
+        let mut requests = Requests::new(name_bytes);
         for datagram in payload.chunks(segment) {
             let (h, form) = match header::parse_any(datagram) {
                 Ok(h) => h,
@@ -461,6 +521,12 @@ impl SinkWorker {
             match booked {
                 Ok(sample) => {
                     valid = true;
+                    if h.flags & exchange::FLAG_REQUEST != 0
+                        && !compact
+                        && sample != LatencySample::Duplicate
+                    {
+                        requests.push(datagram);
+                    }
                     match sample {
                         LatencySample::Delay { ns, cell, clamped } => {
                             self.counters.latency_cells[cell] += 1;
@@ -482,7 +548,41 @@ impl SinkWorker {
             }
         }
         run.flush(&mut self.latency);
+        if requests.len > 0 {
+            self.answer(&requests, now_ns);
+        }
         valid
+    }
+
+    /// Counts completion `c` if it is an answer's send (and frees its slot); false otherwise.
+    fn answer_completed(&mut self, c: &Completion) -> bool {
+        if !self.answers.completed(c.user_data) {
+            return false;
+        }
+        if c.result < 0 {
+            self.counters.unanswered += 1;
+        } else {
+            self.counters.answered += 1;
+        }
+        true
+    }
+
+    /// Answers the requests counted in one buffer (they share its source).
+    fn answer(&mut self, requests: &Requests, now_ns: u64) {
+        let fd = self.socket.as_raw_fd();
+        let name = &requests.name[..requests.name_len];
+        for (head, len) in &requests.items[..requests.len] {
+            // An answer queued is counted when its send completes.
+            let queued = len.is_some_and(|len| {
+                self.answers
+                    .answer(&mut self.engine, fd, head, name, usize::from(len))
+            });
+            if !queued {
+                self.counters.unanswered += 1;
+            }
+        }
+        self.counters.unanswered += requests.overflow;
+        self.last_answer_ns = now_ns;
     }
 
     /// Catches the books up with the socket's kernel drop counter (`/proc/net/udp`). A datagram
@@ -534,6 +634,9 @@ impl SinkWorker {
         let mut armed = true;
         for i in 0..n {
             let c = self.completions[i];
+            if self.answer_completed(&c) {
+                continue;
+            }
             if let Some(bid) = c.buffer_id() {
                 got |= self.take_buffer(bid, c.result, None, now_real, now_ns);
             } else if c.result == -libc::ENOBUFS {

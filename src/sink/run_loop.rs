@@ -90,7 +90,9 @@ impl Job for SinkWorker {
             let busy = self.config.wait != RxWait::Sleep
                 && self.last_packet_ns != 0
                 && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
-            let wait = if busy {
+            // Requests wait for their answers' round trip: wake on the next one, not a batch.
+            let exchanging = self.last_answer_ns != 0 && now - self.last_answer_ns < DRAIN_IDLE_NS;
+            let wait = if busy && !exchanging {
                 Wait::Many {
                     count: BATCH_COMPLETIONS,
                     timeout_ns: BATCH_WAIT_NS,

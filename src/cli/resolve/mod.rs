@@ -144,10 +144,27 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = sender_link(args, flows)?;
     let mut configs = configs;
+    exchange(&mut configs, &args.tcp, &args.traffic)?;
     if let Some(secret) = link.as_ref().and_then(|l| l.secret.as_ref()) {
         prove_sends(&mut configs, secret, args.auth_data)?;
     }
     Ok((queues, configs, link))
+}
+
+/// Makes a UDP sender's queues request/response workers when `--pattern rr` asks for it.
+fn exchange(
+    configs: &mut [(crate::sender::SenderConfig, Vec<u32>)],
+    p: &crate::cli::tcp::TcpSendArgs,
+    t: &crate::cli::TrafficArgs,
+) -> Result<(), Error> {
+    if let Some(shape) = udp::exchange_shape(p, t)? {
+        for (config, _) in configs {
+            config.exchange = Some(shape);
+            config.size = shape.request;
+            config.sizes = Arc::new(crate::sender::mix::SizePlan::single(shape.request));
+        }
+    }
+    Ok(())
 }
 
 /// What [`udp_sender`] resolves.
@@ -254,6 +271,8 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         random_epoch(),
         common.hugepages,
     )?;
+    let mut configs = configs;
+    exchange(&mut configs, &args.tcp, &args.traffic)?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX, false)?;
     // The sink's classes of the mix's lengths are claimed now, so their series exist from the
     // first scrape.

@@ -95,6 +95,18 @@ impl UdpReport {
         if let Some(line) = verdict_line {
             say!("{line}");
         }
+        let run_verdict = verdict.as_ref().and_then(|v| v.as_ref().ok()).map(|v| &v.1);
+        if let Some((line, json)) = super::exchange::exchange_summary(
+            &s.shared,
+            outcomes,
+            duration,
+            total.traffic.packets,
+            run_verdict,
+            super::exchange::ctx_since(&self.state.ctx_start),
+        ) {
+            say!("{line}");
+            summary["rr"] = json;
+        }
         if total.traffic.packets > 0 {
             say!("{transmit_line}");
         }

@@ -1,0 +1,93 @@
+//! UDP request/response (`--pattern rr`) between two network namespaces this test creates,
+//! with nftables dropping requests on their way in to the sink and responses on their way back
+//! in to the sender. The counts are held to the kernel's: each namespace's `Udp` counters
+//! (every request and every response is one datagram) and the drop rules' own counters, which
+//! say how many were lost in each direction.
+
+mod common;
+
+use common::*;
+
+#[test]
+#[ignore = "needs root: network namespaces and nftables"]
+fn requests_and_responses_are_counted_exactly_with_loss_each_way() {
+    let _guard = traffic_lock();
+    assert!(is_root(), "this test needs root (namespaces, nftables)");
+    let lab = Lab::create("rr", 232);
+    // About 5 % of requests die on the sink's side, about 5 % of responses on the sender's.
+    nft(
+        &lab.rx,
+        "table ip rbrr {\n chain in {\n type filter hook input priority 0; policy accept;\n udp dport 7100 numgen random mod 20 == 0 counter drop\n }\n}\n",
+    );
+    nft(
+        &lab.tx,
+        "table ip rbrr {\n chain in {\n type filter hook input priority 0; policy accept;\n udp sport 7100 numgen random mod 20 == 0 counter drop\n }\n}\n",
+    );
+    let (tx_before, rx_before) = (UdpSnmp::read(&lab.tx), UdpSnmp::read(&lab.rx));
+    let (send, sink) = lab.run(
+        7100,
+        &["--listen", "10.232.0.2:7100", "--duration", "8s"],
+        &[
+            "--to",
+            "10.232.0.2:7100",
+            "--pattern",
+            "rr",
+            "--request-size",
+            "100",
+            "--response-size",
+            "300",
+            "--depth",
+            "8",
+            "--flows",
+            "4",
+            "--count",
+            "6000",
+            "--response-timeout",
+            "50ms",
+        ],
+    );
+    let tx = UdpSnmp::read(&lab.tx).since(tx_before);
+    let rx = UdpSnmp::read(&lab.rx).since(rx_before);
+    let lost_there = nft_rule_packets(&lab.rx, &["ruleset"])[0];
+    let lost_back = nft_rule_packets(&lab.tx, &["ruleset"])[0];
+    let rr = &send["rr"];
+    let sent = u(&send, "tx_packets");
+    assert_eq!(sent, 6000, "{send}");
+    assert!(
+        lost_there > 100 && lost_back > 100,
+        "the drops took effect: {lost_there} requests, {lost_back} responses"
+    );
+    // The sender's namespace sent every request and took in every response that survived.
+    assert_eq!(tx.out_datagrams, sent, "{tx:?}");
+    assert_eq!(
+        tx.in_datagrams,
+        u(rr, "transactions") + u(rr, "unmatched_responses"),
+        "{tx:?} {rr}"
+    );
+    assert_eq!(
+        u(rr, "unmatched_responses"),
+        0,
+        "no response came later than 50 ms: {rr}"
+    );
+    // The sink's namespace took in every request that survived and answered each once.
+    assert_eq!(rx.in_datagrams, sent - lost_there, "{rx:?}");
+    assert_eq!(u(&sink, "rx_packets"), rx.in_datagrams, "{sink}");
+    assert_eq!(
+        rx.out_datagrams, rx.in_datagrams,
+        "one answer per request: {rx:?}"
+    );
+    assert_eq!(u(&sink, "rx_lost"), lost_there, "{sink}");
+    // Each direction's loss is the rule's count, and nothing else timed out.
+    assert_eq!(u(rr, "lost_requests"), lost_there, "{rr}");
+    assert_eq!(u(rr, "lost_responses"), lost_back, "{rr}");
+    assert_eq!(u(rr, "timeouts"), lost_there + lost_back, "{rr}");
+    assert_eq!(u(rr, "transactions"), sent - lost_there - lost_back, "{rr}");
+    assert_eq!(u(rr, "response_bytes"), 300 * u(rr, "transactions"), "{rr}");
+    let rtt = &rr["rtt"];
+    assert!(
+        u(rtt, "min_ns") > 0
+            && u(rtt, "min_ns") <= u(rtt, "p50_ns")
+            && u(rtt, "p50_ns") <= u(rtt, "max_ns"),
+        "{rtt}"
+    );
+}
