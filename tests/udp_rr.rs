@@ -50,6 +50,7 @@ fn requests_and_responses_are_counted_exactly_with_loss_each_way() {
     let rx = UdpSnmp::read(&lab.rx).since(rx_before);
     let lost_there = nft_rule_packets(&lab.rx, &["ruleset"])[0];
     let lost_back = nft_rule_packets(&lab.tx, &["ruleset"])[0];
+    common::schema::assert_valid(&send);
     let rr = &send["rr"];
     let sent = u(&send, "tx_packets");
     assert_eq!(sent, 6000, "{send}");

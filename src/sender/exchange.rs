@@ -474,7 +474,9 @@ impl ExchangeWorker {
                 .next_due_ns()
                 .filter(|_| !stopping)
                 .unwrap_or(u64::MAX);
-            let wait = Wait::One {
+            // The sends in flight complete at once: wait for them and a response in one call.
+            let wait = Wait::Many {
+                count: self.sending as u32 + 1,
                 timeout_ns: until.saturating_sub(now).clamp(1, MAX_SLEEP_NS),
             };
             if self.engine.submit(wait).is_err() {

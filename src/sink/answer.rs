@@ -103,6 +103,11 @@ impl Answers {
         queued
     }
 
+    /// Answers queued and not yet completed.
+    pub(super) fn in_flight(&self) -> usize {
+        SLOTS - self.free.len()
+    }
+
     /// Takes back the slot of a completed answer; true when `user_data` was one.
     pub(super) fn completed(&mut self, user_data: u64) -> bool {
         if user_data & ANSWER_TAG == 0 {

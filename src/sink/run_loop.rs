@@ -92,7 +92,14 @@ impl Job for SinkWorker {
                 && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
             // Requests wait for their answers' round trip: wake on the next one, not a batch.
             let exchanging = self.last_answer_ns != 0 && now - self.last_answer_ns < DRAIN_IDLE_NS;
-            let wait = if busy && !exchanging {
+            let wait = if exchanging {
+                // The answers in flight complete at once; wait for them and the next request
+                // in one call.
+                Wait::Many {
+                    count: self.answers.in_flight() as u32 + 1,
+                    timeout_ns: SLEEP_NS,
+                }
+            } else if busy {
                 Wait::Many {
                     count: BATCH_COMPLETIONS,
                     timeout_ns: BATCH_WAIT_NS,
