@@ -22,13 +22,12 @@ mod common;
 
 use std::{
     collections::HashSet,
-    io::Read,
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     time::{Duration, Instant},
 };
 
-use common::{proc::Proc, *};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use common::{inject, proc::Proc, *};
+use socket2::Socket;
 
 const DATA_PORT: u16 = 7000;
 const SEQ_AT: usize = 16;
@@ -77,66 +76,18 @@ impl Sniffed {
 /// Waits (at most 10 s) for one full-header ringblast datagram to `DATA_PORT` on the
 /// namespace's loopback and returns it (run inside the namespace).
 fn sniff() -> Sniffed {
-    const ETH_P_IP: u16 = 0x0800;
-    let socket = Socket::new(
-        Domain::PACKET,
-        Type::DGRAM,
-        Some(Protocol::from(i32::from(ETH_P_IP.to_be()))),
-    )
-    .expect("an AF_PACKET socket (root)");
-    socket
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    let mut buf = [0u8; 2048];
-    while Instant::now() < until {
-        let Ok(n) = (&socket).read(&mut buf) else {
-            continue;
-        };
-        let frame = &buf[..n];
-        let ihl = usize::from(frame[0] & 0x0f) * 4;
-        if frame[0] >> 4 != 4 || frame[9] != 17 || frame.len() < ihl + 8 + 32 {
-            continue;
-        }
-        let udp = &frame[ihl..];
-        let dport = u16::from_be_bytes([udp[2], udp[3]]);
-        if dport != DATA_PORT || &udp[8..12] != b"RBLS" {
-            continue;
-        }
-        let src = Ipv4Addr::new(frame[12], frame[13], frame[14], frame[15]);
-        let sport = u16::from_be_bytes([udp[0], udp[1]]);
-        return Sniffed {
-            source: SocketAddrV4::new(src, sport),
-            payload: udp[8..].to_vec(),
-        };
-    }
-    panic!("no datagram of the run seen on port {DATA_PORT} within 10 s");
+    let (source, payload) = inject::sniff(DATA_PORT, |_| true);
+    Sniffed { source, payload }
 }
 
-/// A raw IPv4 socket for [`spoof`].
-fn raw_socket() -> Socket {
-    Socket::new(
-        Domain::IPV4,
-        Type::RAW,
-        Some(Protocol::from(libc::IPPROTO_RAW)),
-    )
-    .expect("a raw socket (root)")
-}
-
-/// Sends `payload` to 127.0.0.1:`DATA_PORT` as if from `source` (a raw IPv4 socket; the
-/// kernel fills in the IP checksum and length, and a UDP checksum of 0 means none).
+/// Sends `payload` to 127.0.0.1:`DATA_PORT` as if from `source`.
 fn spoof(raw: &Socket, source: SocketAddrV4, payload: &[u8]) {
-    let udp_len = 8 + payload.len();
-    let mut packet = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
-    packet.extend_from_slice(&source.ip().octets());
-    packet.extend_from_slice(&[127, 0, 0, 1]);
-    packet.extend_from_slice(&source.port().to_be_bytes());
-    packet.extend_from_slice(&DATA_PORT.to_be_bytes());
-    packet.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    packet.extend_from_slice(&[0, 0]);
-    packet.extend_from_slice(payload);
-    let to = SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
-    raw.send_to(&packet, &to).expect("send a spoofed datagram");
+    inject::spoof(
+        raw,
+        source,
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, DATA_PORT),
+        payload,
+    );
 }
 
 /// What the injector sent: from another address, as the victim, with a wrong proof, numbers
@@ -155,7 +106,7 @@ struct Injected {
 fn inject(tagged: bool) -> Injected {
     let real = sniff();
     let other = UdpSocket::bind("127.0.0.99:0").unwrap();
-    let raw = raw_socket();
+    let raw = inject::raw_socket();
     let pace = || std::thread::sleep(Duration::from_micros(200));
     let seq = real.seq();
     let mut injected = Injected {
@@ -506,7 +457,7 @@ fn a_jump_within_the_lines_bound_but_beyond_a_paced_runs_reach_is_implausible() 
                 break next;
             }
         };
-        let raw = raw_socket();
+        let raw = inject::raw_socket();
         let mut sent = 0u64;
         for i in 0..50 {
             spoof(

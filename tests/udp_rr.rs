@@ -92,3 +92,107 @@ fn requests_and_responses_are_counted_exactly_with_loss_each_way() {
         "{rtt}"
     );
 }
+
+/// An injector sniffs the sender's one request off the namespace's loopback and answers it
+/// from the sink's address and port, as an off-path attacker who guessed the epoch and the
+/// sequence number would: 50 responses with the request's header but not its proof, and 50
+/// with its proof but another epoch. The sink never sees the request (nft drops it), so the
+/// only responses are forged: none may complete a transaction, every one is unmatched, and
+/// the request is lost on its way there.
+#[test]
+#[ignore = "needs root: a network namespace, nftables, an AF_PACKET sniffer and a raw socket"]
+fn a_forged_response_completes_no_transaction() {
+    use std::{
+        net::{Ipv4Addr, SocketAddrV4},
+        time::Duration,
+    };
+
+    use common::{inject, proc::Proc};
+
+    let _guard = traffic_lock();
+    assert!(is_root(), "this test needs root");
+    let ns = Netns::create("rrf");
+    nft(
+        &ns.0,
+        "table ip rbrrf {\n chain in {\n type filter hook input priority 0; policy accept;\n udp dport 7101 counter drop\n }\n}\n",
+    );
+    let secret = secret_file();
+    let secret = secret.path().to_str().unwrap().to_string();
+    let mut sink = Proc::ringblast(
+        Some(&ns.0),
+        &[
+            "sink",
+            "--listen",
+            "127.0.0.1:7101",
+            "--json",
+            "--secret-file",
+            &secret,
+        ],
+    );
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let before = UdpSnmp::read(&ns.0);
+    let injector = spawn_in_netns(&ns.0, move || {
+        let (sender, request) = inject::sniff(7101, |p| p[5] & 0x02 != 0);
+        let raw = inject::raw_socket();
+        let from = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7101);
+        let mut response = request[..64].to_vec();
+        response[5] = (response[5] & !0x02) | 0x04;
+        for i in 0..100 {
+            let mut forged = response.clone();
+            if i % 2 == 0 {
+                // The request's header, not its proof.
+                forged[32] ^= 0xff;
+            } else {
+                // Its proof, another epoch.
+                forged[15] ^= 0x01;
+            }
+            inject::spoof(&raw, from, sender, &forged);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        100u64
+    });
+    let send = Proc::ringblast(
+        Some(&ns.0),
+        &[
+            "send",
+            "--to",
+            "127.0.0.1:7101",
+            "--json",
+            "--secret-file",
+            &secret,
+            "--pattern",
+            "rr",
+            "--response-timeout",
+            "3s",
+            "--duration",
+            "2s",
+        ],
+    );
+    let injected = injector.join().expect("the injector");
+    let (status, out, err) = send.finish();
+    sink.interrupt();
+    let (sink_status, _, sink_err) = sink.finish();
+    assert!(status.success(), "the sender: {status}\n{err}");
+    assert!(sink_status.success(), "the sink: {sink_status}\n{sink_err}");
+    let kernel = UdpSnmp::read(&ns.0).since(before);
+    let send = last_summary(&out, "send");
+    let rr = &send["rr"];
+    let ctx = format!("{kernel:?}\n{send}");
+    // One request, waiting its 3 s; the rule dropped it before the sink's socket.
+    assert_eq!(u(&send, "tx_packets"), 1, "{ctx}");
+    assert_eq!(nft_rule_packets(&ns.0, &["ruleset"])[0], 1, "{ctx}");
+    // Every datagram the namespace took in was a forgery, and each is unmatched.
+    assert_eq!(kernel.in_datagrams, injected, "{ctx}");
+    assert_eq!(u(rr, "unmatched_responses"), injected, "{ctx}");
+    assert_eq!(u(rr, "transactions"), 0, "{ctx}");
+    assert_eq!(
+        (
+            u(rr, "timeouts"),
+            u(rr, "lost_requests"),
+            u(rr, "lost_responses")
+        ),
+        (1, 1, 0),
+        "{ctx}"
+    );
+    assert!(rr["rtt"].is_null(), "{ctx}");
+}

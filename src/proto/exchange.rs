@@ -4,9 +4,12 @@
 //! it asks for, so the sink counts it exactly like any other datagram. The sink answers each
 //! request it counted (never a duplicate, a refused or an invalid one) with one datagram of
 //! that length from the socket the request came in on: the request's header with
-//! [`FLAG_RESPONSE`] in place of [`FLAG_REQUEST`], the rest zero. The sender matches a response
-//! to its outstanding request by flow, epoch and sequence number and takes the round trip on
-//! its own clock, so nothing in a response is trusted for a figure.
+//! [`FLAG_RESPONSE`] in place of [`FLAG_REQUEST`], then (from 40 bytes) the request's bytes
+//! 32..40 echoed, the rest zero. With a secret those 8 bytes are the request's proof (its run's
+//! token, or its tag), so a sender with a secret takes only a response that carries the proof
+//! of the very request it answers: one forged without the secret matches nothing. The sender
+//! matches a response to its outstanding request by flow, epoch and sequence number and takes
+//! the round trip on its own clock, so nothing in a response is trusted for a figure.
 
 use std::ops::Range;
 
@@ -24,6 +27,8 @@ pub(crate) const MIN_REQUEST: usize = RESPONSE_LEN_AT.end;
 pub(crate) const MAX_RESPONSE: usize = 4096;
 /// The shortest response: the echoed header.
 pub(crate) const MIN_RESPONSE: usize = HEADER_LEN;
+/// The request bytes a response echoes after its header (a proven request's proof).
+pub(crate) const ECHO_AT: Range<usize> = HEADER_LEN..HEADER_LEN + 8;
 
 /// Writes the response length `len` into request `buf` (at least [`MIN_REQUEST`] bytes).
 pub(crate) fn write_response_len(buf: &mut [u8], len: u32) {

@@ -27,7 +27,7 @@ use crate::{
     net,
     pacing::Pacer,
     proto::{
-        exchange::{self, FLAG_REQUEST, FLAG_RESPONSE, MAX_RESPONSE},
+        exchange::{self, ECHO_AT, FLAG_REQUEST, FLAG_RESPONSE, MAX_RESPONSE},
         header::{self, Header},
         proof::{FLAG_TAGGED, RunProof},
     },
@@ -356,7 +356,9 @@ impl ExchangeWorker {
                     let depth = self.shape.depth as usize;
                     (flow * depth..(flow + 1) * depth).find(|&i| {
                         let s = &self.slots[i];
-                        s.seq == h.seq && matches!(s.state, SlotState::Sending | SlotState::Waiting)
+                        s.seq == h.seq
+                            && matches!(s.state, SlotState::Sending | SlotState::Waiting)
+                            && (self.proof.is_none() || self.echoes_proof(i, data))
                     })
                 }
                 _ => None,
@@ -383,6 +385,17 @@ impl ExchangeWorker {
             self.slots[i].state = SlotState::Answered;
         } else {
             self.release(i as u32);
+        }
+    }
+
+    /// A proven run's response carries the proof of the request in slot `slot` (the bytes the
+    /// request carried after its header, which stay in the slot until it is reused).
+    fn echoes_proof(&self, slot: usize, response: &[u8]) -> bool {
+        let at = Self::slot_base() + slot * self.shape.request;
+        let sent = self.engine.arena().bytes(at, self.shape.request);
+        match (sent.and_then(|s| s.get(ECHO_AT)), response.get(ECHO_AT)) {
+            (Some(sent), Some(got)) => sent == got,
+            _ => false,
         }
     }
 

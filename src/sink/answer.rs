@@ -12,7 +12,7 @@ use std::os::fd::RawFd;
 use crate::{
     error::Error,
     proto::{
-        exchange::{MAX_RESPONSE, response_header},
+        exchange::{ECHO_AT, MAX_RESPONSE, response_header},
         header::HEADER_LEN,
     },
     ring::{ArenaRange, Engine, Wait},
@@ -56,14 +56,15 @@ impl Answers {
         })
     }
 
-    /// Sends a `len`-byte response to the request whose header is `request` to `name` (the
-    /// request's source, as the kernel wrote it) from `fd`; false when no slot is free, the
-    /// address does not fit or the send cannot be queued (the request stays unanswered).
+    /// Sends a `len`-byte response to the request whose first bytes are `request` (its header
+    /// and the bytes it echoes) to `name` (the request's source, as the kernel wrote it) from
+    /// `fd`; false when no slot is free, the address does not fit or the send cannot be queued
+    /// (the request stays unanswered).
     pub(super) fn answer(
         &mut self,
         engine: &mut Engine,
         fd: RawFd,
-        request: &[u8; HEADER_LEN],
+        request: &[u8; ECHO_AT.end],
         name: &[u8],
         len: usize,
     ) -> bool {
@@ -77,8 +78,19 @@ impl Answers {
         let written = match engine.arena_bytes_mut(at, SLOT_BYTES) {
             Some(bytes) => {
                 bytes[..name.len()].copy_from_slice(name);
-                bytes[ADDR_BYTES..ADDR_BYTES + HEADER_LEN]
-                    .copy_from_slice(&response_header(request));
+                let head = request
+                    .first_chunk::<HEADER_LEN>()
+                    .copied()
+                    .unwrap_or([0; HEADER_LEN]);
+                let response = &mut bytes[ADDR_BYTES..];
+                response[..HEADER_LEN].copy_from_slice(&response_header(&head));
+                // Always written, so no answer carries an earlier one's echo.
+                let echo: &[u8] = if len >= ECHO_AT.end {
+                    &request[ECHO_AT]
+                } else {
+                    &[0; 8]
+                };
+                response[ECHO_AT].copy_from_slice(echo);
                 true
             }
             None => false,

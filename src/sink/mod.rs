@@ -125,8 +125,9 @@ struct Requests {
     /// The source's socket address as the kernel wrote it.
     name: [u8; 64],
     name_len: usize,
-    /// Each request's header and the response length it asks for (`None`: out of range).
-    items: [([u8; header::HEADER_LEN], Option<u16>); Requests::MAX],
+    /// Each request's header and bytes 32..40 (echoed), and the response length it asks for
+    /// (`None`: out of range).
+    items: [([u8; exchange::ECHO_AT.end], Option<u16>); Requests::MAX],
     len: usize,
     /// Requests beyond [`Requests::MAX`] (a GRO buffer holds at most 64 datagrams).
     overflow: u64,
@@ -139,7 +140,7 @@ impl Requests {
         let mut r = Requests {
             name: [0; 64],
             name_len: 0,
-            items: [([0; header::HEADER_LEN], None); Requests::MAX],
+            items: [([0; exchange::ECHO_AT.end], None); Requests::MAX],
             len: 0,
             overflow: 0,
         };
@@ -151,14 +152,16 @@ impl Requests {
     }
 
     fn push(&mut self, datagram: &[u8]) {
-        let (Some(item), Some(head)) = (
-            self.items.get_mut(self.len),
-            datagram.first_chunk::<{ header::HEADER_LEN }>(),
-        ) else {
+        let Some(item) = self.items.get_mut(self.len) else {
             self.overflow += 1;
             return;
         };
-        *item = (*head, exchange::response_len(datagram).map(|l| l as u16));
+        // The bytes a response echoes, as far as the request has them (one too short to name
+        // a response gets none: `response_len`).
+        let n = datagram.len().min(exchange::ECHO_AT.end);
+        item.0 = [0; exchange::ECHO_AT.end];
+        item.0[..n].copy_from_slice(&datagram[..n]);
+        item.1 = exchange::response_len(datagram).map(|l| l as u16);
         self.len += 1;
     }
 }

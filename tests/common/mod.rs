@@ -2,6 +2,7 @@
 //! (every JSON line read is validated against the published schema, see [`schema`]).
 #![allow(dead_code)]
 
+pub mod inject;
 pub mod neutral;
 pub mod proc;
 pub mod schema;

@@ -144,20 +144,30 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = sender_link(args, flows)?;
     let mut configs = configs;
-    exchange(&mut configs, &args.tcp, &args.traffic)?;
+    let proven = link.as_ref().is_some_and(|l| l.secret.is_some());
+    exchange(&mut configs, &args.tcp, &args.traffic, proven)?;
     if let Some(secret) = link.as_ref().and_then(|l| l.secret.as_ref()) {
         prove_sends(&mut configs, secret, args.auth_data)?;
     }
     Ok((queues, configs, link))
 }
 
-/// Makes a UDP sender's queues request/response workers when `--pattern rr` asks for it.
+/// Makes a UDP sender's queues request/response workers when `--pattern rr` asks for it;
+/// `proven`: the run has a secret, so every response must carry its request's proof.
 fn exchange(
     configs: &mut [(crate::sender::SenderConfig, Vec<u32>)],
     p: &crate::cli::tcp::TcpSendArgs,
     t: &crate::cli::TrafficArgs,
+    proven: bool,
 ) -> Result<(), Error> {
     if let Some(shape) = udp::exchange_shape(p, t)? {
+        let echo = crate::proto::exchange::ECHO_AT.end;
+        if proven && shape.response < echo {
+            return Err(Error::Usage(format!(
+                "--response-size {} is too short to carry its request's proof back; with --secret-file use at least {echo}",
+                shape.response
+            )));
+        }
         for (config, _) in configs {
             config.exchange = Some(shape);
             config.size = shape.request;
@@ -272,7 +282,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         common.hugepages,
     )?;
     let mut configs = configs;
-    exchange(&mut configs, &args.tcp, &args.traffic)?;
+    exchange(&mut configs, &args.tcp, &args.traffic, false)?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX, false)?;
     // The sink's classes of the mix's lengths are claimed now, so their series exist from the
     // first scrape.
