@@ -439,6 +439,15 @@ impl Books {
         self.figure_leases.announce(epoch);
     }
 
+    /// Whether the session of the packet booked last was announced by its sender's hello or
+    /// is proven by its run's proof: the sink answers its requests in full, where one opened
+    /// by data alone gets answers no longer than its requests (nothing to amplify).
+    pub(crate) fn last_vouched(&self) -> bool {
+        self.sessions
+            .get(self.last_slot as usize)
+            .is_some_and(|s| s.announced || s.proof.is_some())
+    }
+
     /// Tells the books the kernel dropped `n` more buffers on this socket.
     pub(crate) fn add_kernel_drops(&mut self, n: u64) {
         self.socket_drops += n;

@@ -151,7 +151,8 @@ impl Requests {
         r
     }
 
-    fn push(&mut self, datagram: &[u8]) {
+    /// Copies request `datagram` out; its answer is no longer than `cap` bytes when given.
+    fn push(&mut self, datagram: &[u8], cap: Option<usize>) {
         let Some(item) = self.items.get_mut(self.len) else {
             self.overflow += 1;
             return;
@@ -161,7 +162,7 @@ impl Requests {
         let n = datagram.len().min(exchange::ECHO_AT.end);
         item.0 = [0; exchange::ECHO_AT.end];
         item.0[..n].copy_from_slice(&datagram[..n]);
-        item.1 = exchange::response_len(datagram).map(|l| l as u16);
+        item.1 = exchange::response_len(datagram).map(|l| l.min(cap.unwrap_or(l)) as u16);
         self.len += 1;
     }
 }
@@ -528,7 +529,9 @@ impl SinkWorker {
                         && !compact
                         && sample != LatencySample::Duplicate
                     {
-                        requests.push(datagram);
+                        // A session opened by data alone gets no answer longer than its request.
+                        let cap = (!self.books.last_vouched()).then_some(datagram.len());
+                        requests.push(datagram, cap);
                     }
                     match sample {
                         LatencySample::Delay { ns, cell, clamped } => {
