@@ -196,3 +196,68 @@ fn a_forged_response_completes_no_transaction() {
     );
     assert!(rr["rtt"].is_null(), "{ctx}");
 }
+
+/// A sink that knows a sender neither by a hello nor by a proof (`--control off`, no secret)
+/// answers no longer than the request: a spoofed source could make it amplify nothing. nft
+/// counts the answers' bytes on the sink's way out.
+#[test]
+#[ignore = "needs root: a network namespace and nftables"]
+fn an_unannounced_sender_gets_answers_no_longer_than_its_requests() {
+    use std::time::Duration;
+
+    use common::proc::Proc;
+
+    let _guard = traffic_lock();
+    assert!(is_root(), "this test needs root");
+    let ns = Netns::create("rra");
+    nft(
+        &ns.0,
+        "table ip rbrra {\n counter answers {}\n chain out {\n type filter hook output priority 0; policy accept;\n udp sport 7102 counter name \"answers\"\n }\n}\n",
+    );
+    let mut sink = Proc::ringblast(
+        Some(&ns.0),
+        &["sink", "--listen", "127.0.0.1:7102", "--json"],
+    );
+    sink.wait_line("control: listening on tcp", Duration::from_secs(10));
+    let args = |control: &'static str| {
+        [
+            "send",
+            "--to",
+            "127.0.0.1:7102",
+            "--json",
+            "--pattern",
+            "rr",
+            "--request-size",
+            "64",
+            "--response-size",
+            "1000",
+            "--count",
+            "2000",
+            "--control",
+            control,
+        ]
+    };
+    let off = Proc::ringblast(Some(&ns.0), &args("off")).finish();
+    let (packets, bytes) = nft_named(&ns.0, "ip", "rbrra", "answers");
+    let on = Proc::ringblast(Some(&ns.0), &args("auto")).finish();
+    let (all_packets, all_bytes) = nft_named(&ns.0, "ip", "rbrra", "answers");
+    sink.interrupt();
+    let _ = sink.finish();
+    assert!(off.0.success() && on.0.success(), "{}\n{}", off.2, on.2);
+    let (off, on) = (last_summary(&off.1, "send"), last_summary(&on.1, "send"));
+    // IPv4 and UDP headers are 28 bytes a datagram.
+    assert_eq!(packets, u(&off["rr"], "transactions"), "{off}");
+    assert_eq!(
+        bytes,
+        packets * (28 + 64),
+        "answers as long as the requests: {off}"
+    );
+    assert_eq!(u(&off["rr"], "response_bytes"), 64 * packets, "{off}");
+    let announced = all_packets - packets;
+    assert_eq!(announced, u(&on["rr"], "transactions"), "{on}");
+    assert_eq!(
+        all_bytes - bytes,
+        announced * (28 + 1000),
+        "full answers: {on}"
+    );
+}
