@@ -88,14 +88,18 @@ pub(crate) struct TxWorker {
     ring: RingHandles,
     lag: Gauge,
     target: Gauge,
+    /// `--pattern rr`: transactions, timeouts and unmatched responses.
+    exchange: Option<[Counter; 3]>,
 }
 
 impl TxWorker {
-    /// Registers every series of a sender queue that owns `flow_ids`, pacing at `target_pps`.
+    /// Registers every series of a sender queue that owns `flow_ids`, pacing at `target_pps`
+    /// (and its request/response series when `exchange`).
     pub(crate) fn register(
         q: &QueueView,
         flow_ids: &[u32],
         target_pps: Option<f64>,
+        exchange: bool,
         shared: Arc<SenderShared>,
     ) -> TxWorker {
         let flows = flow_ids
@@ -123,6 +127,10 @@ impl TxWorker {
             ring: RingHandles::register("send", q),
             lag: gauge!(TX_PACING_LAG, base(q)),
             target: gauge!(TX_TARGET, base(q)),
+            exchange: exchange.then(|| {
+                let l = with(base(q), "protocol", PROTOCOL);
+                [RR_TRANSACTIONS, RR_TIMEOUTS, RR_UNMATCHED].map(|name| counter!(name, l.clone()))
+            }),
         }
     }
 
@@ -141,6 +149,12 @@ impl TxWorker {
         if w.target_milli_pps > 0 {
             // A paced queue's target follows its schedule.
             self.target.set(w.target_milli_pps as f64 / 1000.0);
+        }
+        if let Some([transactions, timeouts, unmatched]) = &self.exchange {
+            let e = self.shared.exchange.load();
+            transactions.absolute(e.transactions);
+            timeouts.absolute(e.timeouts);
+            unmatched.absolute(e.unmatched);
         }
     }
 }
@@ -162,6 +176,8 @@ pub(crate) struct RxWorker {
     invalid: [Counter; INVALID_LABELS.len()],
     kernel_drops: Counter,
     buffer_ring_empty: Counter,
+    /// Requests answered and left unanswered.
+    answers: [Counter; 2],
     buffers_circulating: Gauge,
     errors: [Counter; ERRNO_CLASSES],
     last_packet: Gauge,
@@ -211,6 +227,7 @@ impl RxWorker {
             }),
             kernel_drops: counter!(RX_KERNEL_DROPS, base(q)),
             buffer_ring_empty: counter!(RX_BUFFER_RING_EMPTY, base(q)),
+            answers: ["sent", "unanswered"].map(|r| counter!(RX_ANSWERS, with(base(q), "result", r))),
             buffers_circulating: gauge!(RX_BUFFERS_CIRCULATING, base(q)),
             errors: std::array::from_fn(|i| {
                 counter!(
@@ -250,6 +267,8 @@ impl RxWorker {
         }
         self.kernel_drops.absolute(w.kernel_drops);
         self.buffer_ring_empty.absolute(w.buffer_ring_empty);
+        self.answers[0].absolute(w.answered);
+        self.answers[1].absolute(w.unanswered);
         self.buffers_circulating.set(w.buffers_circulating as f64);
         self.last_packet.set(w.last_packet_unix_ns as f64 / 1e9);
         self.latency_unknown.absolute(w.latency_unknown);

@@ -127,7 +127,10 @@ metrics! {
     TCP_RX_SENDER_BYTES = "ringblast_tcp_rx_sender_bytes_total", Counter, "sender,protocol", "Bytes of those records.";
     TCP_RX_SENDER_INVALID = "ringblast_tcp_rx_sender_invalid_total", Counter, "sender,protocol", "Invalid events on this sender's connections (sequence, lost framing, depth).";
     TCP_RX_SENDER_CONNS_OPEN = "ringblast_tcp_rx_sender_connections_open", Gauge, "sender,protocol", "This sender's TCP connections open at the sink now.";
-    RR_TRANSACTIONS = "ringblast_rr_transactions_total", Counter, "node,queue,protocol", "Request/response round trips completed.";
+    RR_TRANSACTIONS = "ringblast_rr_transactions_total", Counter, "node,queue,protocol", "Request/response round trips completed (UDP: a response matched in time; TCP: one in order).";
+    RR_TIMEOUTS = "ringblast_rr_timeouts_total", Counter, "node,queue,protocol", "UDP requests whose response did not come within --response-timeout (lost on the way there or back).";
+    RR_UNMATCHED = "ringblast_rr_unmatched_responses_total", Counter, "node,queue,protocol", "UDP responses that matched no waiting request (late, duplicated or forged): they change no other number.";
+    RX_ANSWERS = "ringblast_rx_answers_total", Counter, "node,queue,result", "UDP requests (--pattern rr) the sink answered (result=sent) or left unanswered (result=unanswered: no response slot free, the response length out of range, or the send failed).";
     RR_RTT = "ringblast_rr_rtt_seconds", Gauge, "node,queue,protocol,quantile", "Round-trip time quantiles since the start (upper bounds of 12.5 % cells).";
     CTX_SWITCHES = "ringblast_ctx_switches_total", Counter, "scope", "Context switches during the run: this process (voluntary + involuntary) or the whole machine (/proc/stat ctxt).";
     BUILD_INFO = "ringblast_build_info", Gauge, "version", "Build of this binary (always 1).";

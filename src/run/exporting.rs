@@ -56,6 +56,7 @@ pub(crate) fn register(
                 q,
                 flows,
                 per_queue,
+                s.exchange,
                 shared.clone(),
             ));
             *by_node.entry(q.node).or_default() += arena_bytes.0;

@@ -37,7 +37,7 @@ use self::{
     udp_report::UdpReport,
 };
 use crate::{
-    error::Error, metrics::Shape, report, sender::SenderWorker, sink::SinkWorker, topology,
+    error::Error, metrics::Shape, report, sender::UdpSendJob, sink::SinkWorker, topology,
     worker::Control,
 };
 
@@ -148,7 +148,7 @@ impl pipeline::Transport for RunSpec {
         };
         self.arena_bytes.0 = configs
             .first()
-            .map_or(0, |(c, _)| SenderWorker::arena_bytes(c));
+            .map_or(0, |(c, flows)| UdpSendJob::arena_bytes(c, flows.len()));
         start_senders(control, queues, configs, target).map(Some)
     }
 

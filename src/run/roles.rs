@@ -55,6 +55,8 @@ pub(crate) struct SenderSet {
     pub(crate) fields_plan: Option<String>,
     /// How fast its flows can number their datagrams, for the sink's reach bound.
     pub(crate) pace: RunPace,
+    /// Its queues exchange requests and responses (`--pattern rr`).
+    pub(crate) exchange: bool,
 }
 
 /// How fast a sender run's flows can number their datagrams: what its Hello tells the sink so
@@ -148,6 +150,7 @@ pub(crate) fn start_senders(
     let to = configs
         .first()
         .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |(c, _)| c.to);
+    let exchange = configs.first().is_some_and(|(c, _)| c.exchange.is_some());
     // Before any worker exists, so before any pacer starts.
     let pace = RunPace {
         started_ns: crate::clock::monotonic_ns(),
@@ -199,6 +202,7 @@ pub(crate) fn start_senders(
         tally: Arc::default(),
         fields_plan,
         pace,
+        exchange,
     })
 }
 

@@ -523,6 +523,14 @@ pub(crate) enum UdpSendJob {
 }
 
 impl UdpSendJob {
+    /// Bytes of packet memory the worker for `config` registers with `flows` flows.
+    pub(crate) fn arena_bytes(config: &SenderConfig, flows: usize) -> u64 {
+        match config.exchange {
+            Some(_) => exchange::ExchangeWorker::arena_bytes(config, flows),
+            None => SenderWorker::arena_bytes(config),
+        }
+    }
+
     /// Builds the worker `config` asks for on the calling (already pinned) thread.
     pub(crate) fn new(
         config: SenderConfig,
