@@ -41,6 +41,8 @@ pub(crate) struct TxSample {
     pub(crate) worker: WorkerCounters,
     /// When the worker published these counters (its monotonic clock; 0: not known).
     pub(crate) published_ns: u64,
+    /// Request/response counters (`--pattern rr`; zero for a stream).
+    pub(crate) exchange: crate::sender::exchange::ExchangeCounters,
 }
 
 /// One sink queue's counters at an instant.
@@ -234,8 +236,26 @@ pub(crate) fn total_tx(samples: &[TxSample]) -> TxSample {
     samples.iter().fold(TxSample::default(), |mut acc, s| {
         acc.traffic.add(&s.traffic);
         acc.worker.add(&s.worker);
+        acc.exchange.add(&s.exchange);
         acc
     })
+}
+
+/// An rr interval's part of a sender line: transactions per second, timeouts and unmatched
+/// responses within it.
+pub(crate) fn exchange_text(now: &TxSample, before: &TxSample, seconds: f64) -> String {
+    let (n, b) = (&now.exchange, &before.exchange);
+    let rate = if seconds > 0.0 {
+        (n.transactions - b.transactions) as f64 / seconds
+    } else {
+        0.0
+    };
+    format!(
+        " {}trans/s timeouts: {} unmatched: {}",
+        rate.round() as u64,
+        n.timeouts - b.timeouts,
+        n.unmatched - b.unmatched
+    )
 }
 
 /// Sums samples.

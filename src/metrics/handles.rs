@@ -227,7 +227,8 @@ impl RxWorker {
             }),
             kernel_drops: counter!(RX_KERNEL_DROPS, base(q)),
             buffer_ring_empty: counter!(RX_BUFFER_RING_EMPTY, base(q)),
-            answers: ["sent", "unanswered"].map(|r| counter!(RX_ANSWERS, with(base(q), "result", r))),
+            answers: ["sent", "unanswered"]
+                .map(|r| counter!(RX_ANSWERS, with(base(q), "result", r))),
             buffers_circulating: gauge!(RX_BUFFERS_CIRCULATING, base(q)),
             errors: std::array::from_fn(|i| {
                 counter!(

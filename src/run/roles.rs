@@ -283,6 +283,7 @@ impl SenderSet {
                     worker: s.worker.load(),
                     traffic: sum(s.flows.iter().map(|f| f.load()), TxFlow::add),
                     published_ns: 0,
+                    exchange: s.exchange.load(),
                 });
                 TxSample {
                     published_ns,

@@ -74,9 +74,9 @@ crate::stats::counter_set! {
         timeouts:,
         /// Responses that matched no waiting request (late, duplicated or forged).
         unmatched:,
-        /// Smallest round trip in ns (0: none yet).
+        /// Smallest round trip in ns (0: none yet; a queue's own: never to be summed).
         rtt_min_ns:,
-        /// Largest round trip in ns.
+        /// Largest round trip in ns (a queue's own: never to be summed).
         rtt_max_ns:,
         /// Sum of the round trips in ns (saturating).
         rtt_sum_ns:,

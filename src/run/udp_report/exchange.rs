@@ -36,10 +36,19 @@ pub(super) fn exchange_summary(
         }
     }
     let rtt = rtt?;
+    let queues: Vec<ExchangeCounters> = shared.iter().map(|s| s.exchange.load()).collect();
     let mut c = ExchangeCounters::default();
-    for s in shared {
-        c.add(&s.exchange.load());
+    for q in &queues {
+        c.add(q);
     }
+    // The extremes are each queue's own: the smallest and largest of them, never their sums.
+    c.rtt_min_ns = queues
+        .iter()
+        .map(|q| q.rtt_min_ns)
+        .filter(|&m| m > 0)
+        .min()
+        .unwrap_or(0);
+    c.rtt_max_ns = queues.iter().map(|q| q.rtt_max_ns).max().unwrap_or(0);
     let n = c.transactions;
     let rate = if seconds > 0.0 {
         n as f64 / seconds

@@ -43,15 +43,18 @@ impl UdpReport {
                 if s.burst > 1 {
                     lines += &format!(" burst {}", s.burst);
                 }
+                if s.exchange {
+                    lines += &report::exchange_text(n, b, window);
+                }
                 lines.push('\n');
             }
             if s.queues.len() > 1 {
-                lines += &report::tx_line(
-                    &label("send", "total"),
-                    &report::total_tx(tx),
-                    &report::total_tx(tx0),
-                    report::total_window_s(tx, tx0, seconds),
-                );
+                let (all, all0) = (report::total_tx(tx), report::total_tx(tx0));
+                let window = report::total_window_s(tx, tx0, seconds);
+                lines += &report::tx_line(&label("send", "total"), &all, &all0, window);
+                if s.exchange {
+                    lines += &report::exchange_text(&all, &all0, window);
+                }
                 lines.push('\n');
             }
             if self.json {
