@@ -59,6 +59,7 @@ pub(crate) fn render(run: &Run, title: &str, source: &str) -> String {
         loss_section(&mut body, run);
         steps_section(&mut body, run);
         latency_section(&mut body, run);
+        exchange_section(&mut body, run);
         senders_section(&mut body, run);
     }
     let _ = write!(
@@ -879,6 +880,80 @@ fn senders_section(out: &mut String, run: &Run) {
     out.push_str("</section>");
 }
 
+/// A UDP request/response run's own figures (the send summary's `rr`); nothing for a stream.
+fn exchange_section(out: &mut String, run: &Run) {
+    let Some(rr) = run
+        .send_summary
+        .as_ref()
+        .and_then(|s| s.get("rr"))
+        .and_then(Value::as_object)
+    else {
+        return;
+    };
+    out.push_str("<section id=\"rr\"><h2>Requests and responses</h2><table><tbody>");
+    let rows: [(&str, String); 7] = [
+        ("transactions", cell(rr, "transactions", plain)),
+        (
+            "transactions per second",
+            cell(rr, "transactions_per_s", plain),
+        ),
+        ("timed out", cell(rr, "timeouts", plain)),
+        (
+            "of them lost on the way to the sink",
+            cell(rr, "lost_requests", plain),
+        ),
+        (
+            "of them without an answer",
+            cell(rr, "lost_responses", plain),
+        ),
+        (
+            "unmatched responses",
+            cell(rr, "unmatched_responses", plain),
+        ),
+        (
+            "context switches per transaction (process, machine)",
+            format!(
+                "{}, {}",
+                cell(rr, "ctx_switches_per_transaction", plain),
+                cell(rr, "machine_ctx_switches_per_transaction", plain)
+            ),
+        ),
+    ];
+    for (label, value) in rows {
+        let _ = write!(out, "<tr><td>{label}</td><td>{value}</td></tr>");
+    }
+    match rr.get("rtt").and_then(Value::as_object) {
+        Some(rtt) => {
+            for (stem, label) in [
+                ("min", "round trip min"),
+                ("mean", "mean"),
+                ("p50", "p50"),
+                ("p99", "p99"),
+                ("p999", "p99.9"),
+                ("max", "max"),
+            ] {
+                let _ = write!(
+                    out,
+                    "<tr><td>{label}</td><td>{}</td></tr>",
+                    cell(rtt, &format!("{stem}_ns"), ns)
+                );
+            }
+            out.push_str("</tbody></table>");
+        }
+        None => {
+            out.push_str("</tbody></table>");
+            unknown(out, "round trip: unknown (no transaction completed)");
+        }
+    }
+    note(
+        out,
+        "Round trips are taken on the sender's clock from each request's queueing to its \
+         response. Requests the sink never counted were lost on the way to it; the other \
+         timeouts had no answer in time.",
+    );
+    out.push_str("</section>");
+}
+
 // ---- search -------------------------------------------------------------------------------
 
 fn ratio_name(ratio: f64) -> String {
@@ -1047,6 +1122,24 @@ mod tests {
         let without = page(r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000}}"#);
         assert!(without.contains("jitter: unknown"));
         assert_eq!(without.matches("data-series=\"latency\" x=").count(), 1);
+    }
+
+    #[test]
+    fn a_request_response_run_shows_its_transactions_and_round_trips() {
+        let rr = page(
+            r#"{"type":"summary","role":"send","sink":{"rx_packets":9},"rr":{"transactions":8,"transactions_per_s":4,"timeouts":1,"lost_requests":1,"lost_responses":0,"unmatched_responses":0,"ctx_switches_per_transaction":null,"machine_ctx_switches_per_transaction":2.5,"rtt":{"min_ns":20000,"mean_ns":30000,"p50_ns":29000,"p99_ns":50000,"p999_ns":60000,"max_ns":70000}}}"#,
+        );
+        assert!(rr.contains("id=\"rr\""), "{rr}");
+        assert!(rr.contains("<td>round trip min</td><td>20 µs</td>"), "{rr}");
+        assert!(rr.contains("<td>of them lost on the way to the sink</td><td>1</td>"));
+        assert!(rr.contains("<td>unknown, 2.50</td>"), "{rr}");
+        let none = page(
+            r#"{"type":"summary","role":"send","rr":{"transactions":0,"timeouts":3,"lost_requests":null,"rtt":null}}"#,
+        );
+        assert!(none.contains("round trip: unknown"), "{none}");
+        assert!(none.contains("without an answer</td><td>n/a"), "{none}");
+        let stream = page(r#"{"type":"summary","role":"send","sink":{"rx_packets":9}}"#);
+        assert!(!stream.contains("id=\"rr\""));
     }
 
     #[test]
