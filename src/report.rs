@@ -374,6 +374,7 @@ pub(crate) fn rx_summary_json(total: &RxSample, duration_s: f64, extra: Value) -
         "rx_late": t.late, "rx_errors": total.errors(), "rx_invalid_by_reason": invalid,
         "loss_ratio": loss_ratio(t.packets.saturating_sub(t.late), t.lost, total.worker.kernel_drops),
         "rx_rearms": total.worker.rearms, "rx_buffer_ring_empty": total.worker.buffer_ring_empty,
+        "rx_answered": total.worker.answered, "rx_unanswered": total.worker.unanswered,
         "rx_buffers_circulating": total.worker.buffers_circulating,
         "latency_unknown_packets": total.worker.latency_unknown,
         "latency_clamped_packets": total.worker.latency_clamped});

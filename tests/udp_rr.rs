@@ -77,6 +77,8 @@ fn requests_and_responses_are_counted_exactly_with_loss_each_way() {
         rx.out_datagrams, rx.in_datagrams,
         "one answer per request: {rx:?}"
     );
+    assert_eq!(u(&sink, "rx_answered"), rx.out_datagrams, "{sink}");
+    assert_eq!(u(&sink, "rx_unanswered"), 0, "{sink}");
     assert_eq!(u(&sink, "rx_lost"), lost_there, "{sink}");
     // Each direction's loss is the rule's count, and nothing else timed out.
     assert_eq!(u(rr, "lost_requests"), lost_there, "{rr}");

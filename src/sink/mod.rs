@@ -464,8 +464,9 @@ impl SinkWorker {
         let full_len = segment.min(payload.len());
         let mut full_class = None;
         let mut run = LatencyRun::default();
-        // Requests counted in this buffer, answered once the buffer is no longer borrowed.
-        let mut requests = Requests::new(name_bytes);
+        // Requests counted in this buffer, answered once the buffer is no longer borrowed (set
+        // up at the first one: a stream's buffers pay nothing for it).
+        let mut requests: Option<Requests> = None;
         for datagram in payload.chunks(segment) {
             let (h, form) = match header::parse_any(datagram) {
                 Ok(h) => h,
@@ -531,7 +532,9 @@ impl SinkWorker {
                     {
                         // A session opened by data alone gets no answer longer than its request.
                         let cap = (!self.books.last_vouched()).then_some(datagram.len());
-                        requests.push(datagram, cap);
+                        requests
+                            .get_or_insert_with(|| Requests::new(name_bytes))
+                            .push(datagram, cap);
                     }
                     match sample {
                         LatencySample::Delay { ns, cell, clamped } => {
@@ -554,7 +557,7 @@ impl SinkWorker {
             }
         }
         run.flush(&mut self.latency);
-        if requests.len > 0 {
+        if let Some(requests) = requests {
             self.answer(&requests, now_ns);
         }
         valid
