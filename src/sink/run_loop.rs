@@ -18,6 +18,9 @@ const PUBLISH_EVERY_NS: u64 = 10_000_000;
 /// packet at least every 100 µs (10 kpps and up) waits the busy way (`RxWait`), a slower one
 /// sleeps until its next completion, so paced soak runs do not burn a core per sink queue.
 const SPIN_AFTER_PACKET_NS: u64 = 100_000;
+/// A sink answering requests polls for the next one this long after its last packet (not
+/// with `--rx-wait sleep`), then sleeps until it comes.
+const EXCHANGE_POLL_NS: u64 = 50_000;
 /// `RxWait::Batch`: completions to wait for while traffic flows ...
 const BATCH_COMPLETIONS: u32 = 32;
 /// ... or this long, whichever comes first.
@@ -92,7 +95,14 @@ impl Job for SinkWorker {
                 && now - self.last_packet_ns < SPIN_AFTER_PACKET_NS;
             // Requests wait for their answers' round trip: wake on the next one, not a batch.
             let exchanging = self.last_answer_ns != 0 && now - self.last_answer_ns < DRAIN_IDLE_NS;
-            let wait = if exchanging {
+            let wait = if exchanging
+                && self.config.wait != RxWait::Sleep
+                && now - self.last_packet_ns < EXCHANGE_POLL_NS
+            {
+                // Requests come back within a round trip of each answer: poll for the next
+                // one for a while, as a TCP sink does, instead of paying a wake-up for each.
+                Wait::Poll
+            } else if exchanging {
                 // The answers in flight complete at once; wait for them and the next request
                 // in one call.
                 Wait::Many {
