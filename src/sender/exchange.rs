@@ -24,7 +24,6 @@ use crate::{
     error::Error,
     host_time::ThreadTime,
     mem::{Arena, limits},
-    net,
     pacing::Pacer,
     proto::{
         exchange::{self, ECHO_AT, FLAG_REQUEST, FLAG_RESPONSE, MAX_RESPONSE},
@@ -39,8 +38,6 @@ use crate::{
 const PUBLISH_EVERY_NS: u64 = 10_000_000;
 /// The longest one wait sleeps, so a stop request and a timeout are seen promptly.
 const MAX_SLEEP_NS: u64 = 1_000_000;
-/// How often the windows are searched for timed-out requests.
-const TIMEOUT_SCAN_NS: u64 = 1_000_000;
 /// Receive buffers for responses: one response each.
 const RECV_LAYOUT: BufRingLayout = BufRingLayout {
     entries: 1024,
@@ -123,6 +120,11 @@ pub(crate) struct ExchangeWorker {
     failed: Vec<u64>,
     /// Per flow: its multishot receive is queued (false once the kernel ended it).
     armed: Vec<bool>,
+    /// Flows whose receive waits to be queued again.
+    disarmed: usize,
+    /// When the oldest request in flight times out (`u64::MAX`: none in flight), so the
+    /// windows are searched only when one can have.
+    next_expiry: u64,
     counters: WorkerCounters,
     exchange: ExchangeCounters,
     completions: Vec<Completion>,
@@ -180,14 +182,7 @@ impl ExchangeWorker {
         .map_err(|e| Error::Unsupported(e.to_string()))?;
         let size = ring_size(n * depth, n);
         let mut engine = Engine::new(size, arena, probe::EXCHANGE_OPS, true, Some(RECV_LAYOUT))?;
-        let sockets = place
-            .flows
-            .iter()
-            .map(|&flow| {
-                let (src, dst) = config.fields.tuple(flow, config.to);
-                net::sender_socket_with(dst, None, |s| config.fields.apply(s, src, dst))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let sockets = super::flow_sockets(&config, &place.flows, None)?;
         let fds: Vec<i32> = sockets.iter().map(|s| s.as_raw_fd()).collect();
         // Every request's payload is written once; only its header and proof change.
         for i in 0..n * depth {
@@ -228,6 +223,8 @@ impl ExchangeWorker {
             next_seq: vec![config.first_seq; n],
             failed: vec![0; n],
             armed: vec![true; n],
+            disarmed: 0,
+            next_expiry: u64::MAX,
             flows: vec![TxFlow::default(); n],
             counters: WorkerCounters::default(),
             exchange: ExchangeCounters::default(),
@@ -304,6 +301,9 @@ impl ExchangeWorker {
                 sent_ns: now,
             };
             self.next_seq[flow] = seq + 1;
+            self.next_expiry = self
+                .next_expiry
+                .min(now.saturating_add(self.shape.timeout_ns + 1));
             self.outstanding += 1;
             self.sending += 1;
             queued += 1;
@@ -417,8 +417,9 @@ impl ExchangeWorker {
                 Some(bid) => self.engine.recycle_buffer(bid),
                 None => {}
             }
-            if !c.more() {
+            if !c.more() && self.armed[flow] {
                 self.armed[flow] = false;
+                self.disarmed += 1;
             }
         }
         self.engine.publish_buffers();
@@ -427,27 +428,42 @@ impl ExchangeWorker {
     /// Queues the receive again of every flow whose multishot the kernel ended (a full SQ
     /// leaves it for the next step).
     fn rearm(&mut self) {
+        if self.disarmed == 0 {
+            return;
+        }
         for flow in 0..self.fds.len() {
-            if !self.armed[flow] {
-                self.armed[flow] = self
+            if !self.armed[flow]
+                && self
                     .engine
-                    .push_recv_multi(self.fds[flow], RECV_TAG | flow as u64);
-                self.counters.rearms += u64::from(self.armed[flow]);
+                    .push_recv_multi(self.fds[flow], RECV_TAG | flow as u64)
+            {
+                self.armed[flow] = true;
+                self.disarmed -= 1;
+                self.counters.rearms += 1;
             }
         }
     }
 
-    /// Counts every request waiting longer than the timeout at `now` as timed out.
+    /// Counts every request waiting longer than the timeout at `now` as timed out, once the
+    /// oldest in flight can have (requests go out in time order, so the next one to time out
+    /// is the oldest left).
     fn expire(&mut self, now: u64) {
+        if now < self.next_expiry {
+            return;
+        }
+        let mut oldest = u64::MAX;
         for i in 0..self.slots.len() {
             let s = self.slots[i];
-            if s.state == SlotState::Waiting
-                && now.saturating_sub(s.sent_ns) > self.shape.timeout_ns
-            {
-                self.exchange.timeouts += 1;
-                self.release(i as u32);
+            match s.state {
+                SlotState::Waiting if now.saturating_sub(s.sent_ns) > self.shape.timeout_ns => {
+                    self.exchange.timeouts += 1;
+                    self.release(i as u32);
+                }
+                SlotState::Free => {}
+                _ => oldest = oldest.min(s.sent_ns),
             }
         }
+        self.next_expiry = oldest.saturating_add(self.shape.timeout_ns + 1);
     }
 
     /// Exchanges until `count` requests or `deadline`, then until every request is settled;
@@ -460,7 +476,6 @@ impl ExchangeWorker {
     ) -> bool {
         let mut remaining = self.config.count.unwrap_or(u64::MAX);
         let mut last_publish = clock::monotonic_ns();
-        let mut last_scan = last_publish;
         let mut stopping = false;
         loop {
             let now = clock::monotonic_ns();
@@ -497,10 +512,7 @@ impl ExchangeWorker {
             }
             let now = clock::monotonic_ns();
             self.reap(now);
-            if now - last_scan >= TIMEOUT_SCAN_NS {
-                self.expire(now);
-                last_scan = now;
-            }
+            self.expire(now);
             if now - last_publish >= PUBLISH_EVERY_NS {
                 self.publish();
                 last_publish = now;

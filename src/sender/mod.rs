@@ -215,14 +215,7 @@ impl SenderWorker {
         };
         let mut engine = Engine::new(ring_size(&config), arena, ops, true, None)?;
         let gso = (config.gso > 1).then_some(config.size as u16);
-        let sockets = place
-            .flows
-            .iter()
-            .map(|&flow| {
-                let (src, dst) = config.fields.tuple(flow, config.to);
-                net::sender_socket_with(dst, gso, |s| config.fields.apply(s, src, dst))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let sockets = flow_sockets(&config, &place.flows, gso)?;
         let fds = sockets.iter().map(|s| s.as_raw_fd()).collect();
         let mut slots = Slots::new(&config, &mut engine, &place.flows)?;
         let stamps = sockets.iter().all(net::report_software_stamps);
@@ -514,6 +507,22 @@ impl SenderWorker {
         }
         false
     }
+}
+
+/// One connected socket per flow of `flows`, with the run's header fields (TOS, TTL, ports)
+/// and, for GSO, its segment size.
+fn flow_sockets(
+    config: &SenderConfig,
+    flows: &[u32],
+    gso: Option<u16>,
+) -> Result<Vec<Socket>, Error> {
+    flows
+        .iter()
+        .map(|&flow| {
+            let (src, dst) = config.fields.tuple(flow, config.to);
+            net::sender_socket_with(dst, gso, |s| config.fields.apply(s, src, dst))
+        })
+        .collect()
 }
 
 /// A UDP sender queue's worker: a stream's, or request/response's (`--pattern rr`).

@@ -33,8 +33,6 @@ pub(super) struct Answers {
     base: usize,
     /// Slots not in flight.
     free: Vec<u16>,
-    /// Per slot: an answer from it is in flight.
-    busy: Vec<bool>,
 }
 
 impl Answers {
@@ -52,7 +50,6 @@ impl Answers {
         Ok(Answers {
             base,
             free: (0..SLOTS as u16).rev().collect(),
-            busy: vec![false; SLOTS],
         })
     }
 
@@ -107,9 +104,7 @@ impl Answers {
             queued = engine.submit(Wait::Nothing).is_ok()
                 && engine.push_send_to(fd, payload, len as u32, addr, user_data);
         }
-        if queued {
-            self.busy[usize::from(slot)] = true;
-        } else {
+        if !queued {
             self.free.push(slot);
         }
         queued
@@ -125,11 +120,9 @@ impl Answers {
         if user_data & ANSWER_TAG == 0 {
             return false;
         }
+        // A plain send completes once: every answer gives its slot back exactly once.
         let slot = (user_data & 0xffff) as u16;
-        if let Some(busy) = self.busy.get_mut(usize::from(slot))
-            && *busy
-        {
-            *busy = false;
+        if usize::from(slot) < SLOTS {
             self.free.push(slot);
         }
         true
