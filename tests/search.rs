@@ -363,12 +363,121 @@ fn the_search_finds_the_tbf_rate_as_ndr_and_a_pdr_above_it() {
     let _ = sink.wait();
 }
 
+/// A TCP search through a 40 Mbit/s tbf (the router's whole egress to the sink: TCP's control
+/// channel shares the data port). A TCP trial's loss is its shortfall, so its NDR in records/s
+/// times the record size is the rate the path carried records at: within 80–102 % of the
+/// qdisc's rate (its frames' headers take a few percent). The qdisc's own counters bound the
+/// search: it dropped what the trials above its rate offered beyond it, and it passed at least
+/// the bytes of every record the search counted as delivered.
+#[test]
+#[ignore = "needs root: it creates network namespaces"]
+fn a_tcp_search_finds_the_tbf_rate_as_its_ndr_in_records() {
+    assert!(
+        is_root(),
+        "this test creates network namespaces: run it as root"
+    );
+    let _guard = traffic_lock();
+    let lab = Routed::create("st", 216);
+    let tbf = Command::new("ip")
+        .args(["netns", "exec", &lab.router, "tc", "qdisc", "add", "dev"])
+        .args([&lab.dev, "root", "tbf", "rate", "40mbit", "burst", "32kb"])
+        .args(["latency", "20ms"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(tbf, "tc: a tbf at 40 Mbit/s");
+    let secret = secret_file();
+    let secret = secret.path().to_str().unwrap().to_string();
+    let mut sink = Command::new("ip")
+        .args(["netns", "exec", &lab.rx, bin(), "sink", "--proto", "tcp"])
+        .args(["--listen", "10.216.1.2:7602", "--secret-file", &secret])
+        .args(["--interval", "0", "--duration", "200s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_listening(Some(&lab.rx), 7602);
+    let (bytes_before, _, dropped_before) = qdisc_counters(&lab.router, &lab.dev);
+    let record = 1000.0;
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.tx,
+            bin(),
+            "search",
+            "--json",
+            "--proto",
+            "tcp",
+        ])
+        .args(["--to", "10.216.1.2:7602", "--secret-file", &secret])
+        .args(["--size", "1000", "--trial", "1s", "--final-trial", "3s"])
+        .args(["--max-time", "90s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (bytes_after, _, dropped_after) = qdisc_counters(&lab.router, &lab.dev);
+    let _ = sink.kill();
+    let _ = sink.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<Value> = stdout.lines().map(common::schema::record).collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "search", "{last}");
+    assert_eq!(last["proto"], "tcp", "{last}");
+    let trials: Vec<&Value> = lines.iter().filter(|v| v["type"] == "trial").collect();
+    assert!(trials.iter().all(|t| t["proto"] == "tcp"), "{stdout}");
+    let results = last["results"].as_array().unwrap();
+    assert!(results.iter().all(|r| r["converged"] == true), "{last}");
+    let ndr = u(&results[0], "lower_pps") as f64;
+    let share = ndr * record * 8.0 / 40e6;
+    assert!(
+        (0.80..=1.02).contains(&share),
+        "NDR {ndr} records/s of {record} bytes is {:.1} % of tbf's 40 Mbit/s: {last}\n{stderr}",
+        share * 100.0
+    );
+    let trial = |n: u64| {
+        *trials
+            .iter()
+            .find(|t| t["trial"] == n)
+            .unwrap_or_else(|| panic!("no trial {n}: {stdout}"))
+    };
+    let lower = trial(u(&results[0], "lower_trial"));
+    assert_eq!(lower["duration_s"], 3.0, "{lower}");
+    assert_eq!(u(lower, "lost"), 0, "{lower}");
+    if let Some(n) = results[0]["upper_trial"].as_u64() {
+        assert!(u(trial(n), "lost") > 0, "{}", trial(n));
+    }
+    assert!(
+        dropped_after > dropped_before,
+        "the search never pushed past tbf's rate: {stderr}"
+    );
+    let delivered: u64 = trials.iter().map(|t| u(t, "offered") - u(t, "lost")).sum();
+    assert!(
+        delivered as f64 * record <= (bytes_after - bytes_before) as f64,
+        "the trials counted {delivered} records delivered, more than the {} bytes tbf passed",
+        bytes_after - bytes_before
+    );
+}
+
 #[test]
 fn bad_search_options_exit_2() {
     for (args, needle) in [
         (vec!["--loss-ratios", "2"], "not a loss ratio"),
         (vec!["--size", "64:0"], "not a whole number from 1"),
         (vec!["--min-rate", "max"], "not max"),
+        (vec!["--drain", "1s"], "--drain applies to --proto tcp only"),
+        (vec!["--conns", "2"], "--conns applies to --proto tcp only"),
+        (
+            vec!["--proto", "tcp", "--max-latency-p99", "1ms"],
+            "--max-latency-p99 does not apply to --proto tcp",
+        ),
+        (
+            vec!["--proto", "tcp", "--metrics", "127.0.0.1:9"],
+            "--metrics does not apply to --proto tcp",
+        ),
+        (vec!["--proto", "tcp", "--size", "imix"], "give one --size"),
     ] {
         let mut all = vec!["search", "--to", "127.0.0.1:9"];
         all.extend(args.iter().copied());

@@ -595,15 +595,32 @@ pub(crate) struct SearchArgs {
     /// The sink's ADDR:PORT (its control channel on the same port).
     #[arg(long, value_parser = parse_destination)]
     pub(crate) to: SocketAddr,
-    /// Packet size as for `send --size` (a payload size, `imix` or a frame mix).
-    #[arg(long, default_value = "64")]
-    pub(crate) size: String,
+    /// Transport of the trials: `udp` datagrams (rates in pps) or `tcp` streams of records
+    /// (rates in records/s; a trial's loss is its shortfall, see `docs/search.md`).
+    #[arg(long, value_enum, default_value = "udp")]
+    pub(crate) proto: tcp::Proto,
+    /// Packet size as for `send --size` (a payload size, `imix` or a frame mix); with
+    /// `--proto tcp`, the record size [default: 64 for UDP, 128000 for TCP].
+    #[arg(long)]
+    pub(crate) size: Option<String>,
+    /// TCP connections per queue (default 1).
+    ///
+    /// TCP only: a UDP search refuses it.
+    #[arg(long)]
+    pub(crate) conns: Option<u32>,
+    /// How long after a TCP trial its records may still arrive and count as delivered
+    /// [default: 2 % of the trial, at least 50 ms]. It bounds what buffers can hide: a trial of
+    /// `d` passes at most `drain / d` above the path's rate. Give it a few round trips.
+    ///
+    /// TCP only: a UDP trial's loss is the sink's exact count, once its sends completed.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) drain: Option<Duration>,
     /// Loss ratios to find the highest rate for (0 = NDR, 0.005 = PDR).
     #[arg(long, default_value = "0,0.005", value_delimiter = ',', value_parser = parse_loss_ratio)]
     pub(crate) loss_ratios: Vec<f64>,
-    /// The lowest rate searched.
-    #[arg(long, default_value = "1kpps", value_parser = parse_rate)]
-    pub(crate) min_rate: Rate,
+    /// The lowest rate searched [default: 1kpps for UDP, 1Mbit for TCP].
+    #[arg(long, value_parser = parse_rate)]
+    pub(crate) min_rate: Option<Rate>,
     /// The highest rate searched (default: the unpaced rate measured in a first trial).
     #[arg(long, value_parser = parse_rate)]
     pub(crate) max_rate: Option<Rate>,

@@ -2,7 +2,7 @@
 //! check that each of them runs before anything starts, so a flag that would do nothing for the
 //! chosen protocol is refused with one line naming the fix, never silently ignored. A flag not
 //! in the table means the same for UDP and TCP (its `--help` says what it means for each).
-//! `search` has no `--proto`: it runs UDP trials only, so every one of its flags applies.
+//! `search` checks its own few protocol flags where it resolves (`resolve::search`).
 
 use std::time::Duration;
 

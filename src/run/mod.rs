@@ -21,6 +21,7 @@ pub(crate) mod tcp;
 pub(crate) mod tcp_control;
 pub(crate) mod tcp_groups;
 pub(crate) mod tcp_report;
+pub(crate) mod tcp_trials;
 pub(crate) mod ticker;
 pub(crate) mod trials;
 pub(crate) mod udp_report;
@@ -54,15 +55,6 @@ pub(crate) fn execute(plan: Plan) -> Result<(), Error> {
         Plan::Tcp(plan, reporting) => pipeline::run(tcp::TcpRunSpec::new(plan), reporting),
         Plan::Search(plan, sender) => search::execute(&plan, sender),
         Plan::Topo(plan) => topo(&plan),
-    }
-}
-
-/// Prints the start plan once the workers are set up: the placement `notes`, then each fallback
-/// this kernel forces on the rings (never taken silently).
-fn print_plan(notes: &str) {
-    crate::output::human_text(notes);
-    if let Some(note) = crate::ring::probe::ring_setup_note() {
-        crate::output::human_text(note);
     }
 }
 

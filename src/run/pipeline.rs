@@ -1,8 +1,9 @@
-//! The one run pipeline of `send`, `sink` and `pair`, for both protocols: check the descriptor
-//! budget, install the signal handlers and the exporter, start the sinks, then the senders
-//! (stopping the sinks again if the senders cannot start), print the start plan and where the
-//! packet memory is, link the control channel, report until the end through the run's
-//! [`Session`], then linger for the last scrape. What differs between UDP and TCP is the
+//! The one run pipeline of `send`, `sink`, `pair` and `search`, for both protocols: check the
+//! descriptor budget, install the exporter, start the sinks, then the senders (stopping the
+//! sinks again if the senders cannot start), print the start plan and where the packet memory
+//! is ([`start`]); then, for a run, install the signal handlers, link the control channel,
+//! report until the end through the run's [`Session`], and linger for the last scrape ([`run`]).
+//! A search drives its trials over what [`start`] brought up instead (`trials`, `tcp_trials`). What differs between UDP and TCP is the
 //! [`Transport`] a run is given: how its groups start, how its control channel links them, and
 //! the [`Proto`] its session reports them with.
 
@@ -75,20 +76,50 @@ fn install_signals() -> Result<Arc<AtomicBool>, Error> {
     Ok(flag)
 }
 
-/// Runs `transport` to its end.
-pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Result<(), Error> {
+/// Prints the start plan once the workers are set up: the placement `notes`, then each fallback
+/// this kernel forces on the rings (never taken silently).
+pub(crate) fn print_plan(notes: &str) {
+    crate::output::human_text(notes);
+    if let Some(note) = crate::ring::probe::ring_setup_note() {
+        crate::output::human_text(note);
+    }
+}
+
+/// A transport's groups as [`start`] brought them up, not yet linked: `run` links and reports
+/// them, and `search` drives its trials over them.
+pub(crate) struct Up<T: Transport> {
+    pub(crate) transport: T,
+    pub(crate) started: Started<T::Senders, T::Sinks>,
+}
+
+/// Checks the descriptor budget of `needs` (the exporter's added), and installs the exporter
+/// with the series of `shape`: what every run does before its first group starts.
+pub(crate) fn prepare(
+    needs: fds::Needs,
+    reporting: &Reporting,
+    shape: impl FnOnce() -> Result<Shape, Error>,
+) -> Result<(), Error> {
     fds::ensure(&fds::Needs {
         exporter: reporting.metrics.is_some(),
-        ..transport.fd_needs()
+        ..needs
     })?;
-    let signal = install_signals()?;
     if let Some(addr) = reporting.metrics {
         exporting::install(&exporting::Plan {
             addr,
             max_series: reporting.max_series,
-            shape: transport.exporter_shape()?,
+            shape: shape()?,
         })?;
     }
+    Ok(())
+}
+
+/// Brings `transport`'s groups up: [`prepare`]s the run, starts the sinks, then the senders
+/// (stopping the sinks again if the senders cannot start), and prints the start plan and where
+/// the packet memory is.
+pub(crate) fn start<T: Transport>(mut transport: T, reporting: &Reporting) -> Result<Up<T>, Error> {
+    prepare(transport.fd_needs(), reporting, || {
+        transport.exporter_shape()
+    })?;
     let send_control = Arc::new(Control::default());
     let sink_control = Arc::new(Control::default());
     let sinks = transport.start_sinks(&sink_control)?;
@@ -102,15 +133,24 @@ pub(crate) fn run<T: Transport>(mut transport: T, reporting: Reporting) -> Resul
             return Err(e);
         }
     };
-    super::print_plan(&reporting.notes);
+    print_plan(&reporting.notes);
     crate::output::human_text(&T::memory_text(senders.as_ref(), sinks.as_ref()));
-    let started = Started {
-        senders,
-        sinks,
-        send_control,
-        sink_control,
-        exporting: reporting.metrics.is_some(),
-    };
+    Ok(Up {
+        transport,
+        started: Started {
+            senders,
+            sinks,
+            send_control,
+            sink_control,
+            exporting: reporting.metrics.is_some(),
+        },
+    })
+}
+
+/// Runs `transport` to its end.
+pub(crate) fn run<T: Transport>(transport: T, reporting: Reporting) -> Result<(), Error> {
+    let signal = install_signals()?;
+    let Up { transport, started } = start(transport, &reporting)?;
     let Linked {
         session,
         server,

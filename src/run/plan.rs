@@ -6,8 +6,12 @@ use std::{net::SocketAddr, time::Duration};
 
 use super::control_link;
 use crate::{
-    control::auth::Secret, report::QueueView, sender::SenderConfig, sender::tcp::TcpSendConfig,
-    sink::SinkConfig, sink::tcp::TcpSinkConfig,
+    control::{auth::Secret, msg::DataProto},
+    report::QueueView,
+    sender::SenderConfig,
+    sender::tcp::TcpSendConfig,
+    sink::SinkConfig,
+    sink::tcp::TcpSinkConfig,
 };
 
 /// One command's run.
@@ -16,8 +20,8 @@ pub(crate) enum Plan {
     Udp(UdpPlan, Reporting),
     /// `send`, `sink` or `pair` with `--proto tcp`.
     Tcp(TcpPlan, Reporting),
-    /// `search`: the search's own parameters and the one sender its trials run on.
-    Search(SearchPlan, TrialSendPlan),
+    /// `search`: the search's own parameters and the sender its trials run on.
+    Search(SearchPlan, TrialPlan),
     /// `topo`: the placement a `send` would get.
     Topo(TopoPlan),
 }
@@ -140,4 +144,19 @@ pub(crate) struct SearchPlan {
     pub(crate) max_latency_p99: Option<Duration>,
     /// JSON Lines on stdout.
     pub(crate) json: bool,
+    /// What the trials send: datagrams (rates in pps) or TCP records (rates in records/s).
+    pub(crate) proto: DataProto,
+}
+
+/// The sender a search's trials run on.
+pub(crate) enum TrialPlan {
+    /// UDP: one sender run, each trial the next part of it.
+    Udp(TrialSendPlan),
+    /// TCP: one sender run per trial, each followed by its drain (`--drain`; `None`: the
+    /// default).
+    Tcp {
+        side: TcpSendSide,
+        reporting: Reporting,
+        drain: Option<Duration>,
+    },
 }

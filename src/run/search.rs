@@ -52,10 +52,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{
-    plan::{SearchPlan, TrialSendPlan},
+    plan::{SearchPlan, TrialPlan},
+    tcp_trials::TcpTrialSender,
     trials::{Trial, TrialSender},
 };
-use crate::{error::Error, say};
+use crate::{control::msg::DataProto, error::Error, say};
 
 impl Trial {
     fn ratio(&self) -> f64 {
@@ -73,14 +74,12 @@ impl Trial {
         !self.limited && !self.over_latency && self.ratio() <= ratio
     }
 
-    /// Packets the kernel accepted.
-    fn sent(&self) -> u64 {
-        self.offered.saturating_sub(self.failed)
-    }
-
-    /// Whether it offered less than its pacers were due to by more than `tolerance`.
+    /// Whether its host offered less than its pacers were due to by more than `tolerance`:
+    /// the kernel accepted that much less, and did not hold the sender back for as long a
+    /// share of the trial (a TCP path's flow control is the path's limit, not the host's).
     fn short_of(&self, tolerance: f64) -> bool {
-        crate::pacing::sender_limited(self.sent(), self.due as f64, tolerance)
+        crate::pacing::sender_limited(self.accepted, self.due as f64, tolerance)
+            && self.held_share < tolerance
     }
 
     /// The rate the sink received at.
@@ -109,6 +108,24 @@ trait Measurer {
     fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error>;
     /// Time spent since the search started.
     fn elapsed(&self) -> Duration;
+}
+
+/// How the search's rates read: packets or TCP records per second.
+fn unit(plan: &SearchPlan) -> &'static str {
+    match plan.proto {
+        DataProto::Udp => "pps",
+        DataProto::Tcp => "rec/s",
+    }
+}
+
+impl Measurer for TcpTrialSender {
+    fn measure(&mut self, rate: Option<f64>, duration: Duration) -> Result<Trial, Error> {
+        TcpTrialSender::measure(self, rate, duration)
+    }
+
+    fn elapsed(&self) -> Duration {
+        TcpTrialSender::elapsed(self)
+    }
 }
 
 impl Measurer for TrialSender {
@@ -310,8 +327,9 @@ impl<M: Measurer> Searcher<'_, M> {
             i = self.run_trial(rate, duration, phase, Some(i))?;
             if self.trials[i].limited {
                 let t = self.trials[i];
+                let unit = unit(self.plan);
                 say!(
-                    "search: the sender could not offer {:.0}pps twice (it offered {:.0}pps): the search tries nothing at or above it",
+                    "search: the sender could not offer {:.0}{unit} twice (it offered {:.0}{unit}): the search tries nothing at or above it",
                     t.rate,
                     t.achieved
                 );
@@ -320,7 +338,7 @@ impl<M: Measurer> Searcher<'_, M> {
                 }
                 if t.rate <= self.plan.min_rate {
                     return Err(Error::SenderLimited(format!(
-                        "the sender could not offer even --min-rate {:.0}pps (it offered {:.0}pps): free this host's CPUs, add --queues, or lower --min-rate",
+                        "the sender could not offer even --min-rate {:.0}{unit} (it offered {:.0}{unit}): free this host's CPUs, add --queues, or lower --min-rate",
                         self.plan.min_rate, t.achieved
                     )));
                 }
@@ -399,12 +417,13 @@ impl<M: Measurer> Searcher<'_, M> {
                 numbers(&contradicts)
             ),
         };
+        let unit = unit(self.plan);
         let mut why = String::new();
         if t.limited {
             why = format!(
-                ", sender-limited: it offered {:.0}pps, {:.1}% short of its rate{}",
+                ", sender-limited: it offered {:.0}{unit}, {:.1}% short of its rate{}",
                 t.achieved,
-                (1.0 - t.sent() as f64 / (t.due.max(1) as f64)) * 100.0,
+                (1.0 - t.accepted as f64 / (t.due.max(1) as f64)) * 100.0,
                 if t.failed > 0 {
                     format!(" ({} sends failed)", t.failed)
                 } else {
@@ -419,7 +438,7 @@ impl<M: Measurer> Searcher<'_, M> {
             ));
         }
         say!(
-            "search: trial {}: {:.0}pps for {:.1}s: offered {}, loss {:.4}% (lost {}, kernel drops {}, send failed {}){why}{note}",
+            "search: trial {}: {:.0}{unit} for {:.1}s: offered {}, loss {:.4}% (lost {}, kernel drops {}, send failed {}){why}{note}",
             i + 1,
             t.rate,
             t.duration.as_secs_f64(),
@@ -437,7 +456,7 @@ impl<M: Measurer> Searcher<'_, M> {
                 "kernel_drops": t.kernel_drops, "loss_ratio": t.ratio(), "send_failed": t.failed, "sender_limited": t.limited,
                 "latency_p99_ns": t.latency_p99_ns, "over_latency": t.over_latency,
                 "phase": phase.map(|p| p + 1), "contradicts": ids,
-                "remeasure_of": remeasure_of.map(|j| j + 1)}));
+                "remeasure_of": remeasure_of.map(|j| j + 1), "proto": self.plan.proto}));
         }
         Ok(i)
     }
@@ -489,14 +508,14 @@ struct Found {
 }
 
 impl Found {
-    fn say(&self) {
+    fn say(&self, unit: &str) {
         let backed = |b: Option<(usize, Duration)>, none: &str| {
             b.map_or(format!(" ({none})"), |(n, d)| {
                 format!(" (trial {n}, {:.1}s)", d.as_secs_f64())
             })
         };
         say!(
-            "search: loss ratio {}: {:.0}pps{} to {:.0}pps{}{}",
+            "search: loss ratio {}: {:.0}{unit}{} to {:.0}{unit}{}{}",
             self.ratio,
             self.lower,
             backed(self.lower_trial, "no trial passed"),
@@ -526,18 +545,32 @@ impl Found {
     }
 }
 
-/// `ringblast search`: runs the search on `sender`; fails with exit 6 when a bound is the rate
-/// the sender could not offer, and with exit 1 when `--max-time` ran out before every ratio
-/// converged.
-pub(crate) fn execute(plan: &SearchPlan, sender: TrialSendPlan) -> Result<(), Error> {
-    let sender = TrialSender::start(sender, trial_capacity(plan))?;
-    let (searcher, found) = search(plan, sender, Vec::new())?;
-    searcher
-        .measurer
-        .stop(&std::sync::atomic::AtomicBool::new(false));
+/// `ringblast search`: runs the search on the `trials`' sender; fails with exit 6 when a bound
+/// is the rate the sender could not offer, and with exit 1 when `--max-time` ran out before
+/// every ratio converged.
+pub(crate) fn execute(plan: &SearchPlan, trials: TrialPlan) -> Result<(), Error> {
+    let found = match trials {
+        TrialPlan::Udp(sender) => {
+            let sender = TrialSender::start(sender, trial_capacity(plan))?;
+            let (searcher, found) = search(plan, sender, Vec::new())?;
+            searcher
+                .measurer
+                .stop(&std::sync::atomic::AtomicBool::new(false));
+            found
+        }
+        TrialPlan::Tcp {
+            side,
+            reporting,
+            drain,
+        } => {
+            let sender = TcpTrialSender::start(side, reporting, drain, plan.offered_tolerance)?;
+            search(plan, sender, Vec::new())?.1
+        }
+    };
+    let unit = unit(plan);
     if let Some(f) = found.iter().find(|f| f.sender_limited.is_some()) {
         Err(Error::SenderLimited(format!(
-            "the sender could not offer {:.0}pps: the highest rate passed, {:.0}pps at loss ratio {}, is a lower bound this host set, not the device under test; free its CPUs, add --queues, or search from a faster sender",
+            "the sender could not offer {:.0}{unit}: the highest rate passed, {:.0}{unit} at loss ratio {}, is a lower bound this host set, not the device under test; free its CPUs, add --queues, or search from a faster sender",
             f.upper, f.lower, f.ratio
         )))
     } else if found.iter().all(|f| f.converged) {
@@ -578,14 +611,18 @@ fn search<'a, M: Measurer>(
         None => {
             s.measure(None, plan.trial, None)?;
             let top = s.trials.last().map_or(0.0, |t| t.achieved);
-            say!("search: the unpaced trial reached {top:.0}pps: the highest rate searched");
+            say!(
+                "search: the unpaced trial reached {top:.0}{}: the highest rate searched",
+                unit(plan)
+            );
             top
         }
     };
     if max <= plan.min_rate {
         return Err(Error::Usage(format!(
-            "--max-rate {max:.0}pps is not above --min-rate {:.0}pps",
-            plan.min_rate
+            "--max-rate {max:.0}{unit} is not above --min-rate {:.0}{unit}",
+            plan.min_rate,
+            unit = unit(plan)
         )));
     }
     let last = s.phases.len() - 1;
@@ -611,7 +648,7 @@ fn search<'a, M: Measurer>(
             }
             spent[k] += s.trials.len() - before;
             if sweep == 0 {
-                s.found(ratio, max, spent[k]).say();
+                s.found(ratio, max, spent[k]).say(unit(plan));
             }
         }
         if !in_time || plan.loss_ratios.iter().all(|&r| s.settled(r, max)) {
@@ -639,7 +676,7 @@ fn search<'a, M: Measurer>(
         crate::output::json_line(
             &json!({"type": "search", "reason": reason, "results": results,
             "trials": s.trials.len(), "duration_s": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
-            "contradictions": s.contradictions, "phases_s": phases}),
+            "contradictions": s.contradictions, "phases_s": phases, "proto": plan.proto}),
         );
     }
     if !converged {
@@ -728,7 +765,9 @@ mod tests {
                 lost: (excess + stall).min(offered),
                 failed: 0,
                 kernel_drops: 0,
+                accepted: offered,
                 achieved: offers,
+                held_share: 0.0,
                 due: if paced { due } else { 0 },
                 latency_p99_ns: Some(base + (above * per_pps) as u64),
                 limited: false,
@@ -753,6 +792,7 @@ mod tests {
             offered_tolerance: 0.01,
             max_latency_p99: None,
             json: false,
+            proto: DataProto::Udp,
         }
     }
 
@@ -764,7 +804,9 @@ mod tests {
             lost,
             failed: 0,
             kernel_drops: 0,
+            accepted: offered,
             achieved: rate,
+            held_share: 0.0,
             due: offered,
             latency_p99_ns: None,
             limited: false,
@@ -987,6 +1029,25 @@ mod tests {
                 f.lower
             );
         }
+    }
+
+    /// A TCP trial the kernel held back is the path's failure, not the host's limit: it wrote
+    /// less than was due, and the shortfall is its loss; one that wrote as little without being
+    /// held back was limited by its own host.
+    #[test]
+    fn a_shortfall_the_kernel_held_back_is_loss_and_one_it_did_not_is_the_hosts() {
+        let mut held = trial(5000.0, 1.0, 5000, 700);
+        held.accepted = 4300;
+        held.held_share = 0.4;
+        assert!(!held.short_of(0.01), "{held:?}");
+        assert!(!held.passes(0.005), "{held:?}");
+        let mut slow = held;
+        slow.held_share = 0.001;
+        assert!(slow.short_of(0.01), "{slow:?}");
+        let mut kept_up = held;
+        kept_up.accepted = 4990;
+        kept_up.held_share = 0.0;
+        assert!(!kept_up.short_of(0.01), "within the tolerance: {kept_up:?}");
     }
 
     /// A trial short of its rate once (a transient stall) is measured again; the re-measure

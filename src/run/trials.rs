@@ -11,16 +11,16 @@ use std::{
 };
 
 use super::{
-    control_link, exporting, link_state::LinkState, part_link, part_link::PartSink,
-    plan::TrialSendPlan, roles::SenderSet,
+    control_link, exporting,
+    link_state::LinkState,
+    part_link,
+    part_link::PartSink,
+    pipeline,
+    plan::{Output, TrialSendPlan, UdpPlan},
+    roles::SenderSet,
 };
 use crate::{
-    control::client::ClientConfig,
-    error::Error,
-    metrics::{Exporter, Shape},
-    report,
-    sender::{SenderWorker, trials::TrialBoard},
-    topology,
+    control::client::ClientConfig, error::Error, metrics::Exporter, sender::trials::TrialBoard,
     worker::Control,
 };
 
@@ -45,8 +45,13 @@ pub(crate) struct Trial {
     /// Of `lost`, the datagrams the sink's kernel dropped (the rest of `lost` less `failed` is
     /// what the network lost).
     pub(crate) kernel_drops: u64,
+    /// Packets (records) the kernel accepted.
+    pub(crate) accepted: u64,
     /// The rate the kernel accepted (pps): what the trial really offered.
     pub(crate) achieved: f64,
+    /// The share of the trial the kernel held the sender back (TCP's flow control: records
+    /// were due that no connection could take); 0 for UDP, whose sends never wait.
+    pub(crate) held_share: f64,
     /// The fewest packets the pacers were due to send in the trial (0 when unpaced): each
     /// queue's share of the rate over the trial's length, less one per queue for rounding.
     pub(crate) due: u64,
@@ -97,50 +102,34 @@ impl TrialSender {
             config.duration = None;
             config.count = None;
         }
-        let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
-        super::fds::ensure(&super::fds::Needs {
-            sender_flows: flows as u64,
-            sender_queues: queues as u64,
-            sink_queues: 0,
-            sink_senders: 0,
-            exporter: reporting.metrics.is_some(),
-        })?;
-        if let Some(addr) = reporting.metrics {
-            let shape = Shape {
-                tx_flows_per_queue: configs.iter().map(|(_, f)| f.len()).collect(),
-                rx_queues: 0,
-                rx_exported_flows: 0,
-                rx_senders: 0,
-                nodes: planned
-                    .iter()
-                    .map(|q| q.node)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len(),
-                memory_nodes: topology::Topology::detect()
-                    .map_err(|e| Error::Unsupported(e.to_string()))?
-                    .nodes
-                    .len(),
-            };
-            exporting::install(&exporting::Plan {
-                addr,
-                max_series: reporting.max_series,
-                shape,
-            })?;
-        }
-        let arena_bytes = configs
-            .first()
-            .map_or(0, |(c, _)| SenderWorker::arena_bytes(c));
-        let control = Arc::new(Control::default());
-        let senders = super::roles::start_senders(&control, planned, configs, None)?;
-        super::print_plan(&reporting.notes);
-        crate::output::human_text(&report::memory_text(
-            "send",
-            &senders.queues,
-            senders.group.memory(),
-        ));
+        // The run pipeline brings the sender up as it would a `send`'s, idle until the first
+        // trial is posted; the trials then link it to the sink themselves.
+        let spec = super::RunSpec {
+            plan: UdpPlan {
+                senders: Some((planned, configs, None)),
+                sinks: None,
+                exported_flows: 0,
+                output: Output {
+                    json: false,
+                    interval: Duration::ZERO,
+                },
+                max_senders: 0,
+                link: control_link::Link::Off,
+                min_rate_ratio: None,
+                wire_rate: false,
+                share_port: false,
+            },
+            arena_bytes: (0, 0),
+        };
+        let up = pipeline::start(spec, &reporting)?;
+        let transport = up.transport;
+        let (senders, control) = match up.started.senders {
+            Some(senders) => (senders, up.started.send_control),
+            None => return Err(Error::Usage("a search needs a sender".into())),
+        };
         let exporter = reporting
             .metrics
-            .map(|_| exporting::register(Some(&senders), None, 0, (arena_bytes, 0)));
+            .map(|_| exporting::register(Some(&senders), None, 0, transport.arena_bytes));
         let mut config = ClientConfig::new(link.addr);
         config.secret = link.secret;
         let state = Arc::new(LinkState::default());
@@ -233,7 +222,9 @@ impl TrialSender {
             lost: verdict.totals.lost + verdict.totals.kernel_drops + errors,
             failed: errors,
             kernel_drops: verdict.totals.kernel_drops,
+            accepted: sent,
             achieved: sent as f64 / seconds,
+            held_share: 0.0,
             due: rate.map_or(0, |r| ((r * seconds).floor() as u64).saturating_sub(queues)),
             // The figure (within 1 %), or else the upper bound of its cell (an older sink).
             latency_p99_ns: verdict

@@ -1,30 +1,87 @@
-//! `ringblast search` from the command line: the search's own parameters checked, and the one
-//! sender its trials run on resolved as `ringblast send` with the search's destination, size,
-//! queues, secret and exporter would be (its rate, length and count are each trial's).
+//! `ringblast search` from the command line: the search's own parameters checked, and the
+//! sender its trials run on resolved as `ringblast send` with the search's protocol,
+//! destination, size, queues, connections, secret and exporter would be (its rate, length and
+//! count are each trial's).
 
 use super::{reporting, udp_sender};
 use crate::{
-    cli::{Cli, Command, SearchArgs, SendArgs},
+    cli::{Cli, Command, SearchArgs, SendArgs, tcp::Proto},
+    control::msg::DataProto,
     error::Error,
-    run::plan::{Plan, SearchPlan, TrialSendPlan},
+    run::plan::{Plan, SearchPlan, TrialPlan, TrialSendPlan},
     sender::mix::{SizePlan, SizeSpec},
 };
+
+/// `search`'s flags that do nothing over TCP, and why.
+const NOT_OVER_TCP: &[(&str, &str)] = &[
+    (
+        "--max-latency-p99",
+        "a TCP sink's verdict carries no latency figures yet; search over UDP for a latency-bounded NDR",
+    ),
+    (
+        "--metrics",
+        "a TCP search serves no metrics yet (each trial is a sender run of its own); watch the sink's --metrics instead",
+    ),
+    (
+        "--auth-data",
+        "a TCP connection proves its run in its first record with --secret-file, and TCP guards the rest of the stream",
+    ),
+];
+
+/// Refuses each flag that would do nothing for the search's protocol, in one line.
+fn check_protocol(args: &SearchArgs) -> Result<(), Error> {
+    if args.proto == Proto::Udp {
+        for (given, flag) in [
+            (args.conns.is_some(), "--conns"),
+            (args.drain.is_some(), "--drain"),
+        ] {
+            if given {
+                return Err(Error::Usage(format!(
+                    "{flag} applies to --proto tcp only; leave it off a UDP search"
+                )));
+            }
+        }
+        return Ok(());
+    }
+    let given = [
+        args.max_latency_p99.is_some(),
+        args.metrics.is_some(),
+        args.auth_data,
+    ];
+    match NOT_OVER_TCP.iter().zip(given).find(|(_, g)| *g) {
+        Some(((flag, why), _)) => Err(Error::Usage(format!(
+            "{flag} does not apply to --proto tcp: {why}"
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// `ringblast search`: checks the sender's options once here, so a bad one is one line, not a
 /// failed trial.
 pub(crate) fn search(args: SearchArgs) -> Result<Plan, Error> {
-    let size: SizeSpec = args.size.parse().map_err(Error::Usage)?;
+    check_protocol(&args)?;
+    let tcp = args.proto == Proto::Tcp;
+    let size_arg = args
+        .size
+        .clone()
+        .unwrap_or_else(|| if tcp { "128000" } else { "64" }.to_string());
+    let size: SizeSpec = size_arg.parse().map_err(Error::Usage)?;
     let sizes = SizePlan::resolve(&size, None, args.to)?;
+    let unit = if tcp { "a record" } else { "a packet" };
     let pps = |r: crate::config::units::Rate, what: &str| {
         r.packets_per_second_at(sizes.mean_payload())
-            .ok_or_else(|| Error::Usage(format!("{what} needs a packet or bit rate, not max")))
+            .ok_or_else(|| Error::Usage(format!("{what} needs {unit} or bit rate, not max")))
     };
     let mut ratios = args.loss_ratios.clone();
     ratios.sort_by(f64::total_cmp);
     ratios.dedup();
     let plan = SearchPlan {
         loss_ratios: ratios,
-        min_rate: pps(args.min_rate, "--min-rate")?,
+        min_rate: match args.min_rate {
+            Some(rate) => pps(rate, "--min-rate")?,
+            None if tcp => pps(crate::config::units::Rate::BitsPerSecond(1e6), "--min-rate")?,
+            None => 1000.0,
+        },
         max_rate: args.max_rate.map(|r| pps(r, "--max-rate")).transpose()?,
         precision: args.precision,
         trial: args.trial,
@@ -33,23 +90,49 @@ pub(crate) fn search(args: SearchArgs) -> Result<Plan, Error> {
         offered_tolerance: args.offered_tolerance,
         max_latency_p99: args.max_latency_p99,
         json: args.json,
+        proto: if tcp { DataProto::Tcp } else { DataProto::Udp },
     };
-    Ok(Plan::Search(plan, trial_sender(trial_send_args(&args)?)?))
+    let send = trial_send_args(&args, &size_arg)?;
+    let trials = if tcp {
+        match super::tcp::send(send)? {
+            Plan::Tcp(run, reporting) => TrialPlan::Tcp {
+                side: run
+                    .senders
+                    .ok_or_else(|| Error::Usage("a search's trials are sends".into()))?,
+                reporting,
+                drain: args.drain,
+            },
+            _ => return Err(Error::Usage("a search's trials are sends".into())),
+        }
+    } else {
+        TrialPlan::Udp(trial_sender(send)?)
+    };
+    Ok(Plan::Search(plan, trials))
 }
 
-/// The `send` a search's trials are: `--to`, `--size` and `--queues`, with the search's secret
-/// and exporter; every other option at `send`'s default.
-fn trial_send_args(args: &SearchArgs) -> Result<SendArgs, Error> {
+/// The `send` a search's trials are: `--proto`, `--to`, `--size`, `--queues` and `--conns`,
+/// with the search's secret and exporter; every other option at `send`'s default.
+fn trial_send_args(args: &SearchArgs, size: &str) -> Result<SendArgs, Error> {
     let mut argv = vec![
         "ringblast".to_string(),
         "send".into(),
+        "--proto".into(),
+        if args.proto == Proto::Tcp {
+            "tcp"
+        } else {
+            "udp"
+        }
+        .into(),
         "--to".into(),
         args.to.to_string(),
         "--size".into(),
-        args.size.clone(),
+        size.to_string(),
         "--queues".into(),
         args.queues.to_string(),
     ];
+    if let Some(conns) = args.conns {
+        argv.extend(["--conns".to_string(), conns.to_string()]);
+    }
     if let Some(secret) = &args.secret_file {
         argv.push("--secret-file".into());
         argv.push(secret.display().to_string());

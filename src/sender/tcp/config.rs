@@ -36,6 +36,10 @@ crate::stats::counter_set! {
         send_errors:,
         /// Writes the kernel took only in part (continued).
         short_writes:,
+        /// Nanoseconds records were due that no connection could take, each up connection's
+        /// last write still unfinished: the time the peer's or the path's flow control held
+        /// the sender back.
+        backpressure_ns:,
         /// Connections up now (a gauge).
         conns_up:,
         /// rr: responses received in order (round trips completed).

@@ -28,6 +28,7 @@ impl TcpSendWorker {
             }
         }
         let until = clock::monotonic_ns() + STOP_GRACE_NS;
+        let mut last_publish = 0;
         let stream = self.config.rr.is_none();
         while clock::monotonic_ns() < until
             && self
@@ -42,6 +43,12 @@ impl TcpSendWorker {
                 break;
             }
             self.reap();
+            // A search samples the acknowledgements as its trial's drain ends.
+            let now = clock::monotonic_ns();
+            if now - last_publish >= PUBLISH_EVERY_NS {
+                self.publish();
+                last_publish = now;
+            }
         }
     }
 }
@@ -65,8 +72,14 @@ impl crate::worker::Job for TcpSendWorker {
         let mut last_publish = started_ns;
         let mut stop_at: Option<u64> = None;
         let mut ring_failed = false;
+        // Since when records have been due that the kernel held back (every connection up
+        // had a write it had not finished: the peer's or the path's flow control).
+        let mut held_since: Option<u64> = None;
         loop {
             let now = clock::monotonic_ns();
+            if let Some(since) = held_since.take() {
+                self.counters.backpressure_ns += now.saturating_sub(since);
+            }
             // Stopping, or records are due that no connection could take (all down, connecting
             // or with a write in flight): the next event is a completion or a reconnect, not
             // the pacer.
@@ -94,6 +107,9 @@ impl crate::worker::Job for TcpSendWorker {
                         pacer.commit(queued);
                         remaining -= queued;
                         blocked = queued < budget;
+                        if blocked && self.writing > 0 {
+                            held_since = Some(now);
+                        }
                     }
                 }
             }
