@@ -70,6 +70,7 @@ expected=(
   /usr/share/man/man1/ringblast-pair.1.gz
   /usr/share/man/man1/ringblast-topo.1.gz
   /usr/share/man/man1/ringblast-report.1.gz
+  /usr/share/man/man1/ringblast-generate.1.gz
   /usr/share/ringblast/config/sink.toml
   /usr/share/ringblast/config/send-example.toml
   /usr/share/doc/ringblast/README.md

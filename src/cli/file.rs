@@ -456,7 +456,7 @@ mod tests {
         let err = settings("send", "frobs = 1\n", "f.toml", &[])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("known keys: to, name,"), "{err}");
+        assert!(err.contains("known keys: to, size,"), "{err}");
         assert!(err.contains("rate") && !err.contains("first_seq"), "{err}");
     }
 

@@ -28,7 +28,7 @@ pub(crate) const DEFAULT_METRICS: SocketAddr = SocketAddr::V4(std::net::SocketAd
     9977,
 ));
 
-/// io_uring UDP traffic generator and sink with per-NUMA-node rings.
+/// io_uring UDP and TCP traffic generator and sink with per-NUMA-node rings.
 #[derive(Debug, Parser)]
 #[command(name = "ringblast", version, about, propagate_version = true)]
 pub struct Cli {
@@ -65,9 +65,9 @@ pub fn execute(cli: Cli) -> Result<(), crate::error::Error> {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Send UDP traffic to a sink.
+    /// Send UDP or TCP traffic to a sink.
     Send(SendArgs),
-    /// Receive, check and count ringblast traffic.
+    /// Receive, check and count ringblast traffic (UDP or TCP).
     Sink(SinkArgs),
     /// Run a sink and a sender in one process over loopback.
     Pair(PairArgs),
@@ -78,7 +78,6 @@ pub(crate) enum Command {
     /// Turn the JSON Lines of a send, sink, pair, search or stepped run into one HTML file.
     Report(ReportArgs),
     /// Write shell completions or the man page (for packaging; see scripts/build-assets.sh).
-    #[command(hide = true)]
     Generate(GenerateArgs),
 }
 
@@ -103,7 +102,7 @@ pub(crate) struct ReportArgs {
     pub(crate) title: Option<String>,
 }
 
-/// `ringblast generate` (hidden).
+/// `ringblast generate`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct GenerateArgs {
     /// What to write.
@@ -145,42 +144,60 @@ fn parse_size(s: &str) -> Result<usize, String> {
     units::parse_byte_size(s).map_err(|e| e.to_string())
 }
 
+/// The headings `--help` groups options under (clap's `help_heading`). A command's help shows
+/// them in the order its options first use them: its own first (`pair`, `search`), then what is
+/// sent, how fast, each protocol's own options (the flags the other protocol refuses), control
+/// and pairing, placement, output and metrics.
+pub(crate) mod heading {
+    pub(crate) const PAIR: &str = "Pair";
+    pub(crate) const SEARCH: &str = "Search";
+    pub(crate) const TRAFFIC: &str = "Traffic";
+    pub(crate) const RECEIVE: &str = "Receive";
+    pub(crate) const RATE: &str = "Rate and shape";
+    pub(crate) const UDP: &str = "UDP only";
+    pub(crate) const TCP: &str = "TCP only";
+    pub(crate) const CONTROL: &str = "Control and pairing";
+    pub(crate) const PLACEMENT: &str = "Placement";
+    pub(crate) const OUTPUT: &str = "Output";
+    pub(crate) const METRICS: &str = "Metrics";
+}
+
 /// Where workers run and how the run reports, shared by every role.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct CommonArgs {
     /// Worker threads (queues), one io_uring each.
-    #[arg(long, default_value_t = 1, env = "RINGBLAST_QUEUES")]
+    #[arg(help_heading = heading::PLACEMENT, long, default_value_t = 1, env = "RINGBLAST_QUEUES")]
     pub(crate) queues: usize,
     /// CPUs for the queues (e.g. `0-3,8`); always wins over NIC locality.
-    #[arg(long, env = "RINGBLAST_CPUS")]
+    #[arg(help_heading = heading::PLACEMENT, long, env = "RINGBLAST_CPUS")]
     pub(crate) cpus: Option<String>,
     /// NUMA node for the queues; always wins over NIC locality.
-    #[arg(long, env = "RINGBLAST_NODE")]
+    #[arg(help_heading = heading::PLACEMENT, long, env = "RINGBLAST_NODE")]
     pub(crate) node: Option<u32>,
     /// Print JSON Lines on stdout (interval lines and a final summary).
-    #[arg(long, env = "RINGBLAST_JSON")]
+    #[arg(help_heading = heading::OUTPUT, long, env = "RINGBLAST_JSON")]
     pub(crate) json: bool,
     /// Serve Prometheus metrics on ADDR:PORT (documented default port 9977).
-    #[arg(long, env = "RINGBLAST_METRICS")]
+    #[arg(help_heading = heading::METRICS, long, env = "RINGBLAST_METRICS")]
     pub(crate) metrics: Option<SocketAddr>,
     /// Back packet memory with 2 MiB pages when available (the start-up `memory` lines say
     /// whether they were used or it fell back to normal pages).
-    #[arg(long, env = "RINGBLAST_HUGEPAGES")]
+    #[arg(help_heading = heading::PLACEMENT, long, env = "RINGBLAST_HUGEPAGES")]
     pub(crate) hugepages: bool,
     /// Read options from this TOML file (keys are long option names); flags and RINGBLAST_*
     /// variables override it.
     #[arg(long, env = "RINGBLAST_CONFIG")]
     pub(crate) config: Option<std::path::PathBuf>,
     /// Refuse to start when the exporter would publish more series than this.
-    #[arg(long, default_value_t = 10_000, env = "RINGBLAST_MAX_SERIES")]
+    #[arg(help_heading = heading::METRICS, long, default_value_t = 10_000, env = "RINGBLAST_MAX_SERIES")]
     pub(crate) max_series: usize,
     /// Keep serving metrics this long after the run ends, so the final values get scraped (also
     /// after a SIGINT or SIGTERM stopped the run; a signal during the linger ends it, and one
     /// that comes as a run ends on its own means no linger).
-    #[arg(long, value_parser = parse_duration_or_zero, default_value = "0", env = "RINGBLAST_METRICS_LINGER")]
+    #[arg(help_heading = heading::METRICS, long, value_parser = parse_duration_or_zero, default_value = "0", env = "RINGBLAST_METRICS_LINGER")]
     pub(crate) metrics_linger: Duration,
     /// Seconds between report lines (0 = only the summary).
-    #[arg(long, default_value = "1s", value_parser = parse_duration_or_zero, env = "RINGBLAST_INTERVAL")]
+    #[arg(help_heading = heading::OUTPUT, long, default_value = "1s", value_parser = parse_duration_or_zero, env = "RINGBLAST_INTERVAL")]
     pub(crate) interval: Duration,
 }
 
@@ -246,11 +263,6 @@ impl From<RxWaitArg> for RxWait {
 /// Traffic shape options shared by `send` and `pair`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TrafficArgs {
-    /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate (`800Mbit`). UDP: datagrams
-    /// per second, or bits of UDP payload. TCP: records per second (requests with `--pattern
-    /// rr`), or bits of record bytes.
-    #[arg(long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
-    pub(crate) rate: Rate,
     /// UDP (default 64): payload bytes per datagram (a number), or a mix of Ethernet frame
     /// sizes: `imix` (64, 570 and 1518-byte frames, 7:4:1) or `FRAME:WEIGHT,...` (e.g.
     /// `64:28,570:16,1518:4`). Frames convert to UDP payload as F − 46 over IPv4 and F − 66
@@ -262,73 +274,79 @@ pub(crate) struct TrafficArgs {
     /// 1 MiB; one number, no mix. The default is iperf3's 128 KiB write, trimmed so that a
     /// write never leaves a runt segment over loopback's 64 KiB segments. `--pattern rr` sizes
     /// its records with `--request-size` and `--response-size` instead.
-    #[arg(
+    #[arg(help_heading = heading::TRAFFIC,
         long,
         default_value = "64",
         default_value_if("proto", "tcp", "128000"),
+        hide_default_value = true,
         value_parser = parse_size_spec,
         env = "RINGBLAST_SIZE"
     )]
     pub(crate) size: SizeSpec,
     /// Stop after this long (`10s`, `2m`).
-    #[arg(long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
     pub(crate) duration: Option<Duration>,
     /// Stop after this many in total (`1M`). UDP: datagrams (GSO segments one by one). TCP:
     /// records (requests with `--pattern rr`).
-    #[arg(long, value_parser = parse_count, env = "RINGBLAST_COUNT")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_count, env = "RINGBLAST_COUNT")]
     pub(crate) count: Option<u64>,
     /// Flows (distinct source ports) in total, spread over the queues; default one per queue.
-    #[arg(long, env = "RINGBLAST_FLOWS")]
+    #[arg(help_heading = heading::TRAFFIC, long, env = "RINGBLAST_FLOWS")]
     pub(crate) flows: Option<u32>,
+    /// `max`, a packet rate (`250kpps`, `1.5Mpps`) or a bit rate (`800Mbit`). UDP: datagrams
+    /// per second, or bits of UDP payload. TCP: records per second (requests with `--pattern
+    /// rr`), or bits of record bytes.
+    #[arg(help_heading = heading::RATE, long, default_value = "max", value_parser = parse_rate, env = "RINGBLAST_RATE")]
+    pub(crate) rate: Rate,
     /// A staircase of rates instead of --rate: `RATE:DURATION,...` (e.g.
     /// `100kpps:10s,200kpps:10s`); the run lasts the whole schedule, each step is reported on
     /// its own (`"type":"step"` with --json).
-    #[arg(long, conflicts_with_all = ["rate", "ramp", "duration"], env = "RINGBLAST_RATE_STEPS")]
+    #[arg(help_heading = heading::UDP, long, conflicts_with_all = ["rate", "ramp", "duration"], env = "RINGBLAST_RATE_STEPS")]
     pub(crate) rate_steps: Option<String>,
     /// A linear ramp instead of --rate: `FROM:TO:OVER` (e.g. `10kpps:100kpps:10s`), reported
     /// per second.
-    #[arg(long, conflicts_with_all = ["rate", "duration"], env = "RINGBLAST_RAMP")]
+    #[arg(help_heading = heading::UDP, long, conflicts_with_all = ["rate", "duration"], env = "RINGBLAST_RAMP")]
     pub(crate) ramp: Option<String>,
     /// IPv4 TOS / IPv6 traffic class byte of every packet (0-255 or 0x00-0xff).
-    #[arg(long, conflicts_with = "dscp", value_parser = crate::net::fields::parse_tos, env = "RINGBLAST_TOS")]
+    #[arg(help_heading = heading::TRAFFIC, long, conflicts_with = "dscp", value_parser = crate::net::fields::parse_tos, env = "RINGBLAST_TOS")]
     pub(crate) tos: Option<u8>,
     /// DSCP of every packet (0-63; the TOS byte's upper six bits, ECN 0).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64), env = "RINGBLAST_DSCP")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = clap::value_parser!(u8).range(0..64), env = "RINGBLAST_DSCP")]
     pub(crate) dscp: Option<u8>,
     /// IPv4 TTL / IPv6 hop limit of every packet (1-255).
-    #[arg(long, visible_alias = "hop-limit", value_parser = clap::value_parser!(u8).range(1..), env = "RINGBLAST_TTL")]
+    #[arg(help_heading = heading::UDP, long, visible_alias = "hop-limit", value_parser = clap::value_parser!(u8).range(1..), env = "RINGBLAST_TTL")]
     pub(crate) ttl: Option<u8>,
     /// Source ports of the flows, `LO-HI`: flow f uses LO + f mod (HI−LO+1) (shown at start).
-    #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_SRC_PORTS")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_SRC_PORTS")]
     pub(crate) src_ports: Option<(u16, u16)>,
     /// Destination ports of the flows, `LO-HI`: flow f uses LO + (f div S) mod (HI−LO+1), S
     /// the number of source ports (the receiver must listen on, or redirect, every one).
-    #[arg(long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_DST_PORTS")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = crate::net::fields::parse_ports, env = "RINGBLAST_DST_PORTS")]
     pub(crate) dst_ports: Option<(u16, u16)>,
     /// Payload after the header: `zero`, `random` or `pattern:HEX`, written into the send
     /// buffers once at start (no per-packet work); with --secret-file the 8 bytes after the
     /// header carry the run's proof instead.
-    #[arg(long, default_value = "zero", value_parser = parse_payload, env = "RINGBLAST_PAYLOAD")]
+    #[arg(help_heading = heading::UDP, long, default_value = "zero", value_parser = parse_payload, env = "RINGBLAST_PAYLOAD")]
     pub(crate) payload: PayloadFill,
     /// Packets sent back to back at each pacing tick (paced runs): the long-run rate stays
     /// `--rate`; 1 spaces every packet evenly.
-    #[arg(long, default_value_t = 1, env = "RINGBLAST_BURST")]
+    #[arg(help_heading = heading::UDP, long, default_value_t = 1, env = "RINGBLAST_BURST")]
     pub(crate) burst: u64,
     /// SQEs submitted per io_uring_enter.
     ///
     /// UDP only: a TCP sender keeps one write in flight per connection, so --proto tcp refuses it.
-    #[arg(long, default_value_t = 32, env = "RINGBLAST_BATCH")]
+    #[arg(help_heading = heading::UDP, long, default_value_t = 32, env = "RINGBLAST_BATCH")]
     pub(crate) batch: u32,
     /// Sends in flight per queue (default: twice --batch).
     ///
     /// UDP only: a TCP sender keeps one write in flight per connection, so --proto tcp refuses it.
-    #[arg(long, env = "RINGBLAST_WINDOW")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_WINDOW")]
     pub(crate) window: Option<u32>,
     /// UDP GSO: packets per send (each with its own header); 1 = off.
-    #[arg(long, default_value_t = 1, env = "RINGBLAST_GSO")]
+    #[arg(help_heading = heading::UDP, long, default_value_t = 1, env = "RINGBLAST_GSO")]
     pub(crate) gso: u16,
     /// The io_uring send operation (default: send for UDP, write-fixed for TCP).
-    #[arg(long, value_enum, env = "RINGBLAST_SEND_OP")]
+    #[arg(help_heading = heading::RATE, long, value_enum, env = "RINGBLAST_SEND_OP")]
     pub(crate) send_op: Option<SendOpArg>,
     /// First sequence number of every flow (for testing wrap-around, e.g. 4294967000).
     #[arg(long, default_value_t = 0, hide = true)]
@@ -337,17 +355,17 @@ pub(crate) struct TrafficArgs {
     /// the UDP payload is F − 46 over IPv4 and F − 66 over IPv6 (14 Ethernet + 4 FCS + IP + 8
     /// UDP). The smallest frame is 64 bytes (IPv4) or 84 (IPv6); frames below 78 (IPv4) or 98
     /// (IPv6) carry the compact header (no timestamp).
-    #[arg(long, conflicts_with = "size", value_parser = parse_size, env = "RINGBLAST_FRAME_SIZE")]
+    #[arg(help_heading = heading::UDP, long, conflicts_with = "size", value_parser = parse_size, env = "RINGBLAST_FRAME_SIZE")]
     pub(crate) frame_size: Option<usize>,
     /// Send datagrams larger than the path MTU; each leaves as several IP fragments (counted).
-    #[arg(long, env = "RINGBLAST_ALLOW_FRAGMENTS")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_ALLOW_FRAGMENTS")]
     pub(crate) allow_fragments: bool,
     /// Show the L1 wire rate in live lines (frames plus preamble, SFD and inter-frame gap).
-    #[arg(long, env = "RINGBLAST_WIRE_RATE")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_WIRE_RATE")]
     pub(crate) wire_rate: bool,
     /// Exit 1 if the achieved rate is below this share of `--rate` (e.g. 0.95; for CI): packets/s
     /// for UDP, records/s for TCP.
-    #[arg(long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
+    #[arg(help_heading = heading::RATE, long, value_parser = parse_ratio, env = "RINGBLAST_MIN_RATE_RATIO")]
     pub(crate) min_rate_ratio: Option<f64>,
 }
 
@@ -373,33 +391,33 @@ fn parse_tolerance(s: &str) -> Result<f64, String> {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SendArgs {
     /// Destination ADDR:PORT or HOST:PORT.
-    #[arg(long, env = "RINGBLAST_TO", value_parser = parse_destination)]
+    #[arg(help_heading = heading::TRAFFIC, long, env = "RINGBLAST_TO", value_parser = parse_destination)]
     pub(crate) to: SocketAddr,
-    /// Name this sender gives the sink (default: the hostname and the queue plan); a sender
-    /// restarted under the same name continues the same series at the sink.
-    #[arg(long, env = "RINGBLAST_NAME")]
-    pub(crate) name: Option<String>,
-    /// The control channel to the sink: `auto` (TCP to the --to address), `off` or ADDR:PORT.
-    /// A sink that refuses the secret exits 7, one of the other --proto 8 (both before the
-    /// first datagram); one still busy (every place it has for control
-    /// connections held by an authenticated sender) when the run gives up on its verdict exits 5.
-    #[arg(long, default_value = "auto", value_parser = parse_control, env = "RINGBLAST_CONTROL")]
-    pub(crate) control: ControlTarget,
-    /// File holding the secret shared with the sink (HMAC-SHA256 authentication): at least 16
-    /// bytes, e.g. `umask 077; head -c32 /dev/urandom | base64 > FILE`.
-    #[arg(long, env = "RINGBLAST_SECRET_FILE")]
-    pub(crate) secret_file: Option<std::path::PathBuf>,
-    /// Tag every datagram (SipHash-2-4 keyed from the secret, over its header and length), so
-    /// that not even an attacker on the path can forge one; needs --secret-file. Without it
-    /// each datagram carries its run's token, which stops off-path forgery only.
-    #[arg(long, env = "RINGBLAST_AUTH_DATA", requires = "secret_file")]
-    pub(crate) auth_data: bool,
     /// Traffic shape.
     #[command(flatten)]
     pub(crate) traffic: TrafficArgs,
     /// TCP: protocol, connections and pattern.
     #[command(flatten)]
     pub(crate) tcp: crate::cli::tcp::TcpSendArgs,
+    /// Name this sender gives the sink (default: the hostname and the queue plan); a sender
+    /// restarted under the same name continues the same series at the sink.
+    #[arg(help_heading = heading::CONTROL, long, env = "RINGBLAST_NAME")]
+    pub(crate) name: Option<String>,
+    /// The control channel to the sink: `auto` (TCP to the --to address), `off` or ADDR:PORT.
+    /// A sink that refuses the secret exits 7, one of the other --proto 8 (both before the
+    /// first datagram); one still busy (every place it has for control
+    /// connections held by an authenticated sender) when the run gives up on its verdict exits 5.
+    #[arg(help_heading = heading::CONTROL, long, default_value = "auto", value_parser = parse_control, env = "RINGBLAST_CONTROL")]
+    pub(crate) control: ControlTarget,
+    /// File holding the secret shared with the sink (HMAC-SHA256 authentication): at least 16
+    /// bytes, e.g. `umask 077; head -c32 /dev/urandom | base64 > FILE`.
+    #[arg(help_heading = heading::CONTROL, long, env = "RINGBLAST_SECRET_FILE")]
+    pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// Tag every datagram (SipHash-2-4 keyed from the secret, over its header and length), so
+    /// that not even an attacker on the path can forge one; needs --secret-file. Without it
+    /// each datagram carries its run's token, which stops off-path forgery only.
+    #[arg(help_heading = heading::CONTROL, long, env = "RINGBLAST_AUTH_DATA", requires = "secret_file")]
+    pub(crate) auth_data: bool,
     /// Placement and reporting.
     #[command(flatten)]
     pub(crate) common: CommonArgs,
@@ -411,7 +429,7 @@ pub(crate) struct SinkTuning {
     /// Do not ask for UDP GRO (count datagrams one by one).
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, env = "RINGBLAST_NO_GRO")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_NO_GRO")]
     pub(crate) no_gro: bool,
     /// How sink queues wait while traffic flows: batch (32 completions or 50 µs; a TCP sink
     /// instead polls while completions keep coming and sleeps after 50 µs without one), spin
@@ -419,7 +437,7 @@ pub(crate) struct SinkTuning {
     /// (wake per completion) or inline (UDP only: non-blocking receives inside io_uring_enter,
     /// no poll armed while traffic flows, so the sending core pays for no wake-up; 50 µs sleeps
     /// when the socket is empty).
-    #[arg(long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
+    #[arg(help_heading = heading::RECEIVE, long, value_enum, default_value = "batch", env = "RINGBLAST_RX_WAIT")]
     pub(crate) rx_wait: RxWaitArg,
     /// Where a datagram's arrival time comes from: kernel (the kernel's software receive stamp,
     /// SO_TIMESTAMPNS, so the time a datagram waited for a busy sink is its queue's queueing
@@ -428,30 +446,30 @@ pub(crate) struct SinkTuning {
     /// that refuses stamps gets read, and the start plan says so].
     ///
     /// UDP only: a TCP record's arrival is always the sink's read, and a TCP sink refuses it.
-    #[arg(long, value_enum, env = "RINGBLAST_ARRIVAL")]
+    #[arg(help_heading = heading::UDP, long, value_enum, env = "RINGBLAST_ARRIVAL")]
     pub(crate) arrival: Option<crate::timestamps::Arrival>,
     /// Provided receive buffers per queue, a power of two from 8 to 32768 [default: UDP 512
     /// of 64 KiB, of which a UDP sink keeps about 4 MiB of received data circulating (all 512
     /// for single datagrams, 64 for full GRO buffers) so the kernel's copies stay in cache; TCP
     /// 64 of 32 KiB, a 2 MiB ring that stays in cache while the sink copies every byte it reads
     /// into it].
-    #[arg(long, env = "RINGBLAST_RX_BUFFERS")]
+    #[arg(help_heading = heading::RECEIVE, long, env = "RINGBLAST_RX_BUFFERS")]
     pub(crate) rx_buffers: Option<u16>,
     /// Flow ids 0..N are tracked per queue; others count as invalid.
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
+    #[arg(help_heading = heading::UDP, long, default_value_t = 256, env = "RINGBLAST_MAX_FLOWS")]
     pub(crate) max_flows: usize,
     /// Flow ids 0..N get their own metric series per sink queue; the rest are summed as "other".
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
+    #[arg(help_heading = heading::UDP, long, default_value_t = 16, env = "RINGBLAST_METRICS_FLOWS")]
     pub(crate) metrics_flows: usize,
     /// Sessions (sender, epoch, flow) each sink queue tracks at once (memory is allocated at
     /// start: see docs/pairing.md); packets of a session beyond it count as invalid `table_full`.
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
+    #[arg(help_heading = heading::UDP, long, default_value_t = 4096, env = "RINGBLAST_MAX_SESSIONS")]
     pub(crate) max_sessions: usize,
     /// Of --max-sessions, the slots each sink queue gives sessions opened by data alone, from
     /// senders that never said hello on the control channel (--control off, an unreachable
@@ -460,25 +478,25 @@ pub(crate) struct SinkTuning {
     /// [default: half of --max-sessions, rounded up].
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, env = "RINGBLAST_MAX_UNANNOUNCED_SESSIONS")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_MAX_UNANNOUNCED_SESSIONS")]
     pub(crate) max_unannounced_sessions: Option<usize>,
     /// A session without packets for this long is closed and its slot reused.
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
+    #[arg(help_heading = heading::UDP, long, default_value = "10s", value_parser = parse_duration, env = "RINGBLAST_SESSION_IDLE")]
     pub(crate) session_idle: Duration,
     /// Senders with their own `sender` metric series and JSON entry; the rest are summed as
     /// "other".
     ///
     /// UDP and TCP alike.
-    #[arg(long, default_value_t = 64, env = "RINGBLAST_MAX_SENDERS")]
+    #[arg(help_heading = heading::CONTROL, long, default_value_t = 64, env = "RINGBLAST_MAX_SENDERS")]
     pub(crate) max_senders: usize,
     /// How datagrams are spread over the sink's queues: flow (a BPF program on the
     /// SO_REUSEPORT group reads the ringblast header, so one sender's flows alternate over the
     /// queues) or hash (the kernel's 4-tuple hash). Foreign datagrams always use the hash.
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, value_enum, default_value = "flow", env = "RINGBLAST_STEER")]
+    #[arg(help_heading = heading::UDP, long, value_enum, default_value = "flow", env = "RINGBLAST_STEER")]
     pub(crate) steer: Steer,
 }
 
@@ -517,15 +535,15 @@ fn parse_control(s: &str) -> Result<ControlTarget, String> {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SinkArgs {
     /// Listen ADDR:PORT (UDP for traffic, TCP on the same port for the control channel).
-    #[arg(long, env = "RINGBLAST_LISTEN")]
+    #[arg(help_heading = heading::RECEIVE, long, env = "RINGBLAST_LISTEN")]
     pub(crate) listen: SocketAddr,
     /// File holding the secret shared with the senders (HMAC-SHA256 authentication): at least 16
     /// bytes, e.g. `umask 077; head -c32 /dev/urandom | base64 > FILE`; required off loopback
     /// unless --insecure-control.
-    #[arg(long, env = "RINGBLAST_SECRET_FILE")]
+    #[arg(help_heading = heading::CONTROL, long, env = "RINGBLAST_SECRET_FILE")]
     pub(crate) secret_file: Option<std::path::PathBuf>,
     /// Accept control connections without a secret on a non-loopback address.
-    #[arg(long, env = "RINGBLAST_INSECURE_CONTROL")]
+    #[arg(help_heading = heading::CONTROL, long, env = "RINGBLAST_INSECURE_CONTROL")]
     pub(crate) insecure_control: bool,
     /// With --secret-file, also count datagrams of senders that never said an authenticated
     /// hello (within --max-unannounced-sessions). Without it such a sink counts them as invalid
@@ -533,7 +551,7 @@ pub(crate) struct SinkArgs {
     /// them (within --max-unannounced-sessions).
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_ACCEPT_UNANNOUNCED")]
     pub(crate) accept_unannounced: bool,
     /// With --secret-file: for this long after start the sink still counts datagrams of senders
     /// that have not said hello (within --max-unannounced-sessions), so senders that were
@@ -541,17 +559,17 @@ pub(crate) struct SinkArgs {
     /// backoff is at most 5 s); a session opened then joins its sender's books at its hello.
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
+    #[arg(help_heading = heading::UDP, long, default_value = "6s", value_parser = parse_duration, env = "RINGBLAST_UNANNOUNCED_GRACE")]
     pub(crate) unannounced_grace: Duration,
     /// Stop after this long (default: until SIGINT/SIGTERM).
-    #[arg(long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
+    #[arg(help_heading = heading::RECEIVE, long, value_parser = parse_duration, env = "RINGBLAST_DURATION")]
     pub(crate) duration: Option<Duration>,
     /// Share the UDP port with another process that holds it with `SO_REUSEPORT` (another
     /// sink): the kernel then splits the flows between the two. Without it, a port held by
     /// anyone else is refused (exit 3).
     ///
     /// UDP only: a TCP sink refuses it.
-    #[arg(long, env = "RINGBLAST_SHARE_PORT")]
+    #[arg(help_heading = heading::UDP, long, env = "RINGBLAST_SHARE_PORT")]
     pub(crate) share_port: bool,
     /// Receive tuning.
     #[command(flatten)]
@@ -568,6 +586,12 @@ pub(crate) struct SinkArgs {
 /// UDP and `--size 128000` for `--proto tcp`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct PairArgs {
+    /// Loopback address to use (`127.0.0.1` or `::1`).
+    #[arg(help_heading = heading::PAIR, long, default_value = "127.0.0.1")]
+    pub(crate) address: std::net::IpAddr,
+    /// Do not start the metrics endpoint (pair serves 127.0.0.1:9977 by default).
+    #[arg(help_heading = heading::PAIR, long)]
+    pub(crate) no_metrics: bool,
     /// Traffic shape.
     #[command(flatten)]
     pub(crate) traffic: TrafficArgs,
@@ -580,12 +604,6 @@ pub(crate) struct PairArgs {
     /// Placement and reporting (the sink gets the same number of queues on other CPUs).
     #[command(flatten)]
     pub(crate) common: CommonArgs,
-    /// Loopback address to use (`127.0.0.1` or `::1`).
-    #[arg(long, default_value = "127.0.0.1")]
-    pub(crate) address: std::net::IpAddr,
-    /// Do not start the metrics endpoint (pair serves 127.0.0.1:9977 by default).
-    #[arg(long)]
-    pub(crate) no_metrics: bool,
 }
 
 /// `ringblast search`: trials run on one set of sender workers and one control connection to the
@@ -593,78 +611,78 @@ pub(crate) struct PairArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SearchArgs {
     /// The sink's ADDR:PORT (its control channel on the same port).
-    #[arg(long, value_parser = parse_destination)]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_destination)]
     pub(crate) to: SocketAddr,
     /// Transport of the trials: `udp` datagrams (rates in pps) or `tcp` streams of records
     /// (rates in records/s; a trial's loss is its shortfall, see `docs/search.md`).
-    #[arg(long, value_enum, default_value = "udp")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_enum, default_value = "udp")]
     pub(crate) proto: tcp::Proto,
     /// Packet size as for `send --size` (a payload size, `imix` or a frame mix); with
     /// `--proto tcp`, the record size [default: 64 for UDP, 128000 for TCP].
-    #[arg(long)]
+    #[arg(help_heading = heading::TRAFFIC, long)]
     pub(crate) size: Option<String>,
+    /// Loss ratios to find the highest rate for (0 = NDR, 0.005 = PDR).
+    #[arg(help_heading = heading::SEARCH, long, default_value = "0,0.005", value_delimiter = ',', value_parser = parse_loss_ratio)]
+    pub(crate) loss_ratios: Vec<f64>,
+    /// The lowest rate searched [default: 1kpps for UDP, 1Mbit for TCP].
+    #[arg(help_heading = heading::SEARCH, long, value_parser = parse_rate)]
+    pub(crate) min_rate: Option<Rate>,
+    /// The highest rate searched (default: the unpaced rate measured in a first trial).
+    #[arg(help_heading = heading::SEARCH, long, value_parser = parse_rate)]
+    pub(crate) max_rate: Option<Rate>,
+    /// Relative width of the final interval (0.005 = 0.5 %).
+    #[arg(help_heading = heading::SEARCH, long, default_value = "0.005", value_parser = parse_ratio)]
+    pub(crate) precision: f64,
+    /// Length of the short trials.
+    #[arg(help_heading = heading::SEARCH, long, default_value = "1s", value_parser = parse_duration)]
+    pub(crate) trial: Duration,
+    /// Length of the trial that confirms each lower bound.
+    #[arg(help_heading = heading::SEARCH, long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) final_trial: Duration,
+    /// Give up (exit 1) after this long.
+    #[arg(help_heading = heading::SEARCH, long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) max_time: Duration,
+    /// A trial that offered (sent through the kernel) less than its rate by more than this
+    /// ratio is sender-limited: never a pass. Measured again once; if it stays limited the
+    /// search climbs no higher, and ends at what the sender could offer (exit 6).
+    #[arg(help_heading = heading::SEARCH, long, default_value_t = crate::pacing::OFFERED_TOLERANCE, value_parser = parse_tolerance)]
+    pub(crate) offered_tolerance: f64,
+    /// Fail any trial whose 99th percentile one-way latency (the sink's) exceeds this, as
+    /// TRex's latency-bounded NDR does (e.g. `500us`, `2ms`).
+    #[arg(help_heading = heading::SEARCH, long, value_parser = parse_duration)]
+    pub(crate) max_latency_p99: Option<Duration>,
     /// TCP connections per queue (default 1).
     ///
     /// TCP only: a UDP search refuses it.
-    #[arg(long)]
+    #[arg(help_heading = heading::TCP, long)]
     pub(crate) conns: Option<u32>,
     /// How long after a TCP trial its records may still arrive and count as delivered
     /// [default: 2 % of the trial, at least 50 ms]. It bounds what buffers can hide: a trial of
     /// `d` passes at most `drain / d` above the path's rate. Give it a few round trips.
     ///
     /// TCP only: a UDP trial's loss is the sink's exact count, once its sends completed.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(help_heading = heading::TCP, long, value_parser = parse_duration)]
     pub(crate) drain: Option<Duration>,
-    /// Loss ratios to find the highest rate for (0 = NDR, 0.005 = PDR).
-    #[arg(long, default_value = "0,0.005", value_delimiter = ',', value_parser = parse_loss_ratio)]
-    pub(crate) loss_ratios: Vec<f64>,
-    /// The lowest rate searched [default: 1kpps for UDP, 1Mbit for TCP].
-    #[arg(long, value_parser = parse_rate)]
-    pub(crate) min_rate: Option<Rate>,
-    /// The highest rate searched (default: the unpaced rate measured in a first trial).
-    #[arg(long, value_parser = parse_rate)]
-    pub(crate) max_rate: Option<Rate>,
-    /// Relative width of the final interval (0.005 = 0.5 %).
-    #[arg(long, default_value = "0.005", value_parser = parse_ratio)]
-    pub(crate) precision: f64,
-    /// Length of the short trials.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub(crate) trial: Duration,
-    /// Length of the trial that confirms each lower bound.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub(crate) final_trial: Duration,
-    /// Give up (exit 1) after this long.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
-    pub(crate) max_time: Duration,
-    /// A trial that offered (sent through the kernel) less than its rate by more than this
-    /// ratio is sender-limited: never a pass. Measured again once; if it stays limited the
-    /// search climbs no higher, and ends at what the sender could offer (exit 6).
-    #[arg(long, default_value_t = crate::pacing::OFFERED_TOLERANCE, value_parser = parse_tolerance)]
-    pub(crate) offered_tolerance: f64,
-    /// Fail any trial whose 99th percentile one-way latency (the sink's) exceeds this, as
-    /// TRex's latency-bounded NDR does (e.g. `500us`, `2ms`).
-    #[arg(long, value_parser = parse_duration)]
-    pub(crate) max_latency_p99: Option<Duration>,
     /// Sender queues per trial.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = heading::PLACEMENT, long, default_value_t = 1)]
     pub(crate) queues: usize,
     /// File holding the secret shared with the sink.
-    #[arg(long)]
+    #[arg(help_heading = heading::CONTROL, long)]
     pub(crate) secret_file: Option<std::path::PathBuf>,
     /// Tag every trial's datagrams (see `send --auth-data`); needs --secret-file.
-    #[arg(long, requires = "secret_file")]
+    #[arg(help_heading = heading::CONTROL, long, requires = "secret_file")]
     pub(crate) auth_data: bool,
     /// JSON Lines on stdout: one `"type":"trial"` per trial and a final `"type":"search"`.
-    #[arg(long)]
+    #[arg(help_heading = heading::OUTPUT, long)]
     pub(crate) json: bool,
     /// Serve the search's Prometheus metrics on ADDR:PORT: each trial is a step of the sender's
     /// schedule, so its target, achieved rate and the sink's verdict show in the dashboard's
     /// schedule row.
-    #[arg(long)]
+    #[arg(help_heading = heading::METRICS, long)]
     pub(crate) metrics: Option<SocketAddr>,
     /// With --metrics: keep the metrics up this long after the search, so its last verdict is
     /// scraped (the scrape interval).
-    #[arg(long, value_parser = parse_duration_or_zero, default_value = "0")]
+    #[arg(help_heading = heading::METRICS, long, value_parser = parse_duration_or_zero, default_value = "0")]
     pub(crate) metrics_linger: Duration,
 }
 

@@ -312,6 +312,38 @@ mod tests {
         }
     }
 
+    /// `--help` files each flag of the table under its protocol's heading, and no other flag
+    /// there, in every command that has it: what a heading says is what the check enforces.
+    #[test]
+    fn the_protocol_headings_of_help_hold_exactly_the_flags_of_the_table() {
+        use crate::cli::heading;
+        let cli = <Cli as clap::CommandFactory>::command();
+        let mut wrong = Vec::new();
+        for name in ["send", "sink", "pair"] {
+            let command = cli.find_subcommand(name).unwrap();
+            for arg in command.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                let flag = format!("--{long}");
+                let only = PROTOCOL_FLAGS
+                    .iter()
+                    .find(|f| f.flag == flag)
+                    .map(|f| f.only);
+                let expected = match only {
+                    Some(Proto::Udp) => Some(heading::UDP),
+                    Some(Proto::Tcp) => Some(heading::TCP),
+                    None => None,
+                };
+                let shown = arg
+                    .get_help_heading()
+                    .filter(|h| *h == heading::UDP || *h == heading::TCP);
+                if shown != expected {
+                    wrong.push(format!("{name} {flag}: {shown:?}, not {expected:?}"));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
     #[test]
     fn every_flag_of_the_table_is_refused_for_the_other_protocol_and_accepted_for_its_own() {
         for f in PROTOCOL_FLAGS {

@@ -4,6 +4,8 @@
 
 use clap::{Args, ValueEnum};
 
+use super::heading;
+
 /// Transport protocol of a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Proto {
@@ -32,26 +34,26 @@ fn parse_size(s: &str) -> Result<usize, String> {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TcpSendArgs {
     /// Transport: `udp` datagrams or `tcp` streams of records (each --size bytes).
-    #[arg(long, value_enum, default_value = "udp", env = "RINGBLAST_PROTO")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_enum, default_value = "udp", env = "RINGBLAST_PROTO")]
     pub(crate) proto: Proto,
     /// TCP connections per queue (default 1).
-    #[arg(long, env = "RINGBLAST_CONNS")]
+    #[arg(help_heading = heading::TCP, long, env = "RINGBLAST_CONNS")]
     pub(crate) conns: Option<u32>,
     /// Traffic pattern: `stream` or `rr` (request/response: the sink answers every request).
-    #[arg(long, value_enum, default_value = "stream", env = "RINGBLAST_PATTERN")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_enum, default_value = "stream", env = "RINGBLAST_PATTERN")]
     pub(crate) pattern: Pattern,
     /// rr: request bytes, header included (default 64; UDP at least 44, TCP at least 36).
-    #[arg(long, value_parser = parse_size, env = "RINGBLAST_REQUEST_SIZE")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_size, env = "RINGBLAST_REQUEST_SIZE")]
     pub(crate) request_size: Option<usize>,
     /// rr: response bytes, header included (default 64; 32 to 4 KiB over UDP, 16 KiB over TCP).
-    #[arg(long, value_parser = parse_size, env = "RINGBLAST_RESPONSE_SIZE")]
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_size, env = "RINGBLAST_RESPONSE_SIZE")]
     pub(crate) response_size: Option<usize>,
     /// rr: requests outstanding per flow (UDP) or connection (TCP), 1 to 64 (default 1).
-    #[arg(long, env = "RINGBLAST_DEPTH")]
+    #[arg(help_heading = heading::TRAFFIC, long, env = "RINGBLAST_DEPTH")]
     pub(crate) depth: Option<u32>,
     /// rr over UDP: how long a request waits for its response before it counts as lost
     /// (default 1s).
-    #[arg(long, value_parser = parse_timeout, env = "RINGBLAST_RESPONSE_TIMEOUT")]
+    #[arg(help_heading = heading::UDP, long, value_parser = parse_timeout, env = "RINGBLAST_RESPONSE_TIMEOUT")]
     pub(crate) response_timeout: Option<std::time::Duration>,
 }
 
@@ -63,12 +65,12 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TcpSinkArgs {
     /// Transport: `udp` datagrams or `tcp` streams of records.
-    #[arg(long, value_enum, default_value = "udp", env = "RINGBLAST_PROTO")]
+    #[arg(help_heading = heading::RECEIVE, long, value_enum, default_value = "udp", env = "RINGBLAST_PROTO")]
     pub(crate) proto: Proto,
     /// TCP connections each sink queue holds at once; more are accepted and closed at once
     /// (counted as refused).
     ///
     /// TCP only: a UDP sink refuses it.
-    #[arg(long, default_value_t = 1024, env = "RINGBLAST_MAX_CONNS")]
+    #[arg(help_heading = heading::TCP, long, default_value_t = 1024, env = "RINGBLAST_MAX_CONNS")]
     pub(crate) max_conns: u32,
 }
