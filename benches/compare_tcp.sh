@@ -159,7 +159,7 @@ run_one() {
         [[ "$tool" == baseline ]] && bin="$BASELINE"
         [[ "$w" == stream_veth ]] && q=2
         start "$sns" "$SINK_CPU" "$dir/s" "$bin" sink --listen "$host:$port" --proto tcp --queues "$q" \
-            --rx-wait "$(rx_wait "$tool")" --duration "$((DURATION + 4))s" --json
+            --insecure-control --rx-wait "$(rx_wait "$tool")" --duration "$((DURATION + 4))s" --json
         listening "$sns" "$port" || status=fail:listen
         [[ "$status" == ok ]] && { client "$cns" "$SEND_CPU" "$dir/c" "$bin" send --to "$host:$port" --proto tcp \
             --queues "$q" --conns 1 --size "$WRITE" --duration "${DURATION}s" --json || crc=$?; }

@@ -283,8 +283,9 @@ pub(crate) struct TrafficArgs {
         env = "RINGBLAST_SIZE"
     )]
     pub(crate) size: SizeSpec,
-    /// Stop after this long (`10s`, `2m`).
-    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_duration, conflicts_with = "count", env = "RINGBLAST_DURATION")]
+    /// Stop after this long (`10s`, `2m`); `0` runs until stopped. Without it, `--count`,
+    /// `--rate-steps` or `--ramp` says how long, and otherwise the run stops after 10 s.
+    #[arg(help_heading = heading::TRAFFIC, long, value_parser = parse_duration_or_zero, conflicts_with = "count", env = "RINGBLAST_DURATION")]
     pub(crate) duration: Option<Duration>,
     /// Stop after this many in total (`1M`). UDP: datagrams (GSO segments one by one). TCP:
     /// records (requests with `--pattern rr`).

@@ -220,7 +220,7 @@ pub(crate) enum AuthError {
     TooNew(u8),
     /// Client side: the sink closed the connection instead of answering the ClientHello.
     #[error(
-        "the sink closed the connection instead of answering; a sink older than control protocol version {VERSION} does this: upgrade it"
+        "the sink closed the connection instead of answering: it serves no control channel (a sink off loopback without --secret-file or --insecure-control; give both sides the same --secret-file, or this sender --control off) or is older than control protocol version {VERSION} (upgrade it)"
     )]
     ClosedAtHello,
     /// The handshake took longer than allowed.

@@ -27,8 +27,33 @@ use crate::{
 
 pub(crate) use self::search::search;
 
-/// `pair`'s default run length when neither --duration nor --count is given.
-const PAIR_DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// The run length of `send` and `pair` when neither --duration nor --count (nor a schedule)
+/// says how long, as iperf3's `-t`.
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// The plan line of a sender that runs for [`DEFAULT_DURATION`] because nothing said how long.
+fn default_length_line(t: &crate::cli::TrafficArgs) -> &'static str {
+    if t.duration.is_none() && t.count.is_none() && t.rate_steps.is_none() && t.ramp.is_none() {
+        "  length: 10 s, the default (--duration D or --count N sets it; --duration 0 runs until stopped)\n"
+    } else {
+        ""
+    }
+}
+
+/// A sender's run length: `--duration` (`0`: until stopped), else none with `--count` (the
+/// count ends it), else `default`.
+fn run_length(
+    duration: Option<Duration>,
+    count: Option<u64>,
+    default: Option<Duration>,
+) -> Option<Duration> {
+    match duration {
+        Some(d) if d.is_zero() => None,
+        Some(d) => Some(d),
+        None if count.is_some() => None,
+        None => default,
+    }
+}
 
 /// A sender run's epoch: random and never 0, so a restarted sender is a new run at the sink.
 fn random_epoch() -> u32 {
@@ -135,12 +160,13 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
         args.to,
         &args.traffic,
         common.queues,
-        None,
+        Some(DEFAULT_DURATION),
         random_epoch(),
         common.hugepages,
     )?;
     let queues = planned("send", &placement_args(common, args.to, &[]), notes)?;
     notes.push_str(crate::timestamps::udp_send_plan_line());
+    notes.push_str(default_length_line(&args.traffic));
     let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
     let link = sender_link(args, flows)?;
     let mut configs = configs;
@@ -277,7 +303,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         addr,
         &args.traffic,
         common.queues,
-        Some(PAIR_DEFAULT_DURATION),
+        Some(DEFAULT_DURATION),
         random_epoch(),
         common.hugepages,
     )?;
@@ -292,6 +318,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     let mut notes = String::new();
     let (send_queues, sink_queues) = plan_pair(&common, addr, &mut notes)?;
     notes.push_str(crate::timestamps::udp_send_plan_line());
+    notes.push_str(default_length_line(&args.traffic));
     notes.push_str(sink_cfg.arrival.plan_line(asked_arrival(&args.tuning)));
     let target = roles::target_pps(&configs);
     let metrics = pair_metrics(args.no_metrics, &common);

@@ -5,7 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    PAIR_DEFAULT_DURATION, output, pair_metrics, placement_args, plan_pair, planned, read_secret,
+    DEFAULT_DURATION, output, pair_metrics, placement_args, plan_pair, planned, read_secret,
     reporting, sender_link, udp::rx_buffers,
 };
 use crate::{
@@ -63,11 +63,7 @@ fn send_configs(
     let size = rr.map_or(record, |r| r.request);
     let target = traffic.rate.packets_per_second(size);
     let epoch = rand::random::<u32>().max(1);
-    let duration = traffic.duration.or(if traffic.count.is_none() {
-        default_duration
-    } else {
-        None
-    });
+    let duration = super::run_length(traffic.duration, traffic.count, default_duration);
     let configs = (0..queues)
         .map(|q| TcpSendConfig {
             to,
@@ -174,7 +170,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
         &args.traffic,
         &args.tcp,
         common.queues,
-        None,
+        Some(DEFAULT_DURATION),
         common.hugepages,
     )?;
     if let Some(secret) = secret {
@@ -186,6 +182,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     let mut notes = String::new();
     let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
     notes.push_str(crate::timestamps::TCP_PLAN_LINE);
+    notes.push_str(super::default_length_line(&args.traffic));
     let reporting = reporting(common, common.metrics, notes);
     Ok(Plan::Tcp(
         TcpPlan {
@@ -254,7 +251,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         &args.traffic,
         &args.tcp,
         common.queues,
-        Some(PAIR_DEFAULT_DURATION),
+        Some(DEFAULT_DURATION),
         common.hugepages,
     )?;
     let sink_cfg = sink_config(probe, 1024, &args.tuning, common.hugepages)?;
@@ -262,6 +259,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     let (send_queues, sink_queues) = plan_pair(common, probe, &mut notes)?;
     notes.push_str(sink_cfg.recv.note());
     notes.push_str(crate::timestamps::TCP_PLAN_LINE);
+    notes.push_str(super::default_length_line(&args.traffic));
     let reporting = reporting(common, pair_metrics(args.no_metrics, common), notes);
     Ok(Plan::Tcp(
         TcpPlan {

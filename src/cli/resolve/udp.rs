@@ -117,11 +117,7 @@ pub(crate) fn sender_configs(
         crate::sender::parts::part_epochs(epoch, schedule.as_ref().map_or(1, |s| s.parts().len()));
     let duration = match &schedule {
         Some(s) => Some(s.duration()),
-        None => t.duration.or(if t.count.is_none() {
-            default_duration
-        } else {
-            None
-        }),
+        None => super::run_length(t.duration, t.count, default_duration),
     };
     Ok((0..queues)
         .map(|q| {
