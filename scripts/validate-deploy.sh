@@ -256,6 +256,7 @@ def compose(path):
         if not metrics or "127.0.0.1" in metrics[0]: fail(f"compose {name}: metrics must be reachable off-host")
         if command[0] == "send":
             if not any(re.fullmatch(r"--name=\S+", c) for c in command): fail(f"compose {name}: no --name")
+            if "--duration=0" not in command: fail(f"compose {name}: a sender stops after 10 s unless --duration=0 says to run until stopped")
             to = [c for c in command if c.startswith("--to=")]
             sink = roles.get("sink", "sink")
             hosts = [h.replace("=", ":", 1).split(":", 1)[0] for h in svc.get("extra_hosts", [])]
@@ -348,6 +349,8 @@ def control(docs, workloads):
                         secret_args[0].startswith(m["mountPath"].rstrip("/") + "/"):
                     mounted = True
             if not mounted: fail(f"{where}: --secret-file must point into a mounted control Secret")
+            if role == "send" and "--duration=0" not in args:
+                fail(f"{where}: a sender stops after 10 s unless --duration=0 says to run until stopped")
             if role == "send":
                 arg = [a for a in args if a.startswith("--name=")]
                 if not arg: fail(f"{where}: no --name"); continue

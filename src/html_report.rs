@@ -17,8 +17,28 @@ use std::{
 use crate::error::Error;
 
 /// Reads the input, renders the page and writes it.
-pub(crate) fn command(input: &Path, output: &Path, title: Option<&str>) -> Result<(), Error> {
+pub(crate) fn command(
+    input: &Path,
+    output: Option<&Path>,
+    title: Option<&str>,
+) -> Result<(), Error> {
     let stdin = input.as_os_str() == "-";
+    let output = match output {
+        Some(output) => output.to_path_buf(),
+        None if stdin => {
+            return Err(Error::Usage(
+                "reading standard input, the page needs a name: give -o OUT.html (or -o - for standard output)".into(),
+            ));
+        }
+        None => input.with_extension("html"),
+    };
+    if !stdin && output == input {
+        return Err(Error::Usage(format!(
+            "the page would overwrite its input {}: give -o OUT.html",
+            input.display()
+        )));
+    }
+    let output = output.as_path();
     let name = if stdin {
         "standard input".to_string()
     } else {
@@ -34,7 +54,10 @@ pub(crate) fn command(input: &Path, output: &Path, title: Option<&str>) -> Resul
                 .file_name()
                 .map_or_else(|| name.clone(), |f| f.to_string_lossy().into_owned())
         };
-        format!("ringblast {}: {file}", run.kind())
+        match run.started() {
+            Some(started) => format!("ringblast {started}"),
+            None => format!("ringblast {}: {file}", run.kind()),
+        }
     });
     let html = page::render(&run, &title, &name);
     if output.as_os_str() == "-" {

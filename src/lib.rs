@@ -41,6 +41,7 @@ pub(crate) mod schedule;
 pub(crate) mod sender;
 pub mod sink;
 pub(crate) mod stamp;
+pub(crate) mod start_record;
 pub(crate) mod stats;
 pub(crate) mod timestamps;
 pub(crate) mod topology;

@@ -1,6 +1,6 @@
 //! The `ringblast` binary: apply the config file, parse arguments, run, map errors to exit codes.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use ringblast::output;
 
@@ -17,8 +17,9 @@ fn main() {
     ringblast::clock::init_test_skew().unwrap_or_else(|e| fail(e));
     let argv =
         ringblast::cli::file::apply(std::env::args_os().collect()).unwrap_or_else(|e| fail(e));
-    let cli = ringblast::cli::Cli::parse_from(argv);
-    if let Err(err) = ringblast::cli::execute(cli) {
+    let matches = ringblast::cli::Cli::command().get_matches_from(argv);
+    let cli = ringblast::cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Err(err) = ringblast::cli::execute(cli, &matches) {
         fail(err);
     }
     if output::closed() {

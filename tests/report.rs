@@ -178,6 +178,23 @@ fn a_pair_run_in_the_browser_has_one_point_per_interval_line() {
     );
     report(&jsonl, &dir.join("pair.html"));
     let dom = browse(&dir.join("pair.html"), &dir.join("pair.png"));
+    // The header is the run's start record.
+    let start = records.iter().find(|r| r["type"] == "start").unwrap();
+    let title = format!(
+        "<h1>ringblast pair udp over 127.0.0.1, started {}</h1>",
+        start["started_at"].as_str().unwrap()
+    );
+    assert!(dom.contains(&title), "{title} not in the page");
+    for fact in [
+        &start["host"]["name"],
+        &start["host"]["kernel"],
+        &start["commit"],
+    ] {
+        assert!(
+            dom.contains(fact.as_str().unwrap()),
+            "{fact} not in the page"
+        );
+    }
     assert_eq!(points(&dom, "sent"), sent, "sent");
     assert_eq!(points(&dom, "target"), sent, "target (20 kpps, paced)");
     assert_eq!(points(&dom, "received"), received, "received");
@@ -359,6 +376,30 @@ fn bad_input_is_one_line_naming_the_fix_with_exit_4() {
     let missing = ringblast(&["report", "/nonexistent/run.jsonl", "-o", "-"]);
     assert_eq!(missing.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+}
+
+#[test]
+fn without_o_the_page_is_the_input_named_html_and_standard_input_needs_o() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("run.jsonl");
+    let line =
+        r#"{"type":"interval","role":"send","elapsed_s":1.0,"interval_s":1.0,"pps":10,"bps":5120}"#;
+    std::fs::write(&input, format!("{line}\n")).unwrap();
+    let out = ringblast(&["report", input.to_str().unwrap()]);
+    assert_ok(&out);
+    let page = std::fs::read_to_string(dir.path().join("run.html")).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run.html"));
+
+    let out = Command::new(bin())
+        .args(["report", "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("-o OUT.html"), "{err}");
 }
 
 #[test]

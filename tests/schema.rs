@@ -135,6 +135,11 @@ fn every_record_type_appears_in_real_output_and_follows_the_schema() {
     }
     let kinds: BTreeSet<String> = seen.iter().map(kind).collect();
     for want in [
+        "start/send/udp",
+        "start/sink/udp",
+        "start/pair/udp",
+        "start/pair/tcp",
+        "start/search/udp",
         "interval/send",
         "interval/sink",
         "summary/send",
@@ -169,8 +174,8 @@ fn every_record_type_appears_in_real_output_and_follows_the_schema() {
     assert_eq!(listed, used);
 }
 
-/// A real UDP pair run's records: the send summary, the sink summary and a step.
-fn real_records() -> (Value, Value, Value) {
+/// A real UDP pair run's records: the send summary, the sink summary, a step and the start.
+fn real_records() -> (Value, Value, Value, Value) {
     let _guard = traffic_lock();
     let out = ringblast(&[
         "pair",
@@ -186,6 +191,7 @@ fn real_records() -> (Value, Value, Value) {
         find("summary/send"),
         find("summary/sink"),
         find("step/send"),
+        find("start/pair/udp"),
     )
 }
 
@@ -194,7 +200,7 @@ type Break = fn(&mut Value);
 
 #[test]
 fn the_validator_rejects_records_that_break_the_schema() {
-    let (send, sink, step) = real_records();
+    let (send, sink, step, start) = real_records();
     let broken: Vec<(&str, Value, Break)> = vec![
         ("no version", send.clone(), |v| {
             v.as_object_mut().unwrap().remove("schema");
@@ -237,6 +243,18 @@ fn the_validator_rejects_records_that_break_the_schema() {
         }),
         ("a step of another role", step.clone(), |v| {
             v["role"] = json!("sink")
+        }),
+        ("a start without its time", start.clone(), |v| {
+            v.as_object_mut().unwrap().remove("started_at");
+        }),
+        ("a start time that is not RFC 3339", start.clone(), |v| {
+            v["started_at"] = json!("yesterday")
+        }),
+        ("a start without its host", start.clone(), |v| {
+            v.as_object_mut().unwrap().remove("host");
+        }),
+        ("a start of a role that does not run", start.clone(), |v| {
+            v["role"] = json!("topo")
         }),
     ];
     for (what, mut v, breaks) in broken {

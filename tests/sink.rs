@@ -138,7 +138,9 @@ fn sink_reports_interval_lines_then_the_summary_last() {
     let mut lines = common::schema::records(&stdout);
     assert!(lines.len() >= 2, "{stdout}");
     let last = lines.pop().unwrap();
-    // Before the summary: interval lines, and the sender's session ending (its goodbye).
+    // First the start record; before the summary: interval lines, and the sender's session
+    // ending (its goodbye).
+    assert_eq!(lines.remove(0)["type"], "start", "{stdout}");
     assert!(lines.iter().any(|l| l["type"] == "interval"), "{stdout}");
     assert!(
         lines

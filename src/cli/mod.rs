@@ -8,13 +8,14 @@ pub mod file;
 #[cfg(test)]
 mod fuzz;
 pub(crate) mod generate;
+mod parameters;
 pub(crate) mod protocols;
 mod resolve;
 pub(crate) mod tcp;
 
 use std::{net::SocketAddr, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::{
     config::units::{self, Rate},
@@ -39,7 +40,7 @@ pub struct Cli {
 
 /// Runs one parsed command to completion: resolves it into a plan and carries the plan out
 /// (`report` and `generate` need no run).
-pub fn execute(cli: Cli) -> Result<(), crate::error::Error> {
+pub fn execute(cli: Cli, matches: &clap::ArgMatches) -> Result<(), crate::error::Error> {
     let json = match &cli.command {
         Command::Send(a) => a.common.json,
         Command::Sink(a) => a.common.json,
@@ -48,6 +49,7 @@ pub fn execute(cli: Cli) -> Result<(), crate::error::Error> {
         Command::Topo(_) | Command::Generate(_) | Command::Report(_) => false,
     };
     crate::output::json_on_stdout(json);
+    let start = starting(&cli.command, json, matches);
     let plan = match cli.command {
         Command::Send(args) => resolve::send(args)?,
         Command::Sink(args) => resolve::sink(args)?,
@@ -55,11 +57,48 @@ pub fn execute(cli: Cli) -> Result<(), crate::error::Error> {
         Command::Search(args) => resolve::search(args)?,
         Command::Topo(args) => resolve::topo(args),
         Command::Report(args) => {
-            return crate::html_report::command(&args.input, &args.output, args.title.as_deref());
+            return crate::html_report::command(
+                &args.input,
+                args.output.as_deref(),
+                args.title.as_deref(),
+            );
         }
         Command::Generate(args) => return generate::run(args.kind, args.dir.as_deref()),
     };
+    if let Some(start) = start {
+        crate::start_record::prepare(start);
+    }
     crate::run::execute(plan)
+}
+
+/// What the start record of a traffic run (`send`, `sink`, `pair`, `search`) says about its
+/// command; none for the other subcommands.
+fn starting(
+    command: &Command,
+    json: bool,
+    matches: &clap::ArgMatches,
+) -> Option<crate::start_record::Run> {
+    let protocol = |p: tcp::Proto| match p {
+        tcp::Proto::Udp => "udp",
+        tcp::Proto::Tcp => "tcp",
+    };
+    let (role, protocol, target) = match command {
+        Command::Send(a) => ("send", protocol(a.tcp.proto), a.to),
+        Command::Sink(a) => ("sink", protocol(a.tcp.proto), a.listen),
+        Command::Pair(a) => ("pair", protocol(a.tcp.proto), SocketAddr::new(a.address, 0)),
+        Command::Search(a) => ("search", protocol(a.proto), a.to),
+        Command::Topo(_) | Command::Generate(_) | Command::Report(_) => return None,
+    };
+    let (name, sub) = matches.subcommand()?;
+    let (parameters, set) = parameters::resolved(&Cli::command(), name, sub);
+    Some(crate::start_record::Run {
+        role,
+        protocol,
+        target,
+        json,
+        parameters,
+        set,
+    })
 }
 
 /// Subcommands.
@@ -94,10 +133,12 @@ pub(crate) struct ReportArgs {
     /// The JSON Lines a `--json` run wrote on stdout (`-` reads standard input).
     #[arg(value_name = "FILE")]
     pub(crate) input: std::path::PathBuf,
-    /// Write the HTML page here (`-` writes standard output).
+    /// Write the HTML page here (`-` writes standard output) [default: FILE with the extension
+    /// .html, e.g. run.jsonl → run.html].
     #[arg(short, long, value_name = "OUT.html")]
-    pub(crate) output: std::path::PathBuf,
-    /// The page's title (default: the run kind and the input's name).
+    pub(crate) output: Option<std::path::PathBuf>,
+    /// The page's title (default: what the run's start record says ran, else the run kind and
+    /// the input's name).
     #[arg(long)]
     pub(crate) title: Option<String>,
 }

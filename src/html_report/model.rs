@@ -77,6 +77,8 @@ pub(crate) struct Run {
     pub(crate) search: Vec<SearchResult>,
     pub(crate) send_summary: Option<Map<String, Value>>,
     pub(crate) sink_summary: Option<Map<String, Value>>,
+    /// The `"type":"start"` record: what ran, where and when (the page's header).
+    pub(crate) start: Option<Map<String, Value>>,
     /// `"tcp"` when any record says so.
     pub(crate) tcp: bool,
     /// Lines read (blank ones not counted) and lines of a type this reader does not know.
@@ -85,6 +87,24 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// What the start record says ran: `send udp to 10.0.0.2:9000, started 2026-…Z`.
+    pub(crate) fn started(&self) -> Option<String> {
+        let start = self.start.as_ref()?;
+        let text = |key: &str| start.get(key).and_then(Value::as_str).unwrap_or("?");
+        let whither = match text("role") {
+            "sink" => "on",
+            "pair" => "over",
+            _ => "to",
+        };
+        Some(format!(
+            "{} {} {whither} {}, started {}",
+            text("role"),
+            text("protocol"),
+            text("target"),
+            text("started_at")
+        ))
+    }
+
     /// What kind of run the records come from, for the title.
     pub(crate) fn kind(&self) -> &'static str {
         if !self.trials.is_empty() || !self.search.is_empty() {
@@ -151,6 +171,7 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<Run, Error> {
                 run.trials.push(trial(&record, number));
             }
             (Some("search"), _) => run.search = search_results(&record),
+            (Some("start"), _) => run.start = Some(record),
             (Some("summary"), Some("send")) => run.send_summary = Some(record),
             (Some("summary"), Some("sink")) => run.sink_summary = Some(record),
             _ => run.unknown_lines += 1,
@@ -161,7 +182,7 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<Run, Error> {
     }
     if run.lines == run.unknown_lines {
         return Err(Error::BadInput(format!(
-            "{name} holds no ringblast records (type interval, step, summary, trial or search) \
+            "{name} holds no ringblast records (type start, interval, step, summary, trial or search) \
              in its {} lines; {fix}",
             run.lines
         )));

@@ -39,6 +39,8 @@ table{border-collapse:collapse;background:#fff;font-size:13px;margin:8px 0}\
 th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:right}td{white-space:nowrap}\
 div.wide{overflow-x:auto}\
 th{background:#f3f4f6}td:first-child,th:first-child{text-align:left}\
+dl.run{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0 0 12px;font-size:13px}\
+dl.run dt{color:#4b5563}dl.run dd{margin:0;word-break:break-word}\
 dl.totals{display:grid;grid-template-columns:repeat(auto-fill,minmax(190px,1fr));gap:6px 18px;margin:8px 0}\
 dl.totals div{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:6px 10px}\
 dt{color:#6b7280;font-size:12px}dd{margin:0;font-weight:600}\
@@ -199,6 +201,72 @@ fn seconds_axis() -> Axis {
 
 // ---- header -------------------------------------------------------------------------------
 
+/// The start record's facts: what ran, the build, the host and the NIC, and the command.
+fn started(out: &mut String, run: &Run, start: &Map<String, Value>) {
+    let text = |v: Option<&Value>| match v {
+        None => "n/a".to_string(),
+        Some(Value::Null) => "unknown".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    };
+    let host = start.get("host").and_then(Value::as_object);
+    let host_field = |key: &str| text(host.and_then(|h| h.get(key)));
+    let nic = start.get("nic").and_then(Value::as_object);
+    let nic_field = |key: &str| text(nic.and_then(|n| n.get(key)));
+    let command = start
+        .get("command")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| "n/a".into());
+    let rows = [
+        ("run", run.started().unwrap_or_default()),
+        (
+            "ringblast",
+            format!(
+                "{} (commit {})",
+                text(start.get("version")),
+                text(start.get("commit"))
+            ),
+        ),
+        ("command", command),
+        (
+            "host",
+            format!(
+                "{}: Linux {}, {} CPUs online ({} allowed), {}, NUMA nodes {}",
+                host_field("name"),
+                host_field("kernel"),
+                host_field("cpus_online"),
+                host_field("cpus_allowed"),
+                host_field("cpu_model"),
+                host_field("numa_nodes")
+            ),
+        ),
+        (
+            "NIC",
+            match nic.and_then(|n| n.get("name")).and_then(Value::as_str) {
+                Some(name) => format!(
+                    "{name}, driver {}",
+                    match nic.and_then(|n| n.get("driver")).and_then(Value::as_str) {
+                        Some(d) => d.to_string(),
+                        None => format!("unknown ({})", nic_field("driver_unknown_reason")),
+                    }
+                ),
+                None => format!("unknown ({})", nic_field("unknown_reason")),
+            },
+        ),
+    ];
+    out.push_str("<dl class=\"run\">");
+    for (name, value) in rows {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(name), esc(&value));
+    }
+    out.push_str("</dl>");
+}
+
 fn header(out: &mut String, run: &Run, title: &str, source: &str) {
     let _ = write!(
         out,
@@ -214,6 +282,9 @@ fn header(out: &mut String, run: &Run, title: &str, source: &str) {
         run.steps.len(),
         run.trials.len()
     );
+    if let Some(start) = &run.start {
+        started(out, run, start);
+    }
     let mut totals: Vec<(&str, String)> = Vec::new();
     if let Some(s) = &run.send_summary {
         totals.push(("duration", cell(s, "duration_s", |v| format!("{v:.3} s"))));

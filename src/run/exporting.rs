@@ -29,12 +29,15 @@ pub(crate) struct Plan {
     pub(crate) shape: Shape,
 }
 
-/// Checks the series count and starts the HTTP listener.
-pub(crate) fn install(plan: &Plan) -> Result<(), Error> {
+/// Checks the series count and starts the HTTP listener; returns the line that says where,
+/// for the run to print with its plan.
+pub(crate) fn install(plan: &Plan) -> Result<String, Error> {
     let series = metrics::check_cardinality(&plan.shape, plan.max_series)?;
     metrics::install(plan.addr)?;
-    say!("metrics: http://{}/metrics ({series} series)", plan.addr);
-    Ok(())
+    Ok(format!(
+        "metrics: http://{}/metrics ({series} series)\n",
+        plan.addr
+    ))
 }
 
 /// Registers every worker's series (at 0) and the info gauges.

@@ -76,9 +76,11 @@ fn install_signals() -> Result<Arc<AtomicBool>, Error> {
     Ok(flag)
 }
 
-/// Prints the start plan once the workers are set up: the placement `notes`, then each fallback
-/// this kernel forces on the rings (never taken silently).
+/// Prints the start plan once the workers are set up: the run's start record and first line
+/// (once per process), the placement `notes`, then each fallback this kernel forces on the
+/// rings (never taken silently).
 pub(crate) fn print_plan(notes: &str) {
+    crate::start_record::emit();
     crate::output::human_text(notes);
     if let Some(note) = crate::ring::probe::ring_setup_note() {
         crate::output::human_text(note);
@@ -93,33 +95,36 @@ pub(crate) struct Up<T: Transport> {
 }
 
 /// Checks the descriptor budget of `needs` (the exporter's added), and installs the exporter
-/// with the series of `shape`: what every run does before its first group starts.
+/// with the series of `shape`: what every run does before its first group starts. Returns
+/// the line saying where the metrics are (empty without an exporter), printed with the plan.
 pub(crate) fn prepare(
     needs: fds::Needs,
     reporting: &Reporting,
     shape: impl FnOnce() -> Result<Shape, Error>,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     fds::ensure(&fds::Needs {
         exporter: reporting.metrics.is_some(),
         ..needs
     })?;
-    if let Some(addr) = reporting.metrics {
-        exporting::install(&exporting::Plan {
+    match reporting.metrics {
+        Some(addr) => exporting::install(&exporting::Plan {
             addr,
             max_series: reporting.max_series,
             shape: shape()?,
-        })?;
+        }),
+        None => Ok(String::new()),
     }
-    Ok(())
 }
 
 /// Brings `transport`'s groups up: [`prepare`]s the run, starts the sinks, then the senders
 /// (stopping the sinks again if the senders cannot start), and prints the start plan and where
 /// the packet memory is.
 pub(crate) fn start<T: Transport>(mut transport: T, reporting: &Reporting) -> Result<Up<T>, Error> {
-    prepare(transport.fd_needs(), reporting, || {
+    let exporter_line = prepare(transport.fd_needs(), reporting, || {
         transport.exporter_shape()
     })?;
+    // Before the groups start: a pair's sink serves control (and says so) as it starts.
+    crate::start_record::emit();
     let send_control = Arc::new(Control::default());
     let sink_control = Arc::new(Control::default());
     let sinks = transport.start_sinks(&sink_control)?;
@@ -134,6 +139,7 @@ pub(crate) fn start<T: Transport>(mut transport: T, reporting: &Reporting) -> Re
         }
     };
     print_plan(&reporting.notes);
+    crate::output::human_text(&exporter_line);
     crate::output::human_text(&T::memory_text(senders.as_ref(), sinks.as_ref()));
     Ok(Up {
         transport,

@@ -71,7 +71,7 @@ impl TcpTrialSender {
             )
         })?;
         let conns: u64 = side.configs.iter().map(|c| u64::from(c.conns)).sum();
-        pipeline::prepare(
+        let exporter_line = pipeline::prepare(
             super::fds::Needs {
                 sender_flows: conns,
                 sender_queues: side.queues.len() as u64,
@@ -87,7 +87,7 @@ impl TcpTrialSender {
             record: side.record,
             drain,
             tolerance,
-            notes: Some(reporting.notes),
+            notes: Some(reporting.notes + &exporter_line),
             trials: 0,
             started,
         })
