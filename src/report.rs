@@ -16,10 +16,12 @@ use crate::{
 mod clock;
 mod sizes;
 mod text;
+mod units;
 pub(crate) use clock::latency_clock_json;
 use clock::{latency_text, sender_jitter_json, sender_latency_json};
 pub(crate) use sizes::{rx_sizes_json, tx_sizes_json};
 pub(crate) use text::{latency_hdr_json, ns_text, queue_shares, sink_summary_line};
+pub(crate) use units::{bit_rate, per_second};
 
 /// Where a queue runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,14 +108,19 @@ fn rate(delta: u64, seconds: f64) -> u64 {
     }
 }
 
-/// `1190240pps 571Mb/sec (571315200bps)`: payload bits, as pktgen prints them.
+/// `1.19 Mpps     571 Mbit/s`: the packet rate and the payload bit rate.
 fn rate_text(packets: u64, bytes: u64, seconds: f64) -> String {
-    let bps = rate(bytes * 8, seconds);
+    rates_text(packets, "pps", bytes, seconds)
+}
+
+/// The rate of `count` in `unit` (`pps`, `rec/s`) and the payload bit rate of `bytes` over
+/// `seconds`, auto-scaled and aligned under [`interval_header`] as every protocol's interval
+/// lines show them.
+pub(crate) fn rates_text(count: u64, unit: &str, bytes: u64, seconds: f64) -> String {
     format!(
-        "{}pps {}Mb/sec ({}bps)",
-        rate(packets, seconds),
-        bps / 1_000_000,
-        bps
+        "{:>10}  {:>11}",
+        per_second(rate(count, seconds) as f64, unit),
+        bit_rate(rate(bytes.saturating_mul(8), seconds) as f64)
     )
 }
 
@@ -131,26 +138,20 @@ pub(crate) fn l1_bytes_sent(l1_per_class: &[u64], now: &TxSample, before: &TxSam
         .sum()
 }
 
-/// The L1 wire rate of `l1_bytes` in `seconds` (`--wire-rate`): ` wire 1.23Gbit/s L1`.
+/// The L1 wire rate of `l1_bytes` in `seconds` (`--wire-rate`): `  wire: 1.23 Gbit/s L1`.
 pub(crate) fn wire_text(l1_bytes: u64, seconds: f64) -> String {
-    let bps = if seconds > 0.0 {
-        (l1_bytes * 8) as f64 / seconds
-    } else {
-        0.0
-    };
-    if bps >= 1e9 {
-        format!(" wire {:.2}Gbit/s L1", bps / 1e9)
-    } else {
-        format!(" wire {:.1}Mbit/s L1", bps / 1e6)
-    }
+    format!(
+        "  wire: {} L1",
+        bit_rate(rate(l1_bytes * 8, seconds) as f64)
+    )
 }
 
-/// One sender line: `q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0`.
+/// One sender line: `q0 n0    1.19 Mpps   571 Mbit/s  errors: 0`.
 pub(crate) fn tx_line(label: &str, now: &TxSample, before: &TxSample, seconds: f64) -> String {
     let errors: [u64; ERRNO_CLASSES] =
         std::array::from_fn(|i| now.traffic.errors[i] - before.traffic.errors[i]);
     format!(
-        "{label}  {} errors: {}",
+        "{label} {}  errors: {}",
         rate_text(
             now.traffic.packets - before.traffic.packets,
             now.traffic.bytes - before.traffic.bytes,
@@ -180,7 +181,7 @@ pub(crate) fn errors_text(errors: &[u64; ERRNO_CLASSES]) -> String {
 pub(crate) fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f64) -> String {
     let (n, b) = (&now.traffic, &before.traffic);
     format!(
-        "{label}  {} errors: {} lost: {} reordered: {} dup: {} invalid: {} kdrops: {}",
+        "{label} {}  errors: {} lost: {} reordered: {} dup: {} invalid: {} kdrops: {}",
         rate_text(n.packets - b.packets, n.bytes - b.bytes, seconds),
         now.errors() - before.errors(),
         n.lost - b.lost,
@@ -194,8 +195,8 @@ pub(crate) fn rx_line(label: &str, now: &RxSample, before: &RxSample, seconds: f
 /// The header line above the interval lines, naming their columns (as iperf3 does).
 pub(crate) fn interval_header() -> String {
     format!(
-        "{:<15} {:<11} pps, payload bit rate, and counts within the interval",
-        "interval", "queue"
+        "{:<15} {:<11} {:>10}  {:>11}  counts within the interval",
+        "interval", "queue", "rate", "bit rate"
     )
 }
 
@@ -251,8 +252,8 @@ pub(crate) fn exchange_text(now: &TxSample, before: &TxSample, seconds: f64) -> 
         0.0
     };
     format!(
-        " {}trans/s timeouts: {} unmatched: {}",
-        rate.round() as u64,
+        "  {} timeouts: {} unmatched: {}",
+        per_second(rate, "trans/s"),
         n.timeouts - b.timeouts,
         n.unmatched - b.unmatched
     )
@@ -555,11 +556,11 @@ pub(crate) fn sender_lines(rows: &[SenderRow]) -> Vec<String> {
             let c = &r.counters;
             let active_s = r.active_ns as f64 / 1e9;
             format!(
-                "  sender {}: {} packets in {:.3}s active ({}pps), {}, reordered {}, dup {}, send failed {}, unconfirmed {}, sessions {}, {}",
+                "  sender {}: {} packets in {:.3}s active ({}), {}, reordered {}, dup {}, send failed {}, unconfirmed {}, sessions {}, {}",
                 r.name,
                 c.packets,
                 active_s,
-                rate(c.packets, active_s),
+                per_second(rate(c.packets, active_s) as f64, "pps"),
                 loss_words(c.packets.saturating_sub(c.late), c.lost, c.kernel_drops),
                 c.reordered,
                 c.duplicates,

@@ -3,12 +3,12 @@
 use super::*;
 
 #[test]
-fn sender_line_matches_pktgen_shape() {
+fn sender_line_has_the_shared_shape() {
     let mut now = TxSample::default();
     now.traffic.packets = 1_190_240;
     now.traffic.bytes = 1_190_240 * 60;
     let line = tx_line("q0 n0", &now, &TxSample::default(), 1.0);
-    assert_eq!(line, "q0 n0  1190240pps 571Mb/sec (571315200bps) errors: 0");
+    assert_eq!(line, "q0 n0  1.19 Mpps   571 Mbit/s  errors: 0");
 }
 
 #[test]
@@ -22,7 +22,7 @@ fn sink_line_adds_loss_fields() {
     let line = rx_line("total", &now, &RxSample::default(), 2.0);
     assert_eq!(
         line,
-        "total  5pps 0Mb/sec (2560bps) errors: 0 lost: 2 reordered: 0 dup: 0 invalid: 3 kdrops: 4"
+        "total      5 pps  2.56 kbit/s  errors: 0 lost: 2 reordered: 0 dup: 0 invalid: 3 kdrops: 4"
     );
 }
 

@@ -252,7 +252,7 @@ fn a_tcp_sink_5_s_behind_corrects_its_records_latency() {
     let (status, out, err) = ringblast_in(&lab.tx, None, &args).finish();
     assert!(status.success(), "sender failed: {status}\n{err}");
     let send = summary(&out, "send");
-    sink.wait_line("conns 0 open  accepted 2 ", WAIT);
+    sink.wait_tcp_sink_conns(2, 0, WAIT);
     sink.interrupt();
     let (status, out, err) = sink.finish();
     assert!(status.success(), "sink failed: {status}\n{err}");

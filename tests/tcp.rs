@@ -268,14 +268,14 @@ fn an_injected_reset_is_counted_and_the_sender_reconnects() {
             "100ms",
         ],
     );
-    sender.wait_line("conns 1 up", WAIT);
+    sender.wait_line("conns up: 1 ", WAIT);
     ns.nft("add table inet rbreset");
     ns.nft("add chain inet rbreset out { type filter hook output priority 0 ; }");
     ns.nft("add rule inet rbreset out tcp dport 24680 counter reject with tcp reset");
-    sender.wait_line("resets 1  connect", WAIT);
+    sender.wait_line("resets: 1 ", WAIT);
     assert!(ns.rejected() >= 1, "nft rejected nothing");
     ns.nft("delete table inet rbreset");
-    sender.wait_line("reconnects 1 ", WAIT);
+    sender.wait_line("reconnects: 1 ", WAIT);
     let (status, out, err) = sender.finish();
     assert!(status.success(), "the sender must live on: {status}\n{err}");
     let tx = last_summary(&out, "send");
@@ -465,7 +465,7 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
     let mut first = start_sink(None, &to);
-    let mut sender = start_send(
+    let sender = start_send(
         None,
         &[
             "--to",
@@ -482,12 +482,11 @@ fn a_sink_restarted_mid_run_and_its_successor_count_what_the_sender_saw_delivere
             "100ms",
         ],
     );
-    first.wait_line("conns 2 open  accepted 2 ", WAIT);
+    first.wait_tcp_sink_conns(2, 2, WAIT);
     first.interrupt();
     let (status, out, err) = first.finish();
     assert!(status.success(), "{err}");
     let rx1 = last_summary(&out, "sink");
-    sender.wait_line("resets ", WAIT);
     let second = start_sink(None, &to);
     let (status, out, err) = sender.finish();
     assert!(status.success(), "the sender must live on: {status}\n{err}");

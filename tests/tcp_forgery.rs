@@ -81,10 +81,10 @@ fn forged_tcp_records_with_a_live_runs_epoch_change_no_number() {
     );
     let hello = sink.wait_line("said hello", WAIT);
     let run = hello
-        .split("(run ")
+        .split("(epoch ")
         .nth(1)
         .and_then(|s| s.split(')').next())
-        .unwrap_or_else(|| panic!("no run id in {hello:?}"));
+        .unwrap_or_else(|| panic!("no epoch in {hello:?}"));
     let epoch = u32::from_str_radix(run, 16).unwrap();
     forge(port, epoch, None);
     forge(port, epoch, Some(0x0123_4567_89ab_cdef));

@@ -69,10 +69,26 @@ fn wakeups(pid: u32) -> u64 {
 /// CPU seconds and wake-ups of `p` between its interval lines ending at 1 s and at 3 s
 /// (whatever its `--interval`).
 fn cost_over_two_seconds(p: &mut Proc) -> (f64, u64) {
-    p.wait_line("-   1.0] ", WAIT);
+    p.wait_lines("an interval line ending at 1 s", WAIT, |seen| {
+        seen.iter().any(|l| interval_end_s(l) >= 0.95)
+    });
     let (cpu, woke) = (cpu_seconds(p.pid()), wakeups(p.pid()));
-    p.wait_line("-   3.0] ", WAIT);
+    p.wait_lines("an interval line ending at 3 s", WAIT, |seen| {
+        seen.iter().any(|l| interval_end_s(l) >= 2.95)
+    });
     (cpu_seconds(p.pid()) - cpu, wakeups(p.pid()) - woke)
+}
+
+/// The end of an interval line's span (`0.00-1.01 s  q0 n0 ...` ends at 1.01), or 0.
+fn interval_end_s(line: &str) -> f64 {
+    let mut words = line.split_whitespace();
+    match (words.next(), words.next()) {
+        (Some(span), Some("s")) => span
+            .split_once('-')
+            .and_then(|(_, end)| end.parse().ok())
+            .unwrap_or(0.0),
+        _ => 0.0,
+    }
 }
 
 #[test]

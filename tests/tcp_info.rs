@@ -73,7 +73,7 @@ fn dropped_segments_show_as_retransmits_and_every_connection_is_sampled() {
     let (status, out, err) = send.finish();
     assert!(status.success(), "sender failed: {status}\n{err}");
     let tx = last_summary(&out, "send");
-    sink.wait_line("conns 0 open  accepted 2 ", WAIT);
+    sink.wait_tcp_sink_conns(2, 0, WAIT);
     sink.interrupt();
     let (status, out, err) = sink.finish();
     assert!(status.success(), "sink failed: {status}\n{err}");

@@ -31,7 +31,7 @@ pub(crate) fn sink_summary_line(
 ) -> String {
     let t = &total.traffic;
     let latency = latency.map_or_else(
-        || "latency - (no corrected samples)".to_string(),
+        || "latency unknown (no corrected samples)".to_string(),
         |h| {
             format!(
                 "latency p50 {} p99 {} max {}",
@@ -42,11 +42,11 @@ pub(crate) fn sink_summary_line(
         },
     );
     format!(
-        "sink summary: {} packets, {} bytes in {active_s:.3}s active ({span_s:.3}s from first to last): {}pps {}bps; {}, reordered {}, dup {}, invalid {}; {latency}; ready {} ms and first packet {} ms after launch",
+        "sink summary: {} packets, {} bytes in {active_s:.3}s active ({span_s:.3}s from first to last): {} {}; {}, reordered {}, dup {}, invalid {}; {latency}; ready {} ms and first packet {} ms after launch",
         t.packets,
         t.bytes,
-        summary["pps"],
-        summary["bps"],
+        super::per_second(summary["pps"].as_f64().unwrap_or(0.0), "pps"),
+        super::bit_rate(summary["bps"].as_f64().unwrap_or(0.0)),
         loss_words(
             t.packets.saturating_sub(t.late),
             t.lost,

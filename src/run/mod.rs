@@ -168,7 +168,7 @@ impl pipeline::Transport for RunSpec {
         } = run;
         if let (Some(s), Some(k)) = (&senders, &sinks) {
             say!(
-                "pair: {} sink queue(s), {} sender queue(s), sender epoch {}",
+                "pair: {} sink queue(s), {} sender queue(s), sender epoch {:08x}",
                 k.queues.len(),
                 s.queues.len(),
                 s.epoch

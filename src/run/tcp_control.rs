@@ -71,10 +71,10 @@ struct Books {
 impl SinkBooks for Books {
     fn hello(&self, hello: &Hello, from: HelloFrom) -> u64 {
         say!(
-            "control: sender {} (run {:08x}) said hello from {}",
+            "sink: sender {} from {}: said hello (epoch {:08x})",
             hello.name,
-            hello.epoch,
-            from.peer
+            from.peer,
+            hello.epoch
         );
         let clock = verdict::hello_clock(hello, from.version);
         self.books.hello(&hello.name, hello.epoch, clock)

@@ -18,11 +18,12 @@ use super::tcp_control::AskTcpSink;
 use super::tcp_groups::{TcpSenders, TcpSinks};
 use crate::metrics::ctx::CtxSample;
 use crate::metrics::tcp::TcpHandles;
+use crate::report;
 use crate::sender::tcp::info::{QueueInfo, Sampler};
 use crate::sender::tcp::{TcpSendOutcome, TxCounters};
 use crate::sink::tcp::{RxCounters, TcpSinkOutcome, books::TcpBooks};
 use crate::worker::{self, Control, Group};
-use crate::{clock, error::Error, say};
+use crate::{clock, error::Error};
 
 /// A started TCP run as its session reports it.
 pub(crate) struct TcpReport {
@@ -63,6 +64,10 @@ struct TcpState {
     rx_seen: u64,
     prev_tick: u64,
     last_info_at: u64,
+    /// The interval lines' header was printed.
+    header_printed: bool,
+    /// The TCP_INFO samples of the last interval line, per queue.
+    info_before: Vec<QueueInfo>,
     /// When every worker had ended, and the verdict then asked for.
     end: u64,
     verdict: Option<super::tcp_control::TcpVerdictResult>,
@@ -97,11 +102,14 @@ fn info_json(line: &mut Map<String, Value>, infos: &[QueueInfo]) {
     line.insert("retransmits".into(), json!(t.retransmits));
 }
 
-/// Every queue's counters summed, per role (the latency and RTT cells inside).
+/// Every queue's counters summed, per role (the latency and RTT cells inside), and each
+/// queue's own for the interval lines.
 #[derive(Clone, Default)]
 pub(crate) struct Snapshot {
     tx: TxCounters,
     rx: RxCounters,
+    tx_queues: Vec<TxCounters>,
+    rx_queues: Vec<RxCounters>,
 }
 
 fn rate(n: u64, seconds: f64) -> f64 {
@@ -112,13 +120,65 @@ fn rate(n: u64, seconds: f64) -> f64 {
     }
 }
 
-fn si(v: f64) -> String {
-    match v {
-        v if v >= 1e9 => format!("{:.2}G", v / 1e9),
-        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
-        v if v >= 1e3 => format!("{:.2}k", v / 1e3),
-        v => format!("{v:.0}"),
+/// One sender queue's (or the total's) interval line: records/s and bit rate, its
+/// connections up now, what happened to them within the interval, and their last TCP_INFO
+/// sample's largest smoothed RTT and congestion windows.
+fn tx_line(
+    label: &str,
+    (n, b): (&TxCounters, &TxCounters),
+    (info, info_before): (&QueueInfo, &QueueInfo),
+    seconds: f64,
+) -> String {
+    format!(
+        "{label} {}  conns up: {} reconnects: {} resets: {} connect failures: {} retrans: {} srtt max: {} cwnd: {}",
+        report::rates_text(
+            n.tx_records - b.tx_records,
+            "rec/s",
+            n.tx_bytes - b.tx_bytes,
+            seconds
+        ),
+        n.conns_up,
+        n.reconnects - b.reconnects,
+        n.resets - b.resets,
+        n.connect_failures - b.connect_failures,
+        info.retransmits.saturating_sub(info_before.retransmits),
+        report::ns_text(info.srtt_us_max.saturating_mul(1000)),
+        info.cwnd_segments,
+    )
+}
+
+/// A request/response sender's part of an interval line: transactions per second and the
+/// round trips' p50 and p99 within the interval (cell bounds), and on the last line the
+/// context switches per transaction, the process's and the machine's.
+fn rr_text(
+    (n, b): (&TxCounters, &TxCounters),
+    seconds: f64,
+    ctx: Option<(Option<u64>, Option<u64>)>,
+) -> String {
+    let count = n.transactions - b.transactions;
+    let mut cells = n.rtt_cells;
+    for (c, b) in cells.iter_mut().zip(b.rtt_cells) {
+        *c -= b;
     }
+    let rtt = |q| match crate::sender::rtt::quantile(&cells, q) {
+        0 => "unknown".to_string(),
+        ns => format!("<={}", report::ns_text(ns)),
+    };
+    let mut text = format!(
+        "  {} rtt p50: {} p99: {}",
+        report::per_second(rate(count, seconds), "trans/s"),
+        rtt(0.5),
+        rtt(0.99),
+    );
+    if let Some((process, machine)) = ctx {
+        let per = |c: Option<u64>| {
+            c.filter(|_| count > 0).map_or("unknown".to_string(), |c| {
+                format!("{:.2}", c as f64 / count as f64)
+            })
+        };
+        text += &format!(" ctx/trans: {} (machine {})", per(process), per(machine));
+    }
+    text
 }
 
 /// Prints one TCP JSON interval line: `counters` plus the line's type, role, span and bit rate.
@@ -226,76 +286,102 @@ impl TcpReport {
         self
     }
 
-    fn interval_lines(&self, now: &Snapshot, before: &Snapshot, start_s: f64, end_s: f64) {
+    /// One interval in the lines every protocol prints (see `report::interval_header`): a
+    /// line per queue and role, a total over several queues, and with `--json` one line per
+    /// role. A request/response sender's lines add its transactions and round trips, and its
+    /// last line the context switches per transaction.
+    fn interval_lines(
+        &mut self,
+        (now, before): (&Snapshot, &Snapshot),
+        (start_s, end_s): (f64, f64),
+        ctx: (Option<u64>, Option<u64>),
+    ) {
         let seconds = end_s - start_s;
-        let label = format!("[{start_s:6.1}-{end_s:6.1}]");
-        if self.senders.is_some() {
-            let bytes = now.tx.tx_bytes - before.tx.tx_bytes;
-            let records = now.tx.tx_records - before.tx.tx_records;
+        let mut lines = String::new();
+        if !self.state.header_printed {
+            self.state.header_printed = true;
+            lines += &report::interval_header();
+            lines.push('\n');
+        }
+        let pair = self.senders.is_some() && self.sinks.is_some();
+        let label = |role: &str, queue: &str| {
+            let queue = if pair {
+                format!("{role} {queue}")
+            } else {
+                queue.to_string()
+            };
+            report::interval_label(start_s, end_s, &queue)
+        };
+        if let Some(s) = &self.senders {
+            let info_before =
+                std::mem::replace(&mut self.state.info_before, self.last_info.clone());
+            let mut rows: Vec<(String, TxCounters, TxCounters, QueueInfo, QueueInfo)> = s
+                .queues
+                .iter()
+                .enumerate()
+                .map(|(i, q)| {
+                    let n = now.tx_queues.get(i).copied().unwrap_or_default();
+                    let b = before.tx_queues.get(i).copied().unwrap_or_default();
+                    let info = self.last_info.get(i).copied().unwrap_or_default();
+                    let info_b = info_before.get(i).copied().unwrap_or_default();
+                    (label("send", &report::queue_label(q)), n, b, info, info_b)
+                })
+                .collect();
+            if s.queues.len() > 1 {
+                let info = crate::sender::tcp::info::total(&self.last_info);
+                let info_b = crate::sender::tcp::info::total(&info_before);
+                rows.push((label("send", "total"), now.tx, before.tx, info, info_b));
+            }
+            let last = rows.len().saturating_sub(1);
+            for (i, (label, n, b, info, info_b)) in rows.iter().enumerate() {
+                lines += &tx_line(label, (n, b), (info, info_b), seconds);
+                if self.rr {
+                    lines += &rr_text((n, b), seconds, (i == last).then_some(ctx));
+                }
+                lines.push('\n');
+            }
             if self.json {
                 let mut line = now.tx.json();
                 info_json(&mut line, &self.last_info);
+                let bytes = now.tx.tx_bytes - before.tx.tx_bytes;
                 interval_json(line, "send", (start_s, end_s), rate(bytes * 8, seconds));
             }
-            let info = crate::sender::tcp::info::total(&self.last_info);
-            say!(
-                "{label} send {:>8.3} Gbit/s {:>8} rec/s  conns {} up  reconnects {}  resets {}  connect failures {}  srtt max {} us  cwnd {}  retrans {}",
-                rate(bytes * 8, seconds) / 1e9,
-                si(rate(records, seconds)),
-                now.tx.conns_up,
-                now.tx.reconnects,
-                now.tx.resets,
-                now.tx.connect_failures,
-                info.srtt_us_max,
-                info.cwnd_segments,
-                info.retransmits,
-            );
         }
-        if self.sinks.is_some() {
-            let bytes = now.rx.rx_bytes - before.rx.rx_bytes;
-            let records = now.rx.rx_records - before.rx.rx_records;
+        if let Some(s) = &self.sinks {
+            let mut rows: Vec<(String, RxCounters, RxCounters)> = s
+                .queues
+                .iter()
+                .enumerate()
+                .map(|(i, q)| {
+                    let n = now.rx_queues.get(i).copied().unwrap_or_default();
+                    let b = before.rx_queues.get(i).copied().unwrap_or_default();
+                    (label("sink", &report::queue_label(q)), n, b)
+                })
+                .collect();
+            if s.queues.len() > 1 {
+                rows.push((label("sink", "total"), now.rx, before.rx));
+            }
+            for (label, n, b) in &rows {
+                lines += &format!(
+                    "{label} {}  conns open: {} accepted: {} invalid: {}\n",
+                    report::rates_text(
+                        n.rx_records - b.rx_records,
+                        "rec/s",
+                        n.rx_bytes - b.rx_bytes,
+                        seconds
+                    ),
+                    n.conns_open,
+                    n.accepts - b.accepts,
+                    n.rx_invalid - b.rx_invalid,
+                );
+            }
             if self.json {
                 let line = now.rx.json();
+                let bytes = now.rx.rx_bytes - before.rx.rx_bytes;
                 interval_json(line, "sink", (start_s, end_s), rate(bytes * 8, seconds));
             }
-            say!(
-                "{label} sink {:>8.3} Gbit/s {:>8} rec/s  conns {} open  accepted {}  invalid {}",
-                rate(bytes * 8, seconds) / 1e9,
-                si(rate(records, seconds)),
-                now.rx.conns_open,
-                now.rx.accepts,
-                now.rx.rx_invalid,
-            );
         }
-    }
-
-    fn rr_line(
-        &self,
-        now: &Snapshot,
-        before: &Snapshot,
-        seconds: f64,
-        (process, machine): (Option<u64>, Option<u64>),
-    ) {
-        let n = now.tx.transactions - before.tx.transactions;
-        let mut cells = now.tx.rtt_cells;
-        for (c, b) in cells.iter_mut().zip(before.tx.rtt_cells) {
-            *c -= b;
-        }
-        let per = |c: Option<u64>| {
-            c.filter(|_| n > 0).map_or("unknown".to_string(), |c| {
-                format!("{:.2}", c as f64 / n as f64)
-            })
-        };
-        say!(
-            "           rr {:>8} trans/s  rtt p50 {} ns  p99 {} ns  ctx/s {} (machine {})  ctx/trans {} (machine {})",
-            si(rate(n, seconds)),
-            crate::sender::rtt::quantile(&cells, 0.5),
-            crate::sender::rtt::quantile(&cells, 0.99),
-            process.map_or("unknown".into(), |p| si(rate(p, seconds))),
-            machine.map_or("unknown".into(), |m| si(rate(m, seconds))),
-            per(process),
-            per(machine),
-        );
+        crate::output::human_text(&lines);
     }
 }
 
@@ -349,10 +435,14 @@ impl Proto for TcpReport {
     fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot::default();
         for q in self.senders.iter().flat_map(|g| &g.shared) {
-            s.tx.add(&q.counters.load());
+            let c = q.counters.load();
+            s.tx.add(&c);
+            s.tx_queues.push(c);
         }
         for q in self.sinks.iter().flat_map(|g| &g.shared) {
-            s.rx.add(&q.counters.load());
+            let c = q.counters.load();
+            s.rx.add(&c);
+            s.rx_queues.push(c);
         }
         s
     }
@@ -391,11 +481,8 @@ impl Proto for TcpReport {
 
     fn interval(&mut self, span: Span, now: &Snapshot, before: &Snapshot) {
         let ctx_now = crate::metrics::ctx::sample();
-        self.interval_lines(now, before, span.start_s(), span.end_s());
-        if self.rr {
-            let ctx = crate::metrics::ctx::delta(&self.state.ctx_last, &ctx_now);
-            self.rr_line(now, before, span.seconds(), ctx);
-        }
+        let ctx = crate::metrics::ctx::delta(&self.state.ctx_last, &ctx_now);
+        self.interval_lines((now, before), (span.start_s(), span.end_s()), ctx);
         self.state.ctx_last = ctx_now;
     }
 

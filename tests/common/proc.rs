@@ -84,6 +84,56 @@ impl Proc {
         );
     }
 
+    /// Waits (at most `timeout`) until the stderr lines seen so far satisfy `done`; returns
+    /// the last line read. For conditions over several lines, such as interval counts that
+    /// add up.
+    pub fn wait_lines(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&[String]) -> bool,
+    ) -> String {
+        let until = Instant::now() + timeout;
+        loop {
+            if done(&self.seen) {
+                return self.seen.last().cloned().unwrap_or_default();
+            }
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "{what}: not seen within {timeout:?}; saw:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    /// Waits until a TCP sink's interval lines (its `total` lines when it has several queues)
+    /// have counted `accepted` connections in all and the latest says `open` are open.
+    pub fn wait_tcp_sink_conns(&mut self, accepted: u64, open: u64, timeout: Duration) {
+        let what = format!("a TCP sink with {accepted} connections accepted and {open} open");
+        self.wait_lines(&what, timeout, |seen| {
+            let lines: Vec<&String> = seen.iter().filter(|l| l.contains("conns open: ")).collect();
+            let lines: Vec<&String> = if lines.iter().any(|l| l.contains(" total ")) {
+                lines
+                    .into_iter()
+                    .filter(|l| l.contains(" total "))
+                    .collect()
+            } else {
+                lines
+            };
+            let sum: u64 = lines.iter().map(|l| count_after(l, "accepted: ")).sum();
+            sum >= accepted
+                && lines
+                    .last()
+                    .is_some_and(|l| count_after(l, "conns open: ") == open)
+        });
+    }
+
     /// The child's PID.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -114,4 +164,13 @@ impl Drop for Proc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The number right after `key` in `line` (0 when there is none).
+pub fn count_after(line: &str, key: &str) -> u64 {
+    line.split(key)
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }

@@ -39,7 +39,7 @@ pub fn start_sink(ns: Option<&str>, listen: &str) -> Proc {
 /// Stops a sink once it has accepted `accepts` connections and all of them ended; returns
 /// its summary and its stderr.
 pub fn stop_sink_with_err(mut sink: Proc, accepts: u64) -> (Value, String) {
-    sink.wait_line(&format!("conns 0 open  accepted {accepts} "), WAIT);
+    sink.wait_tcp_sink_conns(accepts, 0, WAIT);
     sink.interrupt();
     let (status, out, err) = sink.finish();
     assert!(status.success(), "sink failed: {status}\n{err}");

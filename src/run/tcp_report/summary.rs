@@ -3,8 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Snapshot, TcpReport, rate, si};
+use super::{Snapshot, TcpReport, rate};
 use crate::{
+    report,
     run::tcp_control::{self, TcpVerdictResult},
     say,
     stats::{LATENCY_BOUNDS_NS, LATENCY_CELLS, latency_quantile_bound},
@@ -52,26 +53,35 @@ impl TcpReport {
         if let Some(placement) = &self.placement.0 {
             line.insert("placement".into(), placement.clone());
         }
-        if self.rr {
-            self.rr_summary(&mut line, snap, seconds, ctx);
-        }
+        let rr_line = self
+            .rr
+            .then(|| self.rr_summary(&mut line, snap, seconds, ctx));
         let verdict_line = verdict.map(|v| tcp_control::attach_verdict(&mut line, v, records));
         if self.json {
             crate::output::json_line(&Value::Object(line));
         }
-        if let Some(v) = verdict_line {
-            say!("{v}");
-        }
         say!(
-            "send summary: {bytes} bytes, {records} records in {seconds:.2} s = {:.3} Gbit/s, {} rec/s; connects {}, reconnects {}, connect failures {}, resets {}, short writes {}",
-            rate(bytes * 8, seconds) / 1e9,
-            si(rate(records, seconds)),
+            "send summary: {records} records, {bytes} bytes in {seconds:.3}s: {} {}{}; connects {}, reconnects {}, connect failures {}, resets {}, short writes {}",
+            report::per_second(rate(records, seconds), "rec/s"),
+            report::bit_rate(rate(bytes * 8, seconds)),
+            self.target_rps
+                .filter(|t| *t > 0.0)
+                .map_or(String::new(), |t| format!(
+                    " ({:.1}% of the {t:.0}rec/s target)",
+                    rate(records, seconds) / t * 100.0
+                )),
             tx.connects,
             tx.reconnects,
             tx.connect_failures,
             tx.resets,
             tx.short_writes,
         );
+        if let Some(v) = verdict_line {
+            say!("{v}");
+        }
+        if let Some(rr) = rr_line {
+            say!("{rr}");
+        }
     }
 
     fn rr_summary(
@@ -80,7 +90,7 @@ impl TcpReport {
         snap: &Snapshot,
         seconds: f64,
         (process, machine): (Option<u64>, Option<u64>),
-    ) {
+    ) -> String {
         let n = snap.tx.transactions;
         let per = |c: Option<u64>| c.filter(|_| n > 0).map(|c| c as f64 / n as f64);
         let q = |x| crate::sender::rtt::quantile(&snap.tx.rtt_cells, x);
@@ -107,16 +117,23 @@ impl TcpReport {
             line.insert(k.into(), v);
         }
         let text = |v: Option<f64>| v.map_or("unknown".into(), |v| format!("{v:.2}"));
-        say!(
-            "rr summary: {n} transactions = {} trans/s; rtt p50 {} ns, p99 {} ns, p99.9 {} ns, max {} ns (cell bounds, within 12.5 %); ctx switches per transaction: process {}, machine {}",
-            si(rate(n, seconds)),
-            q(0.5),
-            q(0.99),
-            q(0.999),
-            q(1.0),
+        let rtt = if n == 0 {
+            "rtt unknown (no transaction completed)".to_string()
+        } else {
+            format!(
+                "rtt p50 <={} p99 <={} p99.9 <={} max <={} (cell bounds, at most 12.5 % above)",
+                report::ns_text(q(0.5)),
+                report::ns_text(q(0.99)),
+                report::ns_text(q(0.999)),
+                report::ns_text(q(1.0)),
+            )
+        };
+        format!(
+            "send rr: {n} transactions = {}; {rtt}; ctx switches per transaction: process {}, machine {}",
+            report::per_second(rate(n, seconds), "trans/s"),
             text(per(process)),
             text(per(machine)),
-        );
+        )
     }
 
     pub(super) fn sink_summary(&self, snap: &Snapshot, active_s: f64, run_s: f64) {
@@ -150,8 +167,9 @@ impl TcpReport {
         if let Some(placement) = &self.placement.1 {
             line.insert("placement".into(), placement.clone());
         }
+        let rows = self.books.as_ref().map(|b| b.rows()).unwrap_or_default();
         if let Some(b) = &self.books {
-            line.insert("senders".into(), tcp_control::senders_json(&b.rows()));
+            line.insert("senders".into(), tcp_control::senders_json(&rows));
             line.insert(
                 "unattributed_invalid".into(),
                 json!(b.unattributed_invalid()),
@@ -161,8 +179,9 @@ impl TcpReport {
             crate::output::json_line(&Value::Object(line));
         }
         say!(
-            "sink summary: {bytes} bytes, {records} records, {:.3} Gbit/s over {active_s:.2} s active; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}, depth {}, auth {}), refused {}",
-            rate(bytes * 8, active_s) / 1e9,
+            "sink summary: {records} records, {bytes} bytes in {active_s:.3}s active: {} {}; accepted {}, invalid {} (sequence {}, magic {}, version {}, length {}, truncated {}, depth {}, auth {}), refused {}; {}",
+            report::per_second(rate(records, active_s), "rec/s"),
+            report::bit_rate(rate(bytes * 8, active_s)),
             rx.accepts,
             rx.rx_invalid,
             rx.invalid_sequence,
@@ -173,6 +192,37 @@ impl TcpReport {
             rx.invalid_depth,
             rx.invalid_auth,
             rx.refused,
+            latency_bounds_text(&cells),
         );
+        for r in &rows {
+            say!(
+                "  sender {}: {} records, {} bytes, invalid {}, sessions {}, connections {} open and {} closed; latency clock {}",
+                r.name,
+                r.tally.records,
+                r.tally.bytes,
+                r.tally.invalid,
+                r.sessions,
+                r.conns_open,
+                r.conns_closed,
+                r.clock.text()
+            );
+        }
+    }
+}
+
+/// The sink's latency as its cells bound it (`latency p50 <=12.3us p99 <=98.3us`), as every
+/// summary line shows latency; unknown without a corrected sample.
+fn latency_bounds_text(cells: &[u64; LATENCY_CELLS]) -> String {
+    let bound = |q| match latency_quantile_bound(cells, q) {
+        u64::MAX => format!(
+            ">{}",
+            report::ns_text(LATENCY_BOUNDS_NS.last().copied().unwrap_or(0))
+        ),
+        b => format!("<={}", report::ns_text(b)),
+    };
+    if cells.iter().all(|c| *c == 0) {
+        "latency unknown (no corrected samples)".to_string()
+    } else {
+        format!("latency p50 {} p99 {}", bound(0.5), bound(0.99))
     }
 }

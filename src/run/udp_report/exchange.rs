@@ -105,8 +105,8 @@ pub(super) fn exchange_summary(
     };
     let ctx_words = |v: Option<f64>| v.map_or_else(|| "unknown".to_string(), |v| format!("{v:.2}"));
     let line = format!(
-        "send rr: {n} transactions = {} trans/s; {rtt_words}; {lost_words}; {} unmatched responses; ctx switches per transaction: process {}, machine {}",
-        rate.round() as u64,
+        "send rr: {n} transactions = {}; {rtt_words}; {lost_words}; {} unmatched responses; ctx switches per transaction: process {}, machine {}",
+        crate::report::per_second(rate, "trans/s"),
         c.unmatched,
         ctx_words(per(ctx.0)),
         ctx_words(per(ctx.1)),

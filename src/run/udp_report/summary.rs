@@ -82,13 +82,13 @@ impl UdpReport {
             .map(|v| report::attach_verdict(&mut summary, v, total.traffic.packets, failed_sends))
             .unzip();
         say!(
-            "send summary: {} packets, {} bytes, {} errors in {:.3}s: {}pps {}bps{}; first send {} ms after launch",
+            "send summary: {} packets, {} bytes, {} errors in {:.3}s: {} {}{}; first send {} ms after launch",
             summary["tx_packets"],
             summary["tx_bytes"],
             report::errors_text(&total.traffic.errors),
             duration,
-            summary["pps"],
-            summary["bps"],
+            report::per_second(summary["pps"].as_f64().unwrap_or(0.0), "pps"),
+            report::bit_rate(summary["bps"].as_f64().unwrap_or(0.0)),
             judgement.rate_words,
             summary["startup_ms"]
         );
