@@ -198,9 +198,27 @@ fn a_pair_run_in_the_browser_has_one_point_per_interval_line() {
     assert_eq!(points(&dom, "sent"), sent, "sent");
     assert_eq!(points(&dom, "target"), sent, "target (20 kpps, paced)");
     assert_eq!(points(&dom, "received"), received, "received");
-    for series in ["lost", "reordered", "duplicates"] {
+    for series in ["lost", "kernel-drops", "reordered", "duplicates"] {
         assert_eq!(points(&dom, series), received, "{series}");
     }
+    // Counts get whole ticks: the loss chart's y axis (its ticks are anchored at their end)
+    // never reads 0.2 packets.
+    let loss = dom.split("id=\"loss-chart\"").nth(1).unwrap();
+    let loss = loss.split("</svg>").next().unwrap();
+    let ticks: Vec<&str> = loss
+        .split("class=\"tick\"")
+        .skip(1)
+        .filter(|t| {
+            t.split('>')
+                .next()
+                .is_some_and(|a| a.contains("text-anchor=\"end\""))
+        })
+        .filter_map(|t| t.split('>').nth(1)?.split('<').next())
+        .collect();
+    assert!(
+        !ticks.is_empty() && ticks.iter().all(|t| !t.contains('.')),
+        "the loss chart's ticks: {ticks:?}"
+    );
     assert!(
         points(&dom, "latency") >= 3,
         "latency percentiles: {}",
@@ -218,9 +236,25 @@ fn a_pair_run_in_the_browser_has_one_point_per_interval_line() {
         senders.as_array().unwrap().len(),
         "one row per sender"
     );
+    // The sink's books of its one sender carry jitter: the page draws its CDF and never says
+    // it is unknown.
     assert!(
-        dom.contains("jitter"),
-        "the page says what it knows of jitter"
+        senders[0]["jitter"]["p50_ns"].is_u64(),
+        "the sink's books: {senders}"
+    );
+    assert!(
+        points(&dom, "jitter-1") >= 5,
+        "{}",
+        points(&dom, "jitter-1")
+    );
+    assert!(
+        points(&dom, "latency-1") >= 5,
+        "{}",
+        points(&dom, "latency-1")
+    );
+    assert!(
+        !dom.contains("jitter: unknown"),
+        "the page contradicts its JSON"
     );
 }
 

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use serde_json::{Map, Value};
 
 use super::{
-    model::{Interval, Run, Step, count, jitter_fields, number, text_field},
+    model::{Interval, Run, Step, count, number, text_field},
     svg::{Axis, BarChart, Bars, LineChart, Point, Rule, Series, bar_chart, esc, line_chart},
 };
 
@@ -196,6 +196,7 @@ fn seconds_axis() -> Axis {
         label: "time since start (s)".into(),
         format: seconds,
         log: false,
+        whole: false,
     }
 }
 
@@ -472,6 +473,7 @@ fn rate_section(out: &mut String, run: &Run) {
             label: format!("rate ({unit})"),
             format,
             log: false,
+            whole: false,
         },
         series,
         rules: Vec::new(),
@@ -504,7 +506,12 @@ fn loss_section(out: &mut String, run: &Run) {
     out.push_str("<section id=\"loss\"><h2>Loss, reorder and duplicates per interval</h2>");
     let sink = &run.sink_intervals;
     let any = |f: fn(&Interval) -> Option<u64>| sink.iter().any(|i| f(i).is_some());
-    if sink.is_empty() || !(any(|i| i.lost) || any(|i| i.reordered) || any(|i| i.duplicates)) {
+    if sink.is_empty()
+        || !(any(|i| i.lost)
+            || any(|i| i.kernel_drops)
+            || any(|i| i.reordered)
+            || any(|i| i.duplicates))
+    {
         unknown(
             out,
             if sink.is_empty() {
@@ -548,9 +555,11 @@ fn loss_section(out: &mut String, run: &Run) {
             label: "packets in the interval".into(),
             format: plain,
             log: false,
+            whole: true,
         },
         series: vec![
             counts("lost", "lost", RED, |i| i.lost),
+            counts("kernel-drops", "kernel drops", GREY, |i| i.kernel_drops),
             counts("reordered", "reordered", AMBER, |i| i.reordered),
             counts("duplicates", "duplicates", PURPLE, |i| i.duplicates),
         ],
@@ -558,8 +567,10 @@ fn loss_section(out: &mut String, run: &Run) {
     }));
     note(
         out,
-        "Counted at the sink, per interval line; a gap is counted lost until its packets \
-         arrive late.",
+        "Counted at the sink, per interval line. The run's loss is lost plus kernel drops, as \
+         in every headline: lost are sequence gaps on the way (a gap is counted lost until its \
+         packets arrive late), kernel drops the datagrams the sink's own kernel dropped because \
+         its receive queues were full.",
     );
     out.push_str("</section>");
 }
@@ -595,6 +606,7 @@ fn steps_section(out: &mut String, run: &Run) {
             label: "rate (packets per second)".into(),
             format: pps,
             log: false,
+            whole: false,
         },
         series: vec![
             bars("step_target", "target", GREY, &|s| s.target_pps, pps),
@@ -610,6 +622,7 @@ fn steps_section(out: &mut String, run: &Run) {
             label: "packets in the step".into(),
             format: plain,
             log: false,
+            whole: true,
         },
         series: vec![
             bars("step_lost", "lost", RED, &|s| as_f64(s.lost), plain),
@@ -664,34 +677,207 @@ fn steps_section(out: &mut String, run: &Run) {
 
 // ---- latency and jitter -------------------------------------------------------------------
 
-/// The order percentiles are drawn in: the key's stem (before `_ns`) and its label.
-const LATENCY_ORDER: [(&str, &str); 9] = [
+/// The quantiles a CDF is drawn through: the figure's stem (before `_ns`), its label and the
+/// fraction of samples at or below it.
+const CDF_POINTS: [(&str, &str, f64); 6] = [
+    ("min", "min", 0.0),
+    ("p50", "p50", 0.5),
+    ("p90", "p90", 0.9),
+    ("p99", "p99", 0.99),
+    ("p999", "p99.9", 0.999),
+    ("max", "max", 1.0),
+];
+
+/// The figures a table lists, in order: the CDF's and the mean.
+const TABLE_FIGURES: [(&str, &str); 7] = [
     ("min", "min"),
+    ("mean", "mean"),
     ("p50", "p50"),
     ("p90", "p90"),
     ("p99", "p99"),
     ("p999", "p99.9"),
-    ("p9999", "p99.99"),
     ("max", "max"),
-    ("mean", "mean"),
-    ("stddev", "stddev"),
 ];
 
-/// (label, nanoseconds, exact?) for each latency figure in a latency object, in order; the
-/// `_at_most` figures are histogram bucket bounds and labelled with ≤ (shown where the value
-/// is unknown: `null`).
-fn latency_figures(latency: &Map<String, Value>) -> Vec<(String, Option<f64>)> {
-    let mut figures = Vec::new();
-    for (stem, label) in LATENCY_ORDER {
-        let value = latency.get(&format!("{stem}_ns"));
-        let bound = latency.get(&format!("{stem}_ns_at_most"));
-        if let Some(v) = value.filter(|v| !v.is_null() || bound.is_none()) {
-            figures.push((label.to_string(), v.as_f64()));
-        } else if let Some(v) = bound {
-            figures.push((format!("{label} ≤"), v.as_f64()));
-        }
+/// Senders drawn as series of their own (the tables list them all).
+const SENDER_SERIES: usize = 6;
+const SENDER_COLORS: [&str; SENDER_SERIES] = [BLUE, GREEN, AMBER, PURPLE, RED, "#0891b2"];
+const LATENCY_IDS: [&str; SENDER_SERIES] = [
+    "latency-1",
+    "latency-2",
+    "latency-3",
+    "latency-4",
+    "latency-5",
+    "latency-6",
+];
+const JITTER_IDS: [&str; SENDER_SERIES] = [
+    "jitter-1", "jitter-2", "jitter-3", "jitter-4", "jitter-5", "jitter-6",
+];
+
+/// A fraction on the CDF's y axis: its nines (0.9 is 1, 0.99 is 2, 0.999 is 3), so the tail
+/// gets as much room as the body; the maximum sits one step above 99.9 %.
+fn nines(q: f64) -> f64 {
+    if q >= 1.0 { 4.0 } else { -(1.0 - q).log10() }
+}
+
+/// The CDF's y ticks: whole nines.
+fn nines_label(v: f64) -> String {
+    match v {
+        0.0 => "0 %",
+        1.0 => "90 %",
+        2.0 => "99 %",
+        3.0 => "99.9 %",
+        4.0 => "max",
+        _ => "",
     }
-    figures
+    .to_string()
+}
+
+/// The CDF's x axis holds log10 of nanoseconds; its ticks are whole decades.
+fn decade_ns(v: f64) -> String {
+    if v.fract() == 0.0 {
+        ns(10f64.powf(v))
+    } else {
+        String::new()
+    }
+}
+
+/// A figure of a latency or jitter object: the value (`p50_ns`), or else its histogram
+/// bucket's upper bound (`p50_ns_at_most`, marked `false`); `None` when neither is known.
+fn figure(object: &Map<String, Value>, stem: &str) -> Option<(f64, bool)> {
+    if let Some(v) = object.get(&format!("{stem}_ns")).and_then(Value::as_f64) {
+        return Some((v, true));
+    }
+    object
+        .get(&format!("{stem}_ns_at_most"))
+        .and_then(Value::as_f64)
+        .map(|v| (v, false))
+}
+
+fn figure_text(f: Option<(f64, bool)>) -> String {
+    match f {
+        Some((v, true)) => ns(v),
+        Some((v, false)) => format!("≤ {}", ns(v)),
+        None => "unknown".into(),
+    }
+}
+
+/// One CDF series through `object`'s figures (x: the figure, y: the fraction at or below
+/// it); none with fewer than two known figures.
+fn cdf_series(
+    (id, color): (&'static str, &'static str),
+    label: &str,
+    what: &str,
+    object: &Map<String, Value>,
+) -> Option<Series> {
+    let points: Vec<Point> = CDF_POINTS
+        .iter()
+        .filter_map(|(stem, name, q)| {
+            let f = figure(object, stem)?;
+            Some(Point {
+                x: f.0.max(1.0).log10(),
+                y: nines(*q),
+                tip: format!("{label}: {what} {name} {}", figure_text(Some(f))),
+                verdict: None,
+            })
+        })
+        .collect();
+    (points.len() >= 2).then(|| Series {
+        id,
+        label: label.into(),
+        color,
+        points,
+        joined: true,
+        dashed: false,
+    })
+}
+
+/// The per-sender rows of the page: the sink's books of each sender, or a lone sender's
+/// summary's sink verdict.
+fn sender_rows(run: &Run) -> Vec<(String, &Map<String, Value>)> {
+    let mut rows = Vec::new();
+    if let Some(senders) = run
+        .sink_summary
+        .as_ref()
+        .and_then(|s| s.get("senders"))
+        .and_then(Value::as_array)
+    {
+        for s in senders.iter().filter_map(Value::as_object) {
+            let name = text_field(s, "name").unwrap_or("unnamed").to_string();
+            rows.push((name, s));
+        }
+    } else if let Some(send) = &run.send_summary
+        && let Some(sink) = send.get("sink").and_then(Value::as_object)
+    {
+        let name = text_field(send, "name").unwrap_or("this sender");
+        rows.push((format!("{name} (the sink's verdict)"), sink));
+    }
+    rows
+}
+
+/// A CDF of `what` (`latency` or `jitter`) per sender, with the whole run's where the JSON
+/// has one, and a table of every figure; `false` when no object holds two figures.
+fn cdf_view(
+    out: &mut String,
+    (id, what): (&'static str, &str),
+    whole: Option<&Map<String, Value>>,
+    senders: &[(String, &Map<String, Value>)],
+    ids: &[&'static str; SENDER_SERIES],
+) -> bool {
+    let mut columns: Vec<(String, &Map<String, Value>)> = Vec::new();
+    let mut series = Vec::new();
+    if let Some(whole) = whole {
+        series.extend(cdf_series((id, GREY), "all senders", what, whole));
+        columns.push(("all senders".into(), whole));
+    }
+    for (i, (name, entry)) in senders.iter().enumerate() {
+        let Some(object) = entry.get(what).and_then(Value::as_object) else {
+            continue;
+        };
+        if i < SENDER_SERIES {
+            series.extend(cdf_series((ids[i], SENDER_COLORS[i]), name, what, object));
+        }
+        columns.push((name.clone(), object));
+    }
+    if series.is_empty() {
+        return false;
+    }
+    let chart_id = if what == "latency" {
+        "latency-cdf"
+    } else {
+        "jitter-cdf"
+    };
+    out.push_str(&line_chart(&LineChart {
+        id: chart_id,
+        x: Axis {
+            label: format!("{what} (log scale)"),
+            format: decade_ns,
+            log: false,
+            whole: true,
+        },
+        y: Axis {
+            label: "share at or below".into(),
+            format: nines_label,
+            log: false,
+            whole: true,
+        },
+        series,
+        rules: Vec::new(),
+    }));
+    let _ = write!(out, "<table class=\"figures\"><thead><tr><th>{what}</th>");
+    for (name, _) in &columns {
+        let _ = write!(out, "<th>{}</th>", esc(name));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for (stem, label) in TABLE_FIGURES {
+        let _ = write!(out, "<tr><td>{label}</td>");
+        for (_, object) in &columns {
+            let _ = write!(out, "<td>{}</td>", figure_text(figure(object, stem)));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+    true
 }
 
 /// A TCP sink's summary keeps its latency bounds at the top (`latency_p50_ns_le`): they are
@@ -734,171 +920,89 @@ fn run_latency(run: &Run) -> Option<(Map<String, Value>, &'static str)> {
         })
 }
 
-fn jitter_value(path: &str, v: &Value) -> String {
-    match v {
-        Value::Null => "unknown".into(),
-        v => match v.as_f64() {
-            Some(f) if path.ends_with("_ns") || path.contains("_ns_") => ns(f),
-            Some(f) => plain(f),
-            None => esc(&v.to_string()),
-        },
-    }
-}
-
 fn latency_section(out: &mut String, run: &Run) {
     out.push_str("<section id=\"latency\"><h2>Latency and jitter</h2>");
-    let Some((latency, from)) = run_latency(run) else {
-        unknown(
-            out,
-            "latency: unknown; no summary in this JSON carries a latency object (the run \
-             ended before its summary, or its packets were too small for a timestamp).",
-        );
-        unknown(
-            out,
-            "jitter: unknown; no summary in this JSON carries jitter fields.",
-        );
-        out.push_str("</section>");
-        return;
-    };
-    let latency = &latency;
-    let figures = latency_figures(latency);
-    if figures.is_empty() || figures.iter().all(|(_, v)| v.is_none()) {
-        unknown(
-            out,
-            "latency: unknown; the latency object holds no figures (no packet carried a \
-             usable timestamp).",
-        );
-    } else {
-        out.push_str(&bar_chart(&BarChart {
-            id: "latency-chart",
-            categories: figures.iter().map(|(l, _)| l.clone()).collect(),
-            x_label: "percentile".into(),
-            y: Axis {
-                label: "one-way latency (log scale)".into(),
-                format: ns,
-                log: true,
-            },
-            series: vec![Bars {
-                id: "latency",
-                label: "one-way latency".into(),
-                color: BLUE,
-                values: figures
-                    .iter()
-                    .map(|(l, v)| v.map(|v| (v.max(1.0), format!("{l}: {}", ns(v)))))
-                    .collect(),
-            }],
-        }));
-        let count = count(latency, "count")
+    let senders = sender_rows(run);
+    let whole = run_latency(run);
+    let drawn = cdf_view(
+        out,
+        ("latency", "latency"),
+        whole.as_ref().map(|(l, _)| l),
+        &senders,
+        &LATENCY_IDS,
+    );
+    if drawn {
+        let from = whole
+            .as_ref()
+            .map_or("each sender's books", |(_, from)| from);
+        let count = whole
+            .as_ref()
+            .and_then(|(l, _)| count(l, "count"))
             .map(|c| format!(" over {} samples", group(c)))
             .unwrap_or_default();
-        note(out, &format!("From {from}{count}."));
-    }
-    let source = run.sink_summary.as_ref().or(run.send_summary.as_ref());
-    let mut jitter: Vec<(String, Value)> = source.map(jitter_fields).unwrap_or_default();
-    if jitter.is_empty() {
-        jitter = jitter_fields(latency);
-    }
-    let numeric: Vec<(String, f64)> = jitter
-        .iter()
-        .filter(|(p, _)| p.ends_with("_ns") || p.contains("_ns_"))
-        .filter_map(|(p, v)| Some((p.clone(), v.as_f64()?)))
-        .collect();
-    if jitter.is_empty() {
-        unknown(
+        note(
             out,
-            "jitter: unknown; this run's JSON carries no jitter fields (the ringblast that \
-             wrote it does not report jitter).",
+            &format!(
+                "One-way latency as a CDF (y: the share of packets at or below x, spaced by \
+                 nines so the tail shows), per sender and, from {from}{count}, for all of them. \
+                 A value with ≤ is a histogram bucket's upper bound."
+            ),
         );
     } else {
-        if !numeric.is_empty() {
-            out.push_str(&bar_chart(&BarChart {
-                id: "jitter-chart",
-                categories: numeric.iter().map(|(p, _)| p.clone()).collect(),
-                x_label: "jitter field".into(),
-                y: Axis {
-                    label: "jitter (log scale)".into(),
-                    format: ns,
-                    log: true,
-                },
-                series: vec![Bars {
-                    id: "jitter",
-                    label: "jitter".into(),
-                    color: PURPLE,
-                    values: numeric
-                        .iter()
-                        .map(|(p, v)| Some((v.max(1.0), format!("{p}: {}", ns(*v)))))
-                        .collect(),
-                }],
-            }));
-        }
-        out.push_str("<table class=\"jitter\"><thead><tr><th>jitter field</th><th>value</th></tr></thead><tbody>");
-        for (path, v) in &jitter {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td></tr>",
-                esc(path),
-                jitter_value(path, v)
-            );
-        }
-        out.push_str("</tbody></table>");
+        unknown(
+            out,
+            "latency: unknown; no summary in this JSON carries two latency figures (the run \
+             ended before its summary, no packet carried a usable timestamp, or the sender's \
+             clock was never estimated).",
+        );
+    }
+    unknown(
+        out,
+        "latency over time: unknown; interval records carry no latency, only the summaries do.",
+    );
+    if !cdf_view(out, ("jitter", "jitter"), None, &senders, &JITTER_IDS) {
+        unknown(
+            out,
+            "jitter: unknown; no sender's books in this JSON carry jitter (a UDP sink's summary \
+             and a sender's verdict do; a TCP stream has none).",
+        );
+    } else {
+        note(
+            out,
+            "Jitter is |D| of RFC 3550 (the change in one-way transit between consecutive \
+             packets of a session), per sender.",
+        );
     }
     out.push_str("</section>");
 }
 
 // ---- senders ------------------------------------------------------------------------------
 
+/// A sender's latency figure in its table row.
 fn latency_cell(entry: &Map<String, Value>, stem: &str) -> String {
-    let Some(latency) = entry.get("latency") else {
-        return "n/a".into();
-    };
-    let Some(latency) = latency.as_object() else {
-        return "unknown".into();
-    };
-    match (
-        latency.get(&format!("{stem}_ns")),
-        latency.get(&format!("{stem}_ns_at_most")),
-    ) {
-        (Some(v), bound) if !v.is_null() || bound.is_none() => {
-            v.as_f64().map_or_else(|| "unknown".into(), ns)
-        }
-        (_, Some(v)) => v
-            .as_f64()
-            .map_or_else(|| "unknown".into(), |v| format!("≤ {}", ns(v))),
-        (_, None) => "n/a".into(),
+    match entry.get("latency").map(Value::as_object) {
+        None => "n/a".into(),
+        Some(None) => "unknown".into(),
+        Some(Some(latency)) => figure_text(figure(latency, stem)),
     }
 }
 
+/// A sender's jitter in its table row: p50 and p99.
 fn jitter_cell(entry: &Map<String, Value>) -> String {
-    let found = jitter_fields(entry);
-    if found.is_empty() {
-        return "unknown".into();
+    match entry.get("jitter").and_then(Value::as_object) {
+        Some(j) => format!(
+            "p50 {}<br>p99 {}",
+            figure_text(figure(j, "p50")),
+            figure_text(figure(j, "p99"))
+        ),
+        None if entry.contains_key("jitter") => "unknown".into(),
+        None => "n/a".into(),
     }
-    found
-        .iter()
-        .map(|(p, v)| format!("{}: {}", esc(p), jitter_value(p, v)))
-        .collect::<Vec<_>>()
-        .join("<br>")
 }
 
 fn senders_section(out: &mut String, run: &Run) {
     out.push_str("<section id=\"senders\"><h2>Per sender</h2>");
-    let mut rows: Vec<(String, &Map<String, Value>)> = Vec::new();
-    if let Some(senders) = run
-        .sink_summary
-        .as_ref()
-        .and_then(|s| s.get("senders"))
-        .and_then(Value::as_array)
-    {
-        for s in senders.iter().filter_map(Value::as_object) {
-            let name = text_field(s, "name").unwrap_or("unnamed").to_string();
-            rows.push((name, s));
-        }
-    } else if let Some(send) = &run.send_summary
-        && let Some(sink) = send.get("sink").and_then(Value::as_object)
-    {
-        let name = text_field(send, "name").unwrap_or("this sender");
-        rows.push((format!("{name} (the sink's verdict)"), sink));
-    }
+    let rows = sender_rows(run);
     if rows.is_empty() {
         unknown(
             out,
@@ -1094,11 +1198,13 @@ fn search_section(out: &mut String, run: &Run) {
                 label: "trial".into(),
                 format: whole,
                 log: false,
+                whole: true,
             },
             y: Axis {
                 label: "offered rate (packets per second)".into(),
                 format: pps,
                 log: false,
+                whole: false,
             },
             series: vec![Series {
                 id: "trial_rate",
@@ -1175,24 +1281,44 @@ mod tests {
     }
 
     #[test]
-    fn jitter_is_drawn_when_present_and_unknown_when_null_or_absent() {
+    fn latency_and_jitter_are_cdfs_per_sender_and_unknown_when_absent() {
         let with = page(
-            r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000,"jitter_ns":250,"jitter_p99_ns":null},"senders":[{"name":"a","rx_packets":5,"jitter_ns":120},{"name":"b","rx_packets":6}]}"#,
+            r#"{"type":"summary","role":"sink","latency":{"count":11,"min_ns":500,"p50_ns":1000,"p99_ns":9000,"max_ns":20000,"mean_ns":1500},"senders":[{"name":"a","rx_packets":5,"latency":{"min_ns":500,"p50_ns":900,"p99_ns":null,"p99_ns_at_most":10000,"max_ns":20000},"jitter":{"min_ns":0,"p50_ns":120,"p99_ns":800,"max_ns":4000}},{"name":"b","rx_packets":6}]}"#,
         );
+        let points = |id: &str| {
+            with.matches(&format!("class=\"pt\" data-series=\"{id}\""))
+                .count()
+        };
+        assert_eq!(points("latency"), 4, "all senders: min, p50, p99, max");
+        assert_eq!(points("latency-1"), 4, "sender a, its p99 a bucket bound");
+        assert_eq!(points("jitter-1"), 4, "{with}");
         assert_eq!(
-            with.matches("class=\"pt\" data-series=\"jitter\"").count(),
-            1
+            points("latency-2") + points("jitter-2"),
+            0,
+            "b has no figures"
         );
-        assert!(with.contains("<td>latency.jitter_ns</td><td>250 ns</td>"));
-        assert!(with.contains("<td>latency.jitter_p99_ns</td><td>unknown</td>"));
-        assert!(with.contains("<td>jitter_ns: 120 ns</td>"), "{with}");
         assert!(
-            with.contains("<td>unknown</td><td>n/a</td></tr>"),
-            "b: {with}"
+            with.contains("<tr><td>p99</td><td>9 µs</td><td>≤ 10 µs</td></tr>"),
+            "{with}"
+        );
+        assert!(
+            with.contains("<tr><td>mean</td><td>1.5 µs</td><td>unknown</td></tr>"),
+            "{with}"
+        );
+        assert!(with.contains("p50 120 ns<br>p99 800 ns"), "a's row: {with}");
+        assert!(!with.contains("jitter: unknown"), "{with}");
+        // Fractions are spaced by nines and latency by decades: whole ticks only.
+        assert!(
+            with.contains(">99.9 %<") && with.contains(">10 µs<"),
+            "{with}"
         );
         let without = page(r#"{"type":"summary","role":"sink","latency":{"p50_ns":1000}}"#);
+        assert!(
+            without.contains("latency: unknown"),
+            "one figure draws no CDF"
+        );
         assert!(without.contains("jitter: unknown"));
-        assert_eq!(without.matches("data-series=\"latency\" x=").count(), 1);
+        assert!(without.contains("latency over time: unknown"));
     }
 
     #[test]

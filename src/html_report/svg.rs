@@ -22,6 +22,8 @@ pub(crate) struct Axis {
     pub(crate) format: fn(f64) -> String,
     /// Logarithmic (base 10); values must be positive.
     pub(crate) log: bool,
+    /// Counts: ticks fall on whole numbers only (never 0.2 packets).
+    pub(crate) whole: bool,
 }
 
 /// One point of a line series; `verdict` adds a `data-verdict` attribute (e.g. `pass`) that
@@ -113,8 +115,9 @@ impl Scale {
     }
 }
 
-/// Round tick values covering `lo..=hi` (linear), and the range they span.
-fn linear_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
+/// Round tick values covering `lo..=hi` (linear), whole numbers only when `whole`, and the
+/// range they span.
+fn linear_ticks(lo: f64, hi: f64, whole: bool) -> (f64, f64, Vec<f64>) {
     let (lo, hi) = if hi > lo { (lo, hi) } else { (lo, lo + 1.0) };
     let raw = (hi - lo) / 5.0;
     let magnitude = 10f64.powf(raw.log10().floor());
@@ -125,6 +128,7 @@ fn linear_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
             f if f <= 5.0 => 5.0,
             _ => 10.0,
         };
+    let step = if whole { step.max(1.0) } else { step };
     let first = (lo / step).floor() * step;
     let last = (hi / step).ceil() * step;
     let ticks = (0..)
@@ -162,7 +166,7 @@ fn y_scale(axis: &Axis, values: impl Iterator<Item = f64>) -> (Scale, Vec<f64>) 
     } else {
         let hi = values.iter().copied().fold(0.0, f64::max);
         let lo = values.iter().copied().fold(0.0, f64::min);
-        linear_ticks(lo, if hi > lo { hi * 1.05 } else { lo + 1.0 })
+        linear_ticks(lo, if hi > lo { hi * 1.05 } else { lo + 1.0 }, axis.whole)
     };
     let scale = Scale {
         lo,
@@ -253,7 +257,7 @@ pub(crate) fn line_chart(chart: &LineChart) -> String {
     } else {
         (0.0, 1.0)
     };
-    let (x_lo, x_hi, x_ticks) = linear_ticks(x_lo, x_hi);
+    let (x_lo, x_hi, x_ticks) = linear_ticks(x_lo, x_hi, chart.x.whole);
     let x = Scale {
         lo: x_lo,
         hi: x_hi,
@@ -433,9 +437,14 @@ mod tests {
 
     #[test]
     fn ticks_are_round_and_cover_the_data() {
-        let (lo, hi, ticks) = linear_ticks(0.0, 52_500.0);
+        let (lo, hi, ticks) = linear_ticks(0.0, 52_500.0, false);
         assert_eq!((lo, hi), (0.0, 60_000.0));
         assert_eq!(ticks, [0.0, 20_000.0, 40_000.0, 60_000.0]);
+        // Counts of 0 to 1.05: ticks 0, 0.2, ... unless they are whole.
+        let (_, _, ticks) = linear_ticks(0.0, 1.05, false);
+        assert!(ticks.iter().any(|t| t.fract() != 0.0), "{ticks:?}");
+        let (lo, hi, ticks) = linear_ticks(0.0, 1.05, true);
+        assert_eq!((lo, hi, ticks), (0.0, 2.0, vec![0.0, 1.0, 2.0]));
         let (lo, hi, ticks) = log_ticks(1858.0, 4_771_839.0);
         assert_eq!((lo, hi), (1_000.0, 10_000_000.0));
         assert_eq!(ticks.len(), 5);
@@ -449,11 +458,13 @@ mod tests {
                 label: "time (s)".into(),
                 format: |v| format!("{v}"),
                 log: false,
+                whole: false,
             },
             y: Axis {
                 label: "rate (pps)".into(),
                 format: |v| format!("{v}"),
                 log: false,
+                whole: false,
             },
             series: vec![Series {
                 id: "sent",

@@ -291,7 +291,7 @@ def tcp(args):
     # as saying hello, and are left out. A socket freed during the run shows as a destroy event,
     # one still open at the end in the last listing (with the same figures: nothing more arrives);
     # the event wins when both hold it. Every data connection the sender opened must be there.
-    control = set(re.findall(r"said hello from (\S+)", open(args.sink_log).read()))
+    control = set(re.findall(r" from (\S+): said hello", open(args.sink_log).read()))
     conns = {}
     for f in args.sockets:
         for local, peer, info in ss_sockets(f):
