@@ -90,7 +90,7 @@ pub(crate) fn latency_clock_json(clock: &LatencyClock, unknown: u64, clamped: u6
 }
 
 /// A cell bound for people: `<=20us`, `>1s` for the open top cell, `-` when nothing was seen.
-fn bound_text(ns: u64) -> String {
+pub(crate) fn bound_text(ns: u64) -> String {
     match ns {
         0 => "-".into(),
         n if n > LATENCY_BOUNDS_NS[LATENCY_BOUNDS_NS.len() - 1] => ">1s".into(),

@@ -210,19 +210,15 @@ impl TcpReport {
     }
 }
 
-/// The sink's latency as its cells bound it (`latency p50 <=12.3us p99 <=98.3us`), as every
-/// summary line shows latency; unknown without a corrected sample.
+/// The sink's latency as its cells bound it (`latency p50 <=20us p99 <=100us`), in the words
+/// of the UDP sink's bounds; unknown without a corrected sample.
 fn latency_bounds_text(cells: &[u64; LATENCY_CELLS]) -> String {
-    let bound = |q| match latency_quantile_bound(cells, q) {
-        u64::MAX => format!(
-            ">{}",
-            report::ns_text(LATENCY_BOUNDS_NS.last().copied().unwrap_or(0))
-        ),
-        b => format!("<={}", report::ns_text(b)),
-    };
     if cells.iter().all(|c| *c == 0) {
-        "latency unknown (no corrected samples)".to_string()
-    } else {
-        format!("latency p50 {} p99 {}", bound(0.5), bound(0.99))
+        return "latency unknown (no corrected samples)".to_string();
     }
+    format!(
+        "latency p50 {} p99 {}",
+        report::bound_text(latency_quantile_bound(cells, 0.5)),
+        report::bound_text(latency_quantile_bound(cells, 0.99))
+    )
 }
