@@ -25,6 +25,7 @@ pub mod mailbox;
 mod recv_memory;
 pub(crate) mod registry;
 mod run_loop;
+pub(crate) mod senders;
 pub(crate) mod sizes;
 pub(crate) mod tcp;
 

@@ -22,6 +22,7 @@ use self::figures::{FigureBook, SenderFigures};
 use super::{
     SinkShared,
     mailbox::{EpochRefusals, FromWorker, SessionKey, ToWorker},
+    senders::{OTHER, SenderBooks, Tally},
     sizes::{ClassCount, SizeTable},
 };
 use crate::{
@@ -116,19 +117,15 @@ pub(crate) struct SenderRow {
     pub(crate) figures: SenderFigures,
 }
 
-#[derive(Debug)]
-struct Epoch {
-    name: String,
-    /// Its sender said hello (an epoch seen in data alone is pruned once it ended).
-    announced: bool,
+/// What the registry keeps of one sender run beside its name and clock.
+#[derive(Debug, Default)]
+struct RunBook {
     /// Flow id → (start, next at hello).
     flows: HashMap<u32, (u64, u64)>,
     sink_predates: bool,
     span: Option<(u64, u64)>,
     /// Its end was said (one line per session, not per flow).
     ended: bool,
-    /// Its clock.
-    clock: LatencyClock,
     /// What the Goodbye of each flow was answered with: a Goodbye repeated on a new connection
     /// (the verdict was lost on the way) gets the same answer, and nothing is booked twice.
     answered: HashMap<u32, SessionCounters>,
@@ -143,19 +140,37 @@ struct Epoch {
     answered_figures: SenderFigures,
 }
 
+/// What a sender's closed sessions counted: the UDP sink's [`Tally`].
 #[derive(Debug, Default)]
-struct SenderBook {
-    closed: SessionCounters,
-    epochs: Vec<u32>,
-    /// It said hello: it keeps its name when `--max-senders` are known, and an unannounced
-    /// sender's book is folded into `other` to make room for it.
-    announced: bool,
-    /// Sessions of its that ended and were pruned from `epochs` (their books are in `closed`).
+struct ClosedBook {
+    counters: SessionCounters,
+    /// Sessions of its that ended and were pruned from its runs (their books are in
+    /// `counters`).
     pruned_sessions: u64,
     /// The active time of those sessions, in ns.
     pruned_active_ns: u64,
     /// Latency and jitter cells of its runs' slots handed back so far.
     figures: Option<Box<FigureBook>>,
+}
+
+impl ClosedBook {
+    fn of(counters: &SessionCounters) -> ClosedBook {
+        ClosedBook {
+            counters: *counters,
+            ..ClosedBook::default()
+        }
+    }
+}
+
+impl Tally for ClosedBook {
+    fn add(&mut self, other: &ClosedBook) {
+        self.counters.add(&other.counters);
+        self.pruned_sessions = self.pruned_sessions.saturating_add(other.pruned_sessions);
+        self.pruned_active_ns = self.pruned_active_ns.saturating_add(other.pruned_active_ns);
+        if let Some(f) = &other.figures {
+            self.figures.get_or_insert_with(Box::default).add(f);
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -166,10 +181,10 @@ struct Waiting {
     refusals: Vec<(usize, EpochRefusals)>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
-    senders: BTreeMap<String, SenderBook>,
-    epochs: HashMap<u32, Epoch>,
+    /// Every sender's closed sessions, and every run's own books.
+    books: SenderBooks<ClosedBook, RunBook>,
     closed_generation: Vec<Vec<u64>>,
     waiting: HashMap<SessionKey, Waiting>,
     /// Epochs that are later steps of a sender's run (not sessions of their own).
@@ -185,7 +200,6 @@ struct Inner {
 #[derive(Debug)]
 pub(crate) struct Registry {
     workers: Vec<Arc<SinkShared>>,
-    max_senders: usize,
     started_ns: u64,
     sizes: Arc<SizeTable>,
     inner: Mutex<Inner>,
@@ -208,15 +222,19 @@ impl Registry {
         started_ns: u64,
     ) -> Registry {
         let inner = Inner {
+            books: SenderBooks::new(max_senders),
             closed_generation: workers
                 .iter()
                 .map(|w| vec![0; w.mailbox.sessions.len()])
                 .collect(),
-            ..Inner::default()
+            waiting: HashMap::new(),
+            steps: std::collections::HashSet::new(),
+            unseen_lost: 0,
+            events: Vec::new(),
+            pruned_spans: Vec::new(),
         };
         Registry {
             workers,
-            max_senders: max_senders.max(1),
             started_ns,
             sizes: Arc::default(),
             inner: Mutex::new(inner),
@@ -247,47 +265,6 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The sender name to book under: itself, or `other` once `--max-senders` are known.
-    fn book_name(&self, inner: &Inner, name: &str) -> String {
-        if inner.senders.contains_key(name) || inner.senders.len() < self.max_senders {
-            name.to_string()
-        } else {
-            OTHER.to_string()
-        }
-    }
-
-    /// Folds one unannounced sender's book into `other`, so an announced sender gets its own
-    /// name within `--max-senders`; false when every named sender is announced.
-    fn make_room(&self, inner: &mut Inner) -> bool {
-        let Some(name) = inner
-            .senders
-            .iter()
-            .find(|(name, book)| !book.announced && name.as_str() != OTHER)
-            .map(|(name, _)| name.clone())
-        else {
-            return false;
-        };
-        let Some(book) = inner.senders.remove(&name) else {
-            return false;
-        };
-        for e in inner.epochs.values_mut().filter(|e| e.name == name) {
-            e.name = OTHER.to_string();
-        }
-        let other = inner.senders.entry(OTHER.to_string()).or_default();
-        other.closed.add(&book.closed);
-        other.pruned_sessions += book.pruned_sessions;
-        other.pruned_active_ns += book.pruned_active_ns;
-        if let Some(f) = &book.figures {
-            other.figures.get_or_insert_with(Box::default).add(f);
-        }
-        for e in book.epochs {
-            if !other.epochs.contains(&e) {
-                other.epochs.push(e);
-            }
-        }
-        true
-    }
-
     /// Sends one message to every worker (their inboxes are bounded: wait a little when full).
     fn broadcast(&self, message: ToWorker) {
         for worker in &self.workers {
@@ -311,25 +288,18 @@ impl Registry {
         // sender says. Otherwise the sink joined a running stream and counts from what it sees.
         let sink_predates = uptime > hello.elapsed_ns;
         let mut inner = self.lock();
-        let name = self.book_name(&inner, &hello.name);
         let from = peer.map_or_else(|| "this process".to_string(), |p| p.to_string());
-        let name = if name == OTHER && hello.name != OTHER && self.make_room(&mut inner) {
-            hello.name.clone()
-        } else {
-            name
-        };
-        let known = inner.senders.contains_key(&name);
-        let book = inner.senders.entry(name.clone()).or_default();
-        book.announced = true;
-        let new_epoch = !book.epochs.contains(&hello.epoch);
-        if new_epoch {
-            book.epochs.push(hello.epoch);
-        }
-        let sessions = book.epochs.len();
+        let booked = inner
+            .books
+            .announce(&hello.name, hello.epoch, hello.clock.clone(), || RunBook {
+                sink_predates,
+                ..RunBook::default()
+            });
+        let (name, sessions) = (&booked.name, booked.runs);
         if hello.step > 0 {
             inner.steps.insert(hello.epoch);
         }
-        let line = match (known, new_epoch) {
+        let line = match (booked.known, booked.new_run) {
             (true, true) if hello.step > 0 => format!(
                 "sink: sender {name} from {from}: step {} (epoch {:08x})",
                 hello.step + 1,
@@ -349,30 +319,17 @@ impl Registry {
                 hello.epoch
             ),
         };
-        let epoch = inner.epochs.entry(hello.epoch).or_insert_with(|| Epoch {
-            announced: true,
-            name,
-            flows: HashMap::new(),
-            sink_predates,
-            span: None,
-            ended: false,
-            clock: hello.clock.clone(),
-            answered: HashMap::new(),
-            answered_refused: 0,
-            figures: None,
-            figures_dropped: false,
-            answered_figures: SenderFigures::default(),
-        });
-        epoch.announced = true;
-        epoch.clock = LatencyClock::at_hello(Some(&epoch.clock), hello.clock.clone());
-        let correction = epoch.clock.correction_ns();
+        let correction = inner.books.correction(hello.epoch);
+        let Some(run) = inner.books.runs.get_mut(&hello.epoch) else {
+            return (uptime, line);
+        };
         for f in &hello.flows {
-            epoch
+            run.own
                 .flows
                 .entry(f.flow)
                 .or_insert((f.first_seq, f.next_seq));
         }
-        let predates = epoch.sink_predates;
+        let predates = run.own.sink_predates;
         drop(inner);
         // Announced before its clock and starts, so its sessions are announced when they open.
         self.broadcast(ToWorker::Announce {
@@ -404,12 +361,11 @@ impl Registry {
     /// A sender run's estimate of this sink's clock offset: its sessions correct their latency
     /// by it from now on (a run on the sink's own clock keeps offset 0).
     pub(crate) fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
-        let mut inner = self.lock();
-        let Some(e) = inner.epochs.get_mut(&epoch) else {
-            return;
-        };
-        if e.clock.estimated(offset_ns, error_bound_ns, rtt_ns) {
-            drop(inner);
+        let changed = self
+            .lock()
+            .books
+            .estimate(epoch, offset_ns, error_bound_ns, rtt_ns);
+        if changed {
             self.broadcast(ToWorker::Clock {
                 epoch,
                 correction: offset_ns,
@@ -436,9 +392,10 @@ impl Registry {
     pub(crate) fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunVerdict {
         let answered = |inner: &Inner, flow: u32| {
             inner
-                .epochs
+                .books
+                .runs
                 .get(&epoch)
-                .and_then(|e| e.answered.get(&flow))
+                .and_then(|e| e.own.answered.get(&flow))
                 .cloned()
         };
         // Flows answered before are not closed again: their sessions are gone from the workers.
@@ -492,10 +449,14 @@ impl Registry {
                         flow: f.flow,
                     })
                 }));
-                let earlier = inner.epochs.get(&epoch).map_or(0, |e| e.answered_refused);
+                let earlier = inner
+                    .books
+                    .runs
+                    .get(&epoch)
+                    .map_or(0, |e| e.own.answered_refused);
                 verdict.refused = refusals.packets.max(earlier);
-                if let Some(e) = inner.epochs.get_mut(&epoch) {
-                    e.answered_refused = verdict.refused;
+                if let Some(e) = inner.books.runs.get_mut(&epoch) {
+                    e.own.answered_refused = verdict.refused;
                 }
                 for f in flows {
                     let key = SessionKey {
@@ -513,9 +474,10 @@ impl Registry {
                                 }
                                 None => None,
                             };
-                            if let (Some(c), Some(e)) = (&definitive, inner.epochs.get_mut(&epoch))
+                            if let (Some(c), Some(e)) =
+                                (&definitive, inner.books.runs.get_mut(&epoch))
                             {
-                                e.answered.insert(f.flow, *c);
+                                e.own.answered.insert(f.flow, *c);
                             }
                             definitive.unwrap_or_default()
                         }
@@ -525,25 +487,22 @@ impl Registry {
                 }
                 let figures = if fresh.is_empty() {
                     inner
-                        .epochs
+                        .books
+                        .runs
                         .get(&epoch)
-                        .map(|e| e.answered_figures)
+                        .map(|e| e.own.answered_figures)
                         .unwrap_or_default()
                 } else {
                     let f = self.run_figures(&mut inner, epoch, &verdict.totals);
-                    if let Some(e) = inner.epochs.get_mut(&epoch) {
-                        e.answered_figures = f;
+                    if let Some(e) = inner.books.runs.get_mut(&epoch) {
+                        e.own.answered_figures = f;
                     }
                     f
                 };
                 verdict.latency = Latency::from_cells(&verdict.totals.latency_cells)
                     .with_figures(figures.latency);
                 verdict.jitter = Jitter::of(&verdict.totals).with_figures(figures.jitter);
-                verdict.clock = inner
-                    .epochs
-                    .get(&epoch)
-                    .map(|e| e.clock.clone())
-                    .unwrap_or_default();
+                verdict.clock = inner.books.clock_of(epoch);
                 verdict.sizes = self
                     .sizes
                     .counts(&verdict.totals.size_packets, verdict.totals.bytes);
@@ -564,11 +523,16 @@ impl Registry {
         f: &FlowReport,
         refused: bool,
     ) -> SessionCounters {
-        let Some(e) = inner.epochs.get(&epoch) else {
+        let Some(e) = inner.books.runs.get(&epoch) else {
             return SessionCounters::default();
         };
-        let (start, next_at_hello) = e.flows.get(&f.flow).copied().unwrap_or((f.first_seq, 0));
-        let from = if e.sink_predates {
+        let (start, next_at_hello) = e
+            .own
+            .flows
+            .get(&f.flow)
+            .copied()
+            .unwrap_or((f.first_seq, 0));
+        let from = if e.own.sink_predates {
             start
         } else {
             next_at_hello
@@ -583,7 +547,14 @@ impl Registry {
         };
         let name = e.name.clone();
         inner.unseen_lost += counters.lost;
-        inner.senders.entry(name).or_default().closed.add(&counters);
+        inner
+            .books
+            .senders
+            .entry(name)
+            .or_default()
+            .closed
+            .counters
+            .add(&counters);
         counters
     }
 
@@ -624,11 +595,8 @@ impl Registry {
                             wait.refusals.push((w, refusals));
                         }
                         let name = self.sender_of(inner, key.epoch, source);
-                        let book = inner.senders.entry(name).or_default();
-                        book.closed.add(&counters);
-                        if !book.epochs.contains(&key.epoch) {
-                            book.epochs.push(key.epoch);
-                        }
+                        let closed = ClosedBook::of(&counters);
+                        inner.books.book_closed(name, key.epoch, &closed);
                         self.note_span(inner, key.epoch, source, active_ns);
                         self.note_end(inner, key.epoch, cause);
                     }
@@ -638,11 +606,9 @@ impl Registry {
     }
 
     fn sender_of(&self, inner: &Inner, epoch: u32, source: Option<SocketAddr>) -> String {
-        let name = match inner.epochs.get(&epoch) {
-            Some(e) => e.name.clone(),
-            None => unannounced_name(epoch, source),
-        };
-        self.book_name(inner, &name)
+        inner
+            .books
+            .sender_of(epoch, || unannounced_name(epoch, source))
     }
 
     fn note_span(
@@ -652,38 +618,19 @@ impl Registry {
         source: Option<SocketAddr>,
         span: (u64, u64),
     ) {
-        if !inner.epochs.contains_key(&epoch) {
+        if !inner.books.runs.contains_key(&epoch) {
             let name = self.sender_of(inner, epoch, source);
             inner.events.push(timeline::SessionEvent::Start {
                 sender: name.clone(),
                 epoch,
             });
-            inner.epochs.insert(
-                epoch,
-                Epoch {
-                    name,
-                    announced: false,
-                    flows: HashMap::new(),
-                    sink_predates: false,
-                    span: None,
-                    ended: false,
-                    clock: LatencyClock::default(),
-                    answered: HashMap::new(),
-                    answered_refused: 0,
-                    figures: None,
-                    figures_dropped: false,
-                    answered_figures: SenderFigures::default(),
-                },
-            );
+            inner.books.seen(epoch, name, RunBook::default);
         }
-        if let Some(e) = inner.epochs.get_mut(&epoch) {
-            e.span = span_union(e.span, span);
+        if let Some(e) = inner.books.runs.get_mut(&epoch) {
+            e.own.span = span_union(e.own.span, span);
         }
     }
 }
-
-/// The book of senders beyond `--max-senders`.
-const OTHER: &str = "other";
 
 /// The name of a sender run that never said hello: its source IP and epoch (never its port:
 /// each of its flows may come from a port of its own).

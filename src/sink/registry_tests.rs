@@ -349,11 +349,11 @@ fn idle_runs_without_a_hello_are_pruned_into_their_totals() {
     // Nothing of the 1 000 runs is kept but their sums.
     let inner = registry.lock();
     assert!(
-        inner.epochs.is_empty(),
+        inner.books.runs.is_empty(),
         "{} epochs kept",
-        inner.epochs.len()
+        inner.books.runs.len()
     );
-    assert!(inner.senders.values().all(|b| b.epochs.is_empty()));
+    assert!(inner.books.senders.values().all(|b| b.epochs.is_empty()));
 }
 
 #[test]

@@ -64,18 +64,21 @@ impl Registry {
             worker.figures.harvest(|epoch, slot| {
                 let name = self.sender_of(inner, epoch, decode_source(slot.source()));
                 inner
+                    .books
                     .senders
                     .entry(name)
                     .or_default()
+                    .closed
                     .figures
                     .get_or_insert_with(Box::default)
                     .add_slot(slot);
                 let kept = inner
-                    .epochs
+                    .books
+                    .runs
                     .values()
-                    .filter(|e| e.figures.is_some())
+                    .filter(|e| e.own.figures.is_some())
                     .count();
-                if let Some(e) = inner.epochs.get_mut(&epoch)
+                if let Some(e) = inner.books.runs.get_mut(&epoch).map(|e| &mut e.own)
                     && e.answered.is_empty()
                 {
                     if e.figures.is_none() && kept >= RUN_FIGURES {
@@ -88,16 +91,19 @@ impl Registry {
             });
         }
         let kept = inner
-            .epochs
+            .books
+            .runs
             .values()
-            .filter(|e| e.figures.is_some())
+            .filter(|e| e.own.figures.is_some())
             .count();
         if kept > RUN_FIGURES
-            && let Some((_, e)) = inner
-                .epochs
-                .iter_mut()
-                .filter(|(_, e)| e.figures.is_some())
-                .min_by_key(|(_, e)| e.span.map_or(0, |s| s.1))
+            && let Some(e) = inner
+                .books
+                .runs
+                .values_mut()
+                .map(|e| &mut e.own)
+                .filter(|e| e.figures.is_some())
+                .min_by_key(|e| e.span.map_or(0, |s| s.1))
         {
             e.figures = None;
             e.figures_dropped = true;
@@ -112,7 +118,7 @@ impl Registry {
         epoch: u32,
         totals: &SessionCounters,
     ) -> SenderFigures {
-        let Some(e) = inner.epochs.get_mut(&epoch) else {
+        let Some(e) = inner.books.runs.get_mut(&epoch).map(|e| &mut e.own) else {
             return SenderFigures::default();
         };
         if e.figures_dropped {
@@ -130,9 +136,10 @@ impl Registry {
         counters: &SessionCounters,
     ) -> SenderFigures {
         let mut book = inner
+            .books
             .senders
             .get(name)
-            .and_then(|b| b.figures.as_deref())
+            .and_then(|b| b.closed.figures.as_deref())
             .cloned()
             .unwrap_or_default();
         for worker in &self.workers {

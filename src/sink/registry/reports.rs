@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{ATTRIBUTE_AFTER_NS, Inner, PRUNED_SPANS, Registry, SenderRow};
-use crate::{clock, latency_clock::LatencyClock, stats::SessionCounters};
+use crate::{clock, stats::SessionCounters};
 
 impl Registry {
     /// Valid packets per size class (the last cell: other lengths) and their payload bytes, over
@@ -17,8 +17,8 @@ impl Registry {
         let mut inner = self.lock();
         self.drain(&mut inner);
         let mut total = SessionCounters::default();
-        for book in inner.senders.values() {
-            total.add(&book.closed);
+        for book in inner.books.senders.values() {
+            total.add(&book.closed.counters);
         }
         for (w, worker) in self.workers.iter().enumerate() {
             for (slot, shared) in worker.mailbox.sessions.iter().enumerate() {
@@ -51,13 +51,13 @@ impl Registry {
                 if view.generation <= inner.closed_generation[w][slot] {
                     continue;
                 }
-                let named = inner.epochs.contains_key(&view.key.epoch);
+                let named = inner.books.runs.contains_key(&view.key.epoch);
                 if !named && !all && now.saturating_sub(view.active_ns.0) < ATTRIBUTE_AFTER_NS {
                     continue;
                 }
                 let name = self.sender_of(&inner, view.key.epoch, view.source);
                 // Booked at once, so the next session of this pass sees `--max-senders` filled.
-                inner.senders.entry(name.clone()).or_default();
+                inner.books.senders.entry(name.clone()).or_default();
                 let entry = live.entry(name).or_default();
                 entry.0.add(&view.counters);
                 if !entry.1.contains(&view.key.epoch) {
@@ -70,7 +70,7 @@ impl Registry {
             self.note_span(&mut inner, epoch, source, span);
         }
         for (name, (_, epochs)) in &live {
-            let book = inner.senders.entry(name.clone()).or_default();
+            let book = inner.books.senders.entry(name.clone()).or_default();
             for e in epochs {
                 if !book.epochs.contains(e) {
                     book.epochs.push(*e);
@@ -80,11 +80,12 @@ impl Registry {
         let live_epochs: HashSet<u32> =
             live.values().flat_map(|(_, e)| e.iter().copied()).collect();
         prune(&mut inner, &live_epochs);
-        inner
+        let books = &inner.books;
+        books
             .senders
             .iter()
             .map(|(name, book)| {
-                let mut counters = book.closed;
+                let mut counters = book.closed.counters;
                 let mut active_sessions = 0;
                 if let Some((c, epochs)) = live.get(name) {
                     counters.add(c);
@@ -93,14 +94,14 @@ impl Registry {
                 let active_ns = book
                     .epochs
                     .iter()
-                    .filter_map(|e| inner.epochs.get(e).and_then(|e| e.span))
+                    .filter_map(|e| books.runs.get(e).and_then(|e| e.own.span))
                     .map(|(a, b)| b - a)
-                    .fold(book.pruned_active_ns, u64::saturating_add);
+                    .fold(book.closed.pruned_active_ns, u64::saturating_add);
                 SenderRow {
                     name: name.clone(),
                     figures: self.live_figures(&inner, name, &counters),
                     counters,
-                    sessions: book.pruned_sessions
+                    sessions: book.closed.pruned_sessions
                         + book
                             .epochs
                             .iter()
@@ -109,11 +110,7 @@ impl Registry {
                     active_sessions,
                     active_ns,
                     announced: book.announced,
-                    clock: LatencyClock::latest(
-                        book.epochs
-                            .iter()
-                            .filter_map(|e| inner.epochs.get(e).map(|e| &e.clock)),
-                    ),
+                    clock: books.sender_clock(name),
                 }
             })
             .collect()
@@ -125,24 +122,26 @@ impl Registry {
 /// Forged runs with random epochs then cost the registry nothing once they go idle.
 fn prune(inner: &mut Inner, live: &HashSet<u32>) {
     let ended: Vec<u32> = inner
-        .epochs
+        .books
+        .runs
         .iter()
-        .filter(|(e, epoch)| !epoch.announced && epoch.ended && !live.contains(e))
+        .filter(|(e, run)| !run.announced && run.own.ended && !live.contains(e))
         .map(|(e, _)| *e)
         .collect();
     for e in ended {
-        let Some(epoch) = inner.epochs.remove(&e) else {
+        let Some(run) = inner.books.runs.remove(&e) else {
             continue;
         };
         let step = inner.steps.remove(&e);
-        if let Some(book) = inner.senders.get_mut(&epoch.name) {
+        if let Some(book) = inner.books.senders.get_mut(&run.name) {
             book.epochs.retain(|x| *x != e);
-            book.pruned_sessions += u64::from(!step);
-            book.pruned_active_ns = book
+            let closed = &mut book.closed;
+            closed.pruned_sessions += u64::from(!step);
+            closed.pruned_active_ns = closed
                 .pruned_active_ns
-                .saturating_add(epoch.span.map_or(0, |(a, b)| b - a));
+                .saturating_add(run.own.span.map_or(0, |(a, b)| b - a));
         }
-        if let Some(span) = epoch.span.filter(|(a, b)| b > a) {
+        if let Some(span) = run.own.span.filter(|(a, b)| b > a) {
             add_span(&mut inner.pruned_spans, span);
         }
     }

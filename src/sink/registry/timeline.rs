@@ -71,11 +71,11 @@ impl Registry {
             CloseCause::Idle => false,
             CloseCause::End => return,
         };
-        if let Some(e) = inner.epochs.get_mut(&epoch)
-            && !e.ended
+        if let Some(e) = inner.books.runs.get_mut(&epoch)
+            && !e.own.ended
         {
-            e.ended = true;
-            let active_s = e.span.map_or(0, |(a, b)| b - a) as f64 / 1e9;
+            e.own.ended = true;
+            let active_s = e.own.span.map_or(0, |(a, b)| b - a) as f64 / 1e9;
             inner.events.push(SessionEvent::End {
                 sender: e.name.clone(),
                 epoch,
@@ -88,7 +88,12 @@ impl Registry {
     /// Nanoseconds during which any session received packets (idle gaps excluded).
     pub(crate) fn active_ns(&self) -> u64 {
         let inner = self.lock();
-        let mut spans: Vec<(u64, u64)> = inner.epochs.values().filter_map(|e| e.span).collect();
+        let mut spans: Vec<(u64, u64)> = inner
+            .books
+            .runs
+            .values()
+            .filter_map(|e| e.own.span)
+            .collect();
         spans.extend_from_slice(&inner.pruned_spans);
         spans.sort_unstable();
         let (mut total, mut open): (u64, Option<(u64, u64)>) = (0, None);

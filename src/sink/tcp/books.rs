@@ -10,20 +10,17 @@
 //! correct the run's latency without a lock. The lock here is taken by the reporter and the
 //! control threads alone.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, sync::Arc, sync::Mutex, time::Duration};
 
 use super::{
     TcpSinkShared,
     peers::{ConnTally, SlotRead},
 };
-use crate::{clock, latency_clock::LatencyClock};
-
-/// Name booked for sender runs beyond `--max-senders` names.
-const OTHER: &str = "other";
+use crate::{
+    clock,
+    latency_clock::LatencyClock,
+    sink::senders::{self, SenderBooks, Tally},
+};
 
 /// What the sink counted for one sender run, at its Goodbye.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,7 +38,7 @@ pub(crate) struct TcpVerdict {
 /// One sender's books, as the reporter shows them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TcpSenderRow {
-    /// Name from its Hello, or `epoch-XXXXXXXX`.
+    /// Name from its Hello, `other`, or `epoch-XXXXXXXX`.
     pub(crate) name: String,
     /// Its records, bytes and invalid events, over all its runs.
     pub(crate) tally: ConnTally,
@@ -55,27 +52,47 @@ pub(crate) struct TcpSenderRow {
     pub(crate) clock: LatencyClock,
 }
 
+/// The tally of some connections: what they counted, and how many they were. A sender's
+/// closed connections, a run's closed ones, and a run's live ones are each one.
 #[derive(Debug, Default, Clone, Copy)]
-struct EpochBook {
+pub(crate) struct ConnBook {
     tally: ConnTally,
     conns: u64,
 }
 
-#[derive(Debug, Default)]
+impl ConnBook {
+    fn of(tally: &ConnTally) -> ConnBook {
+        ConnBook {
+            tally: *tally,
+            conns: 1,
+        }
+    }
+}
+
+impl Tally for ConnBook {
+    fn add(&mut self, other: &ConnBook) {
+        self.tally.add(&other.tally);
+        self.conns = self.conns.saturating_add(other.conns);
+    }
+}
+
+/// The name of a sender run that never said Hello.
+fn unannounced_name(epoch: u32) -> String {
+    format!("epoch-{epoch:08x}")
+}
+
+#[derive(Debug)]
 struct Inner {
-    names: HashMap<u32, String>,
-    closed: HashMap<u32, EpochBook>,
+    /// Per sender its closed connections, and per run its own closed connections.
+    books: SenderBooks<ConnBook, ConnBook>,
     /// Invalid events on connections that never carried a record.
     unattributed: ConnTally,
-    /// Each run's clock.
-    clocks: HashMap<u32, LatencyClock>,
 }
 
 /// The per-sender books over these queues' connection slots.
 #[derive(Debug)]
 pub(crate) struct TcpBooks {
     queues: Vec<Arc<TcpSinkShared>>,
-    max_senders: usize,
     started_ns: u64,
     inner: Mutex<Inner>,
 }
@@ -85,145 +102,121 @@ impl TcpBooks {
     pub(crate) fn new(queues: Vec<Arc<TcpSinkShared>>, max_senders: usize) -> TcpBooks {
         TcpBooks {
             queues,
-            max_senders: max_senders.max(1),
             started_ns: clock::monotonic_ns(),
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                books: SenderBooks::new(max_senders),
+                unattributed: ConnTally::default(),
+            }),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Books every closed connection's final tally and gives every live one its run's clock
-    /// correction; returns the live tallies by epoch.
-    fn collect(&self, inner: &mut Inner) -> HashMap<u32, EpochBook> {
-        let mut live: HashMap<u32, EpochBook> = HashMap::new();
+    /// correction; returns the live tallies by epoch (a run first seen here is booked under
+    /// its unannounced name).
+    fn collect(&self, inner: &mut Inner) -> HashMap<u32, ConnBook> {
+        let mut live: HashMap<u32, ConnBook> = HashMap::new();
         for slot in self.queues.iter().flat_map(|q| q.slots.iter()) {
             match slot.read() {
                 SlotRead::Free => {}
                 SlotRead::Live(t) => {
-                    if let Some(c) = inner.clocks.get(&t.epoch).and_then(|c| c.correction_ns()) {
+                    if let Some(c) = inner.books.correction(t.epoch) {
                         slot.set_clock(t.epoch, c);
                     }
-                    let b = live.entry(t.epoch).or_default();
-                    b.tally.add(&t);
-                    b.conns += 1;
+                    live.entry(t.epoch).or_default().add(&ConnBook::of(&t));
                 }
                 SlotRead::Closed(t) if t.epoch == 0 => inner.unattributed.add(&t),
                 SlotRead::Closed(t) => {
-                    let b = inner.closed.entry(t.epoch).or_default();
-                    b.tally.add(&t);
-                    b.conns += 1;
+                    let books = &mut inner.books;
+                    let run = books.seen(t.epoch, unannounced_name(t.epoch), ConnBook::default);
+                    run.own.add(&ConnBook::of(&t));
+                    let name = books.sender_of(t.epoch, String::new);
+                    books.book_closed(name, t.epoch, &ConnBook::of(&t));
                 }
             }
+        }
+        for &epoch in live.keys().filter(|&&e| e != 0) {
+            inner
+                .books
+                .seen(epoch, unannounced_name(epoch), ConnBook::default);
         }
         live
     }
 
     /// Books the connections the workers closed, so their slots can be reused.
     pub(crate) fn tick(&self) {
-        if let Ok(mut inner) = self.inner.lock() {
-            self.collect(&mut inner);
-        }
+        self.collect(&mut self.lock());
     }
 
     /// A sender run said Hello, its clock as the hello tells (a reconnect keeps a known one);
     /// returns the sink's uptime.
     pub(crate) fn hello(&self, name: &str, epoch: u32, clock: LatencyClock) -> u64 {
-        if let Ok(mut inner) = self.inner.lock() {
-            let clock = LatencyClock::at_hello(inner.clocks.get(&epoch), clock);
-            inner.clocks.insert(epoch, clock);
-            self.collect(&mut inner);
-            let known = inner.names.values().any(|n| n == name);
-            let names = inner.names.values().filter(|n| *n != OTHER).count();
-            let name = if known || names < self.max_senders {
-                name
-            } else {
-                OTHER
-            };
-            inner.names.insert(epoch, name.to_string());
-        }
+        let mut inner = self.lock();
+        inner.books.announce(name, epoch, clock, ConnBook::default);
+        self.collect(&mut inner);
         clock::monotonic_ns().saturating_sub(self.started_ns)
     }
 
     /// A sender run told its estimate of this sink's clock: its live connections correct their
     /// latency by it from now on.
     pub(crate) fn clock(&self, epoch: u32, offset_ns: i64, error_bound_ns: u64, rtt_ns: u64) {
-        if let Ok(mut inner) = self.inner.lock() {
-            let changed =
-                inner
-                    .clocks
-                    .entry(epoch)
-                    .or_default()
-                    .estimated(offset_ns, error_bound_ns, rtt_ns);
-            if changed {
-                self.collect(&mut inner);
-            }
+        let mut inner = self.lock();
+        if inner
+            .books
+            .estimate(epoch, offset_ns, error_bound_ns, rtt_ns)
+        {
+            self.collect(&mut inner);
         }
     }
 
     /// A sender run said Goodbye: waits (at most `wait`) until every connection of it ended,
     /// then returns what the sink counted for it.
     pub(crate) fn goodbye(&self, epoch: u32, wait: Duration) -> TcpVerdict {
-        let until = Instant::now() + wait;
-        loop {
-            let Ok(mut inner) = self.inner.lock() else {
-                return TcpVerdict::default();
-            };
+        senders::poll_until(wait, |last| {
+            let mut inner = self.lock();
             let live = self.collect(&mut inner);
             let open = live.get(&epoch).copied();
-            if open.is_none() || Instant::now() >= until {
-                let mut b = inner.closed.get(&epoch).copied().unwrap_or_default();
-                if let Some(o) = open {
-                    b.tally.add(&o.tally);
-                }
-                return TcpVerdict {
-                    tally: ConnTally { epoch, ..b.tally },
-                    conns: b.conns,
-                    complete: open.is_none(),
-                    clock: inner.clocks.get(&epoch).cloned().unwrap_or_default(),
-                };
+            if open.is_some() && !last {
+                return None;
             }
-            drop(inner);
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            let run = inner.books.runs.get(&epoch);
+            let mut b = run.map(|r| r.own).unwrap_or_default();
+            if let Some(o) = open {
+                b.tally.add(&o.tally);
+            }
+            Some(TcpVerdict {
+                tally: ConnTally { epoch, ..b.tally },
+                conns: b.conns,
+                complete: open.is_none(),
+                clock: inner.books.clock_of(epoch),
+            })
+        })
     }
 
     /// Every sender's books (closed plus live connections), by name.
     pub(crate) fn rows(&self) -> Vec<TcpSenderRow> {
-        let Ok(mut inner) = self.inner.lock() else {
-            return Vec::new();
-        };
+        let mut inner = self.lock();
         let live = self.collect(&mut inner);
-        let mut rows: BTreeMap<String, TcpSenderRow> = BTreeMap::new();
-        let mut epochs: Vec<u32> = inner.closed.keys().chain(live.keys()).copied().collect();
-        epochs.sort_unstable();
-        epochs.dedup();
-        let mut clocks: BTreeMap<String, Vec<&LatencyClock>> = BTreeMap::new();
-        for epoch in epochs.into_iter().filter(|&e| e != 0) {
-            let name = inner
-                .names
-                .get(&epoch)
-                .cloned()
-                .unwrap_or_else(|| format!("epoch-{epoch:08x}"));
-            let row = rows.entry(name.clone()).or_insert_with(|| TcpSenderRow {
-                name,
-                ..TcpSenderRow::default()
-            });
-            row.sessions += 1;
-            if let Some(c) = inner.clocks.get(&epoch) {
-                clocks.entry(row.name.clone()).or_default().push(c);
-            }
-            if let Some(b) = inner.closed.get(&epoch) {
-                row.tally.add(&b.tally);
-                row.conns_closed += b.conns;
-            }
-            if let Some(b) = live.get(&epoch) {
-                row.tally.add(&b.tally);
-                row.conns_open += b.conns;
-            }
-        }
-        rows.into_values()
-            .map(|mut row| {
-                let runs = clocks.get(&row.name).map(Vec::as_slice).unwrap_or_default();
-                row.clock = LatencyClock::latest(runs.iter().copied());
+        let books = &inner.books;
+        books
+            .senders
+            .iter()
+            .map(|(name, book)| {
+                let mut row = TcpSenderRow {
+                    name: name.clone(),
+                    tally: book.closed.tally,
+                    sessions: book.epochs.len() as u64,
+                    conns_closed: book.closed.conns,
+                    clock: books.sender_clock(name),
+                    ..TcpSenderRow::default()
+                };
+                for b in book.epochs.iter().filter_map(|e| live.get(e)) {
+                    row.tally.add(&b.tally);
+                    row.conns_open += b.conns;
+                }
                 row
             })
             .collect()
@@ -231,7 +224,7 @@ impl TcpBooks {
 
     /// Invalid events on connections that never carried a record (no sender to charge).
     pub(crate) fn unattributed_invalid(&self) -> u64 {
-        self.inner.lock().map_or(0, |i| i.unattributed.invalid)
+        self.lock().unattributed.invalid
     }
 }
 
@@ -315,5 +308,24 @@ mod tests {
         assert_eq!(books.unattributed_invalid(), 1);
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].name, "epoch-000000ab");
+    }
+
+    #[test]
+    fn unannounced_runs_beyond_the_cap_share_the_other_book_and_a_hello_makes_room() {
+        let q = Arc::new(TcpSinkShared::new(4));
+        let books = TcpBooks::new(vec![q.clone()], 2);
+        for (slot, epoch) in q.slots.iter().zip([0xa1, 0xa2, 0xa3]) {
+            slot.open();
+            slot.close(&tally(epoch, 1));
+        }
+        let rows = books.rows();
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["epoch-000000a1", "epoch-000000a2", "other"]);
+        assert_eq!(rows.iter().map(|r| r.tally.records).sum::<u64>(), 3);
+        books.hello("edge", 7, LatencyClock::same_clock());
+        let rows = books.rows();
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["edge", "epoch-000000a2", "other"]);
+        assert_eq!(rows[2].tally.records, 2, "a1 was folded into other");
     }
 }

@@ -47,13 +47,13 @@ pub(crate) struct ConnTally {
 }
 
 impl ConnTally {
-    /// Adds `other`'s counts (not its epoch).
+    /// Adds `other`'s counts (not its epoch), saturating.
     pub(crate) fn add(&mut self, other: &ConnTally) {
-        self.records += other.records;
-        self.bytes += other.bytes;
-        self.invalid += other.invalid;
-        self.latency_unknown += other.latency_unknown;
-        self.latency_clamped += other.latency_clamped;
+        self.records = self.records.saturating_add(other.records);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.invalid = self.invalid.saturating_add(other.invalid);
+        self.latency_unknown = self.latency_unknown.saturating_add(other.latency_unknown);
+        self.latency_clamped = self.latency_clamped.saturating_add(other.latency_clamped);
     }
 }
 
