@@ -296,6 +296,65 @@ fn top_level_modules_form_layers() {
     );
 }
 
+/// The run core: the modules every protocol's run goes through (the pipeline, the session and
+/// its ticker, the link's shared vocabulary, descriptors, the exporter, judging, placement).
+const RUN_CORE: &[&str] = &[
+    "run::pipeline",
+    "run::session",
+    "run::ticker",
+    "run::link",
+    "run::link_state",
+    "run::fds",
+    "run::exporting",
+    "run::judge",
+    "run::placement",
+    "run::verdict",
+];
+
+/// What the run core may import from the floors where protocols live (`run`, `sender`,
+/// `sink`): the core itself and the protocol-free per-sender books. Everything else there is a
+/// protocol's own (UDP's transport in `run/mod.rs`, its worker roots, every `tcp` module).
+fn core_may_import(t: &ModPath) -> bool {
+    let name = t.join("::");
+    match t.first().map(String::as_str) {
+        Some("run") => RUN_CORE
+            .iter()
+            .any(|c| name == *c || name.starts_with(&format!("{c}::"))),
+        Some("sender") => false,
+        Some("sink") => name == "sink::senders",
+        _ => true,
+    }
+}
+
+#[test]
+fn the_run_core_imports_no_protocols_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    let mut broken = Vec::new();
+    for core in RUN_CORE {
+        let module: ModPath = core.split("::").map(String::from).collect();
+        let file = mods
+            .get(&module)
+            .unwrap_or_else(|| panic!("no module {core} under src/"));
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        for path in paths_in(&code) {
+            if let Some(t) = target(&module, &path, &mods)
+                && !t.starts_with(&module)
+                && !core_may_import(&t)
+            {
+                broken.push(format!("{core} -> {} ({})", t.join("::"), path.join("::")));
+            }
+        }
+    }
+    broken.sort();
+    broken.dedup();
+    assert!(
+        broken.is_empty(),
+        "the run core imports a protocol's files:\n{}",
+        broken.join("\n")
+    );
+}
+
 #[test]
 fn the_reader_sees_grouped_use_trees_and_relative_paths() {
     let code = "use super::{a::B, c::{d, e::F}};\nfn f() { crate::x::y(); self::g::h(); }";

@@ -185,6 +185,27 @@ pub(crate) fn set_info(roles: &[&str], registered_bytes_by_node: &[(u32, u64)]) 
     }
 }
 
+/// Copies the control server's counters into `ringblast_rx_control_connections_total`.
+pub(crate) fn set_control_connections(stats: &crate::control::server::ServerStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (result, value) in [
+        ("accepted", &stats.accepted),
+        ("authenticated", &stats.authenticated),
+        ("auth_failed", &stats.auth_failed),
+        ("protocol_error", &stats.protocol_errors),
+        ("timeout", &stats.timeouts),
+        ("busy", &stats.rejected_busy),
+        ("evicted", &stats.evicted),
+        ("bad_mac", &stats.bad_mac),
+        ("replayed", &stats.replayed),
+        ("out_of_order", &stats.out_of_order),
+        ("truncated", &stats.truncated),
+    ] {
+        metrics::counter!(names::RX_CONTROL_CONNECTIONS, "result" => result)
+            .absolute(value.load(Relaxed));
+    }
+}
+
 /// Sets the packet memory gauges of `role`'s queues once, from what each measured at set-up:
 /// the bound node, whether hugepages back it, and its resident pages per node (none when they
 /// could not be counted: unknown is no number).

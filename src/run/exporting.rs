@@ -1,22 +1,18 @@
-//! Wires a run to the Prometheus exporter: checks cardinality and installs the exporter before
-//! any worker starts, registers every worker's handles while the workers wait at their start
-//! barrier, and keeps the endpoint up for `--metrics-linger` after the run.
+//! Wires a run to the Prometheus exporter, for either protocol: checks cardinality and
+//! installs the exporter before any worker starts, and keeps the endpoint up for
+//! `--metrics-linger` after the run. Each protocol registers its workers' handles itself while
+//! they wait at their start barrier (UDP: `roles::register_series`).
 
 use crate::say;
 use std::{
-    collections::BTreeMap,
     net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
-use super::roles::{SenderSet, SinkSet};
 use crate::{
     error::Error,
-    metrics::{self, Exporter, Shape, handles},
+    metrics::{self, Shape},
 };
 
 /// What the exporter needs to know before workers start.
@@ -38,71 +34,6 @@ pub(crate) fn install(plan: &Plan) -> Result<String, Error> {
         "metrics: http://{}/metrics ({series} series)\n",
         plan.addr
     ))
-}
-
-/// Registers every worker's series (at 0) and the info gauges.
-pub(crate) fn register(
-    senders: Option<&SenderSet>,
-    sinks: Option<&SinkSet>,
-    exported_flows: usize,
-    arena_bytes: (u64, u64),
-) -> Exporter<handles::Handles> {
-    let mut roles = Vec::new();
-    let mut by_node: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut tx = Vec::new();
-    let senders_set = senders;
-    if let Some(s) = senders {
-        roles.push("send");
-        let per_queue = s.target_pps.map(|r| r / s.queues.len() as f64);
-        for ((q, flows), shared) in s.queues.iter().zip(&s.flows).zip(&s.shared) {
-            tx.push(handles::TxWorker::register(
-                q,
-                flows,
-                per_queue,
-                s.exchange,
-                shared.clone(),
-            ));
-            *by_node.entry(q.node).or_default() += arena_bytes.0;
-        }
-    }
-    let mut rx = Vec::new();
-    if let Some(s) = sinks {
-        roles.push("sink");
-        for (q, shared) in s.queues.iter().zip(&s.shared) {
-            rx.push(handles::RxWorker::register(
-                q,
-                exported_flows,
-                shared.clone(),
-            ));
-            *by_node.entry(q.node).or_default() += arena_bytes.1;
-        }
-    }
-    metrics::set_info(&roles, &by_node.into_iter().collect::<Vec<_>>());
-    if let Some(s) = senders_set {
-        metrics::set_memory("send", &s.queues, s.group.memory());
-    }
-    if let Some(s) = sinks {
-        metrics::set_memory("sink", &s.queues, s.group.memory());
-    }
-    let senders = sinks.map(|s| crate::metrics::senders::SenderSeries::new(s.registry.clone()));
-    let steps = senders_set.map(|s| {
-        let n = s.schedule.as_ref().map_or(1, |s| s.parts().len());
-        crate::metrics::steps::StepSeries::register(s.shared.clone(), n, Arc::clone(&s.tally))
-    });
-    let sizes = (
-        senders_set
-            .map(|s| crate::metrics::sizes::TxSizeSeries::register(s.shared.clone(), &s.sizes)),
-        sinks.map(|s| {
-            crate::metrics::sizes::RxSizeSeries::new(s.registry.clone(), Arc::clone(&s.sizes))
-        }),
-    );
-    Exporter::new(handles::Handles {
-        tx,
-        rx,
-        senders,
-        steps,
-        sizes,
-    })
 }
 
 /// Keeps the process (and its endpoint) alive for `linger`, or until a signal that comes during
@@ -133,6 +64,7 @@ pub(crate) fn linger(linger: Duration, signal: &AtomicBool, stopped_by_signal: b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn a_signal_after_the_run_means_no_linger_and_the_one_that_stopped_it_is_forgotten() {

@@ -8,6 +8,7 @@ pub(crate) mod control_link;
 pub(crate) mod exporting;
 pub(crate) mod fds;
 pub(crate) mod judge;
+pub(crate) mod link;
 pub(crate) mod link_state;
 pub(crate) mod part_link;
 pub(crate) mod pipeline;
@@ -25,6 +26,7 @@ pub(crate) mod tcp_trials;
 pub(crate) mod ticker;
 pub(crate) mod trials;
 pub(crate) mod udp_report;
+pub(crate) mod udp_verdict;
 pub(crate) mod verdict;
 
 use crate::say;
@@ -190,7 +192,7 @@ impl pipeline::Transport for RunSpec {
         };
         let server_stats = link.server.as_ref().map(|s| s.stats());
         let exporter = exporting.then(|| {
-            exporting::register(
+            roles::register_series(
                 senders.as_ref(),
                 sinks.as_ref(),
                 self.plan.exported_flows,

@@ -19,7 +19,8 @@ use crate::latency_clock::LatencyClock;
 use super::{
     link_state::{self},
     roles::RunPace,
-    verdict::{self, GOODBYE_WAIT, VerdictResult},
+    udp_verdict::{self, VerdictResult},
+    verdict::{self, GOODBYE_WAIT},
 };
 use crate::{
     clock,
@@ -310,11 +311,11 @@ impl PartSink for Remote {
             return Err("this step's control connection was never opened".to_string());
         };
         let goodbye = Goodbye {
-            flows: flows.iter().map(verdict::progress_of).collect(),
+            flows: flows.iter().map(udp_verdict::progress_of).collect(),
         };
         client
             .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), verdict::run_verdict(&v)))
+            .map(|v| (v.sink_session.clone(), udp_verdict::run_verdict(&v)))
             .map_err(|e| e.to_string())
     }
 }
@@ -405,11 +406,11 @@ impl PartSink for OneConnection {
             return Err("no control connection".to_string());
         };
         let goodbye = Goodbye {
-            flows: flows.iter().map(verdict::progress_of).collect(),
+            flows: flows.iter().map(udp_verdict::progress_of).collect(),
         };
         client
             .end_epoch(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), verdict::run_verdict(&v)))
+            .map(|v| (v.sink_session.clone(), udp_verdict::run_verdict(&v)))
             .map_err(|e| e.to_string())
     }
 }
@@ -471,7 +472,7 @@ impl SenderView for PartView {
                 .books
                 .reports(self.part.load(Ordering::Relaxed))
                 .iter()
-                .map(verdict::progress_of)
+                .map(udp_verdict::progress_of)
                 .collect(),
         }
     }

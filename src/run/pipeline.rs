@@ -7,16 +7,31 @@
 //! [`Transport`] a run is given: how its groups start, how its control channel links them, and
 //! the [`Proto`] its session reports them with.
 
-use std::sync::{Arc, atomic::AtomicBool};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
 
 use super::{
     exporting, fds,
     link_state::LinkState,
-    plan::Reporting,
     session::{Proto, Session},
     ticker::{self, Ended},
 };
 use crate::{control::server::RunningServer, error::Error, metrics::Shape, worker::Control};
+
+/// How a run reports and what it prints first.
+pub(crate) struct Reporting {
+    /// Serve Prometheus metrics here.
+    pub(crate) metrics: Option<SocketAddr>,
+    /// The exporter's series cap.
+    pub(crate) max_series: usize,
+    /// How long `/metrics` stays up after the run.
+    pub(crate) metrics_linger: Duration,
+    /// The placement plan, printed once the workers are set up.
+    pub(crate) notes: String,
+}
 
 /// What one protocol brings to a run.
 pub(crate) trait Transport {

@@ -4,7 +4,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use super::control_link;
+use super::{link, pipeline::Reporting};
 use crate::{
     control::{auth::Secret, msg::DataProto},
     report::QueueView,
@@ -24,18 +24,6 @@ pub(crate) enum Plan {
     Search(SearchPlan, TrialPlan),
     /// `topo`: the placement a `send` would get.
     Topo(TopoPlan),
-}
-
-/// How a run reports and what it prints first.
-pub(crate) struct Reporting {
-    /// Serve Prometheus metrics here.
-    pub(crate) metrics: Option<SocketAddr>,
-    /// The exporter's series cap.
-    pub(crate) max_series: usize,
-    /// How long `/metrics` stays up after the run.
-    pub(crate) metrics_linger: Duration,
-    /// The placement plan, printed once the workers are set up.
-    pub(crate) notes: String,
 }
 
 /// The live lines of a run.
@@ -61,7 +49,7 @@ pub(crate) struct UdpPlan {
     /// Senders with their own series and JSON entry at the sink.
     pub(crate) max_senders: usize,
     /// How the sender and the sink talk.
-    pub(crate) link: control_link::Link,
+    pub(crate) link: link::Link,
     /// A sender run below this share of its target fails.
     pub(crate) min_rate_ratio: Option<f64>,
     /// Live lines show the L1 wire rate.
@@ -88,7 +76,7 @@ pub(crate) struct TcpSendSide {
     pub(crate) to: SocketAddr,
     pub(crate) record: usize,
     /// The control channel (none with `--control off`).
-    pub(crate) link: Option<control_link::SenderLink>,
+    pub(crate) link: Option<link::SenderLink>,
 }
 
 /// The receiving side of a TCP run.
@@ -108,7 +96,7 @@ pub(crate) struct TrialSendPlan {
     pub(crate) queues: Vec<QueueView>,
     pub(crate) configs: Vec<(SenderConfig, Vec<u32>)>,
     /// Its control channel to the sink, which gives each trial's verdict.
-    pub(crate) link: control_link::SenderLink,
+    pub(crate) link: link::SenderLink,
     pub(crate) reporting: Reporting,
 }
 

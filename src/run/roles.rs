@@ -2,10 +2,11 @@
 //! count and flows over the queues, creates each worker on its pinned thread, and keeps the
 //! handles the reporter reads.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use crate::{
     error::Error,
+    metrics::{self, Exporter, handles},
     net::claim,
     report::{QueueView, RxSample, TxSample},
     sender::{
@@ -20,6 +21,71 @@ use crate::{
     stats::{RxFlow, TxFlow},
     worker::{self, Control, Group},
 };
+
+/// Registers every UDP worker's series (at 0) and the info gauges.
+pub(crate) fn register_series(
+    senders: Option<&SenderSet>,
+    sinks: Option<&SinkSet>,
+    exported_flows: usize,
+    arena_bytes: (u64, u64),
+) -> Exporter<handles::Handles> {
+    let mut roles = Vec::new();
+    let mut by_node: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut tx = Vec::new();
+    let senders_set = senders;
+    if let Some(s) = senders {
+        roles.push("send");
+        let per_queue = s.target_pps.map(|r| r / s.queues.len() as f64);
+        for ((q, flows), shared) in s.queues.iter().zip(&s.flows).zip(&s.shared) {
+            tx.push(handles::TxWorker::register(
+                q,
+                flows,
+                per_queue,
+                s.exchange,
+                shared.clone(),
+            ));
+            *by_node.entry(q.node).or_default() += arena_bytes.0;
+        }
+    }
+    let mut rx = Vec::new();
+    if let Some(s) = sinks {
+        roles.push("sink");
+        for (q, shared) in s.queues.iter().zip(&s.shared) {
+            rx.push(handles::RxWorker::register(
+                q,
+                exported_flows,
+                shared.clone(),
+            ));
+            *by_node.entry(q.node).or_default() += arena_bytes.1;
+        }
+    }
+    metrics::set_info(&roles, &by_node.into_iter().collect::<Vec<_>>());
+    if let Some(s) = senders_set {
+        metrics::set_memory("send", &s.queues, s.group.memory());
+    }
+    if let Some(s) = sinks {
+        metrics::set_memory("sink", &s.queues, s.group.memory());
+    }
+    let senders = sinks.map(|s| crate::metrics::senders::SenderSeries::new(s.registry.clone()));
+    let steps = senders_set.map(|s| {
+        let n = s.schedule.as_ref().map_or(1, |s| s.parts().len());
+        crate::metrics::steps::StepSeries::register(s.shared.clone(), n, Arc::clone(&s.tally))
+    });
+    let sizes = (
+        senders_set
+            .map(|s| crate::metrics::sizes::TxSizeSeries::register(s.shared.clone(), &s.sizes)),
+        sinks.map(|s| {
+            crate::metrics::sizes::RxSizeSeries::new(s.registry.clone(), Arc::clone(&s.sizes))
+        }),
+    );
+    Exporter::new(handles::Handles {
+        tx,
+        rx,
+        senders,
+        steps,
+        sizes,
+    })
+}
 
 /// Running senders.
 pub(crate) struct SenderSet {

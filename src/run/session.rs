@@ -192,7 +192,7 @@ impl<P: Proto> Session<P> {
     fn flush(&mut self, last: bool) {
         if let Some(e) = self.exporter.as_mut() {
             if let Some(stats) = &self.server_stats {
-                super::control_link::export_server_stats(stats);
+                crate::metrics::set_control_connections(stats);
             }
             self.proto.update_series(e.series_mut());
             e.tick(last);

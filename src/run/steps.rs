@@ -7,7 +7,7 @@
 
 use serde_json::{Value, json};
 
-use super::{part_link::PartBooks, verdict::VerdictResult};
+use super::{part_link::PartBooks, udp_verdict::VerdictResult};
 use crate::{
     pacing::{OFFERED_TOLERANCE, sender_limited},
     report::{counters_json, loss_words},

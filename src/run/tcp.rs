@@ -8,7 +8,7 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    control_link::SenderLink,
+    link::SenderLink,
     plan::TcpPlan,
     session::Session,
     tcp_control::{self, HANDOFF_SLOTS},

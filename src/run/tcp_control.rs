@@ -11,7 +11,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use serde_json::{Map, Value, json};
 
 use super::{
-    control_link::{self, SenderLink},
+    link::{self, SenderLink},
     link_state::{self, LinkState},
     verdict::{self, GOODBYE_WAIT},
 };
@@ -50,7 +50,7 @@ pub(crate) fn serve(
     books: Arc<TcpBooks>,
     handoff: Arc<ControlHandoff>,
 ) -> RunningServer {
-    let session = control_link::sink_session_id();
+    let session = link::sink_session_id();
     let mut config = ServerConfig::new(listen, session.clone());
     config.secret = secret;
     config.proto = DataProto::Tcp;
@@ -240,7 +240,11 @@ pub(crate) fn attach_verdict(
     match verdict {
         Ok((session, verdict)) => {
             let v = &verdict.totals;
-            let clock = verdict::run_verdict(verdict);
+            let told = verdict.clock.as_ref();
+            let clock = verdict::clock_of(told);
+            let (unknown, clamped) = told.map_or((0, 0), |c| {
+                (c.latency_unknown_packets, c.latency_clamped_packets)
+            });
             line.insert(
                 "verdict".into(),
                 json!({
@@ -249,11 +253,7 @@ pub(crate) fn attach_verdict(
                     "rx_bytes": v.rx_bytes,
                     "rx_invalid": v.rx_invalid,
                     "tx_failed": v.tx_failed,
-                    "latency_clock": latency_clock_json(
-                        &clock.clock,
-                        clock.totals.latency_unknown,
-                        clock.totals.latency_clamped,
-                    ),
+                    "latency_clock": latency_clock_json(&clock, unknown, clamped),
                 }),
             );
             let counted = if v.rx_packets == tx_records {
@@ -270,7 +270,7 @@ pub(crate) fn attach_verdict(
                 v.rx_bytes,
                 v.rx_invalid,
                 v.tx_failed,
-                clock.clock.text()
+                clock.text()
             )
         }
         Err(why) => {

@@ -28,8 +28,8 @@ use std::{
 };
 
 use super::{
-    control_link::SenderLink, link_state, pipeline, plan::Reporting, plan::TcpSendSide,
-    tcp_control, tcp_groups, trials::Trial,
+    link::SenderLink, link_state, pipeline, pipeline::Reporting, plan::TcpSendSide, tcp_control,
+    tcp_groups, trials::Trial,
 };
 use crate::{error::Error, report::QueueView, sender::tcp::TcpSendConfig, worker::Control};
 

@@ -11,7 +11,7 @@ use std::{
 };
 
 use super::{
-    control_link, exporting,
+    control_link, exporting, link,
     link_state::LinkState,
     part_link,
     part_link::PartSink,
@@ -114,7 +114,7 @@ impl TrialSender {
                     interval: Duration::ZERO,
                 },
                 max_senders: 0,
-                link: control_link::Link::Off,
+                link: link::Link::Off,
                 min_rate_ratio: None,
                 wire_rate: false,
                 share_port: false,
@@ -129,7 +129,7 @@ impl TrialSender {
         };
         let exporter = reporting
             .metrics
-            .map(|_| exporting::register(Some(&senders), None, 0, transport.arena_bytes));
+            .map(|_| super::roles::register_series(Some(&senders), None, 0, transport.arena_bytes));
         let mut config = ClientConfig::new(link.addr);
         config.secret = link.secret;
         let state = Arc::new(LinkState::default());

@@ -12,7 +12,8 @@ use super::{
     link_state::LinkState,
     roles::{SenderSet, SinkSet},
     session::{Outcomes, Proto, Span},
-    verdict::{GOODBYE_WAIT, VerdictResult},
+    udp_verdict::VerdictResult,
+    verdict::GOODBYE_WAIT,
 };
 use crate::{
     clock,

@@ -18,9 +18,10 @@ use crate::{
     error::Error,
     report::QueueView,
     run::{
-        control_link,
+        link,
+        pipeline::Reporting,
         placement::{PlacementArgs, plan_queues},
-        plan::{Output, Plan, Reporting, TopoPlan, UdpPlan},
+        plan::{Output, Plan, TopoPlan, UdpPlan},
         roles,
     },
 };
@@ -133,8 +134,8 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     let target = roles::target_pps(&configs);
     let metrics = common.metrics;
     let link = match link {
-        Some(link) => control_link::Link::Connect(link),
-        None => control_link::Link::Off,
+        Some(link) => link::Link::Connect(link),
+        None => link::Link::Off,
     };
     Ok(Plan::Udp(
         UdpPlan {
@@ -207,7 +208,7 @@ fn exchange(
 type UdpSender = (
     Vec<QueueView>,
     Vec<(crate::sender::SenderConfig, Vec<u32>)>,
-    Option<control_link::SenderLink>,
+    Option<link::SenderLink>,
 );
 
 /// `ringblast sink`.
@@ -257,7 +258,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
             exported_flows: exported,
             output: output(&common),
             max_senders: args.tuning.max_senders,
-            link: control_link::Link::Serve {
+            link: link::Link::Serve {
                 listen: args.listen,
                 secret,
                 share: args.share_port,
@@ -330,7 +331,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
             exported_flows: exported,
             output: output(&common),
             max_senders: args.tuning.max_senders,
-            link: control_link::Link::InProcess,
+            link: link::Link::InProcess,
             min_rate_ratio: args.traffic.min_rate_ratio,
             wire_rate: args.traffic.wire_rate,
             share_port: false,
@@ -349,11 +350,11 @@ fn control_addr(to: SocketAddr, target: &ControlTarget) -> SocketAddr {
 
 /// A sender's control channel from its arguments (none with `--control off`), for either
 /// protocol: the address, the secret and the name (`flows`: the plan the default name tells).
-fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<control_link::SenderLink>, Error> {
+fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<link::SenderLink>, Error> {
     if matches!(args.control, ControlTarget::Off) {
         return Ok(None);
     }
-    Ok(Some(control_link::SenderLink {
+    Ok(Some(link::SenderLink {
         addr: control_addr(args.to, &args.control),
         secret: read_secret(args.secret_file.as_deref())?,
         name: sender_name(args.name.clone(), args.common.queues, flows)?,
@@ -399,7 +400,7 @@ fn read_secret(
 
 /// `--name`, checked, or the hostname and the queue plan.
 fn sender_name(name: Option<String>, queues: usize, flows: usize) -> Result<String, Error> {
-    let name = name.unwrap_or_else(|| control_link::default_sender_name(queues, flows));
+    let name = name.unwrap_or_else(|| link::default_sender_name(queues, flows));
     crate::control::msg::check_name("--name", &name).map_err(Error::Usage)?;
     Ok(name)
 }

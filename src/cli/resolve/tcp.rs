@@ -13,7 +13,7 @@ use crate::{
     cli::{PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
     error::Error,
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
-    run::control_link::SenderLink,
+    run::link::SenderLink,
     run::plan::{Plan, TcpPlan, TcpSendSide, TcpSinkSide},
     sender::{
         mix::SizeSpec,
