@@ -355,6 +355,80 @@ fn the_run_core_imports_no_protocols_files() {
     );
 }
 
+/// The traits `docs/design.md`'s "Adding a protocol" names, as `module::Trait` paths.
+fn documented_seams() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let design = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
+    let section = design
+        .split("### Adding a protocol")
+        .nth(1)
+        .expect("docs/design.md has an \"Adding a protocol\" section");
+    let section = section.split("\n#").next().unwrap_or(section);
+    section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| {
+            let last = span.rsplit("::").next().unwrap_or("");
+            span.contains("::") && last.starts_with(|c: char| c.is_ascii_uppercase())
+        })
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn adding_a_protocol_names_traits_that_both_protocols_implement() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    let seams = documented_seams();
+    assert!(seams.len() >= 5, "too few seams found: {seams:?}");
+    let code: Vec<String> = mods
+        .iter()
+        .filter(|(m, _)| {
+            m.last()
+                .is_none_or(|l| l != "tests" && !l.ends_with("_tests"))
+        })
+        .map(|(_, f)| code_of(&std::fs::read_to_string(f).unwrap()))
+        .collect();
+    let mut wrong = Vec::new();
+    for seam in &seams {
+        let (module, name) = seam.rsplit_once("::").unwrap();
+        let module: ModPath = module.split("::").map(String::from).collect();
+        let Some(file) = mods.get(&module) else {
+            wrong.push(format!("{seam}: no module {}", module.join("::")));
+            continue;
+        };
+        let text = code_of(&std::fs::read_to_string(file).unwrap());
+        if !text.contains(&format!("trait {name}")) {
+            if text.contains(&format!("struct {name}")) {
+                continue; // a shared type the section names, not a seam
+            }
+            wrong.push(format!("{seam}: no trait {name} there"));
+            continue;
+        }
+        let impls = code
+            .iter()
+            .flat_map(|c| c.lines())
+            .filter(|l| {
+                let l = l.trim_start();
+                l.starts_with("impl")
+                    && (l.contains(&format!(" {name} for "))
+                        || l.contains(&format!("::{name} for ")))
+            })
+            .count();
+        if impls != 2 {
+            wrong.push(format!(
+                "{seam}: {impls} implementations outside tests, not one per protocol (2)"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/design.md's seams:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_reader_sees_grouped_use_trees_and_relative_paths() {
     let code = "use super::{a::B, c::{d, e::F}};\nfn f() { crate::x::y(); self::g::h(); }";

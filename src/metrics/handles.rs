@@ -304,7 +304,7 @@ pub(crate) struct Handles {
     /// Sink queues.
     pub(crate) rx: Vec<RxWorker>,
     /// The sink's per-sender series.
-    pub(crate) senders: Option<super::senders::SenderSeries>,
+    pub(crate) senders: Option<super::senders::SenderSeries<crate::sink::registry::Registry>>,
     /// The sender's rate schedule series.
     pub(crate) steps: Option<super::steps::StepSeries>,
     /// The sender's and the sink's size classes.

@@ -13,7 +13,6 @@ pub(crate) mod senders;
 pub(crate) mod sizes;
 pub(crate) mod steps;
 pub(crate) mod tcp;
-pub(crate) mod tcp_senders;
 
 use std::net::SocketAddr;
 

@@ -1,12 +1,16 @@
-//! The sink's per-sender series: registered by the reporter thread the first time a sender
-//! appears (never by a worker), and set from the registry's books on every flush. The
-//! registry caps the names at `--max-senders` and books the rest as `sender="other"`; a run
-//! without a hello is labelled by its IP and a keyed digest of its epoch, never the epoch. A
-//! sender's clock offset and its error bound are NaN while its clock is unknown (never 0).
-//! Its latency and jitter histograms take each flush's new observations per cell, recorded at
-//! their mean (which lies inside the cell's bucket), so bucket counts are exact and the sums
-//! exact up to float rounding; a sender whose clock is unknown has no samples, so no buckets
-//! move (never a number for an unknown).
+//! A sink's per-sender series, for every protocol: registered by the reporter thread the first
+//! time a sender appears in its books (never by a worker), and set from those books on every
+//! flush. The books cap the names at `--max-senders` and book the rest as `sender="other"`.
+//! Every protocol's senders have the same clock series (the offset and its error bound, NaN
+//! while unknown, never 0) and the same count of samples without a latency; a protocol's
+//! [`SenderSource`] adds its own counters (UDP: packets, loss and the latency and jitter
+//! histograms; TCP: records, bytes, invalid events and open connections, `protocol="tcp"`).
+//!
+//! The UDP histograms take each flush's new observations per cell, recorded at their mean
+//! (which lies inside the cell's bucket), so bucket counts are exact and the sums exact up to
+//! float rounding; a sender whose clock is unknown has no samples, so no buckets move (never a
+//! number for an unknown). A UDP run without a hello is labelled by its IP and a keyed digest
+//! of its epoch, never the epoch.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -15,7 +19,10 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use super::names::*;
 use crate::{
     latency_clock::LatencyClock,
-    sink::registry::Registry,
+    sink::{
+        registry::{Registry, SenderRow},
+        tcp::books::{TcpBooks, TcpSenderRow},
+    },
     stats::{LATENCY_CELLS, SessionCounters},
 };
 
@@ -53,7 +60,51 @@ impl CellHistogram {
     }
 }
 
-struct SenderHandles {
+/// A protocol's per-sender books, as its series read them.
+pub(crate) trait SenderSource {
+    /// One sender's books.
+    type Row;
+    /// The protocol's own series of one sender.
+    type Handles;
+    /// Every sender's books now.
+    fn rows(&self) -> Vec<Self::Row>;
+    /// The `sender` label of `row`'s series.
+    fn label(&self, row: &Self::Row) -> String;
+    /// Its samples without a latency, and its clock.
+    fn clock(row: &Self::Row) -> (u64, &LatencyClock);
+    /// Registers the protocol's own series of sender `label`.
+    fn register(label: &str) -> Self::Handles;
+    /// Sets them from `row`.
+    fn set(handles: &mut Self::Handles, row: &Self::Row);
+}
+
+/// The series every protocol's senders have.
+struct ClockHandles {
+    latency_unknown: Counter,
+    clock_offset: Gauge,
+    clock_offset_error: Gauge,
+}
+
+impl ClockHandles {
+    fn register(label: &str) -> ClockHandles {
+        let l = [("sender", label.to_string())];
+        ClockHandles {
+            latency_unknown: counter!(RX_SENDER_LATENCY_UNKNOWN, &l),
+            clock_offset: gauge!(RX_SENDER_CLOCK_OFFSET, &l),
+            clock_offset_error: gauge!(RX_SENDER_CLOCK_OFFSET_ERROR, &l),
+        }
+    }
+
+    fn set(&self, latency_unknown: u64, clock: &LatencyClock) {
+        self.latency_unknown.absolute(latency_unknown);
+        let (offset, error) = clock_seconds(clock);
+        self.clock_offset.set(offset);
+        self.clock_offset_error.set(error);
+    }
+}
+
+/// A UDP sender's own series.
+pub(crate) struct UdpHandles {
     packets: Counter,
     bytes: Counter,
     lost: Counter,
@@ -64,17 +115,67 @@ struct SenderHandles {
     send_failed: Counter,
     sessions: Counter,
     active: Gauge,
-    latency_unknown: Counter,
-    clock_offset: Gauge,
-    clock_offset_error: Gauge,
     latency: CellHistogram,
     jitter: CellHistogram,
 }
 
-impl SenderHandles {
-    fn register(name: &str) -> SenderHandles {
-        let l = [("sender", name.to_string())];
-        SenderHandles {
+/// A sender's clock offset and its error bound in seconds, NaN while unknown (never 0).
+fn clock_seconds(clock: &LatencyClock) -> (f64, f64) {
+    match clock.correction_ns() {
+        Some(offset) => (offset as f64 / 1e9, clock.error_bound_ns as f64 / 1e9),
+        None => (f64::NAN, f64::NAN),
+    }
+}
+
+/// Per-sender series of one sink process, over its protocol's books.
+pub(crate) struct SenderSeries<S: SenderSource> {
+    books: Arc<S>,
+    handles: BTreeMap<String, (ClockHandles, S::Handles)>,
+}
+
+impl<S: SenderSource> SenderSeries<S> {
+    /// Series over `books`.
+    pub(crate) fn new(books: Arc<S>) -> SenderSeries<S> {
+        SenderSeries {
+            books,
+            handles: BTreeMap::new(),
+        }
+    }
+
+    /// Sets every sender's series from the books, registering new senders' series first.
+    pub(crate) fn flush(&mut self) {
+        for row in self.books.rows() {
+            let label = self.books.label(&row);
+            let (clock, own) = self
+                .handles
+                .entry(label)
+                .or_insert_with_key(|label| (ClockHandles::register(label), S::register(label)));
+            let (unknown, row_clock) = S::clock(&row);
+            clock.set(unknown, row_clock);
+            S::set(own, &row);
+        }
+    }
+}
+
+impl SenderSource for Registry {
+    type Row = SenderRow;
+    type Handles = UdpHandles;
+
+    fn rows(&self) -> Vec<SenderRow> {
+        Registry::rows(self, false)
+    }
+
+    fn label(&self, row: &SenderRow) -> String {
+        self.series_label(row)
+    }
+
+    fn clock(row: &SenderRow) -> (u64, &LatencyClock) {
+        (row.counters.latency_unknown, &row.clock)
+    }
+
+    fn register(label: &str) -> UdpHandles {
+        let l = [("sender", label.to_string())];
+        UdpHandles {
             packets: counter!(RX_SENDER_PACKETS, &l),
             bytes: counter!(RX_SENDER_BYTES, &l),
             lost: counter!(RX_SENDER_LOST, &l),
@@ -85,67 +186,73 @@ impl SenderHandles {
             send_failed: counter!(RX_SENDER_SEND_FAILED, &l),
             sessions: counter!(RX_SENDER_SESSIONS, &l),
             active: gauge!(RX_SENDER_ACTIVE, &l),
-            latency_unknown: counter!(RX_SENDER_LATENCY_UNKNOWN, &l),
-            clock_offset: gauge!(RX_SENDER_CLOCK_OFFSET, &l),
-            clock_offset_error: gauge!(RX_SENDER_CLOCK_OFFSET_ERROR, &l),
             latency: CellHistogram::new(histogram!(RX_SENDER_LATENCY, &l)),
             jitter: CellHistogram::new(histogram!(RX_SENDER_JITTER, &l)),
         }
     }
-}
 
-/// A sender's clock offset and its error bound in seconds, NaN while unknown (never 0).
-pub(super) fn clock_seconds(clock: &LatencyClock) -> (f64, f64) {
-    match clock.correction_ns() {
-        Some(offset) => (offset as f64 / 1e9, clock.error_bound_ns as f64 / 1e9),
-        None => (f64::NAN, f64::NAN),
+    fn set(h: &mut UdpHandles, row: &SenderRow) {
+        let c = &row.counters;
+        h.packets.absolute(c.packets);
+        h.bytes.absolute(c.bytes);
+        h.lost.absolute(c.lost);
+        h.reordered.absolute(c.reordered);
+        h.duplicates.absolute(c.duplicates);
+        h.kernel_drops.absolute(c.kernel_drops);
+        h.unconfirmed.absolute(c.unconfirmed);
+        h.send_failed.absolute(c.send_failed);
+        h.sessions.absolute(row.sessions);
+        h.active.set(row.active_sessions as f64);
+        set_histograms(h, c);
     }
 }
 
-/// Per-sender series of one sink process.
-pub(crate) struct SenderSeries {
-    registry: Arc<Registry>,
-    handles: BTreeMap<String, SenderHandles>,
-}
-
-impl SenderSeries {
-    /// Series over `registry`'s books.
-    pub(crate) fn new(registry: Arc<Registry>) -> SenderSeries {
-        SenderSeries {
-            registry,
-            handles: BTreeMap::new(),
-        }
-    }
-
-    /// Sets every sender's series from the books, registering new senders' series first.
-    pub(crate) fn flush(&mut self) {
-        for row in self.registry.rows(false) {
-            let label = self.registry.series_label(&row);
-            let h = self
-                .handles
-                .entry(label)
-                .or_insert_with_key(|label| SenderHandles::register(label));
-            let c = &row.counters;
-            h.packets.absolute(c.packets);
-            h.bytes.absolute(c.bytes);
-            h.lost.absolute(c.lost);
-            h.reordered.absolute(c.reordered);
-            h.duplicates.absolute(c.duplicates);
-            h.kernel_drops.absolute(c.kernel_drops);
-            h.unconfirmed.absolute(c.unconfirmed);
-            h.send_failed.absolute(c.send_failed);
-            h.sessions.absolute(row.sessions);
-            h.active.set(row.active_sessions as f64);
-            h.latency_unknown.absolute(c.latency_unknown);
-            let (offset, error) = clock_seconds(&row.clock);
-            h.clock_offset.set(offset);
-            h.clock_offset_error.set(error);
-            set_histograms(h, c);
-        }
-    }
-}
-
-fn set_histograms(h: &mut SenderHandles, c: &SessionCounters) {
+fn set_histograms(h: &mut UdpHandles, c: &SessionCounters) {
     h.latency.update(&c.latency_cells, &c.latency_sum_ns);
     h.jitter.update(&c.jitter_cells, &c.jitter_sum_ns);
+}
+
+/// A TCP sender's own series.
+pub(crate) struct TcpHandles {
+    records: Counter,
+    bytes: Counter,
+    invalid: Counter,
+    conns_open: Gauge,
+}
+
+impl SenderSource for TcpBooks {
+    type Row = TcpSenderRow;
+    type Handles = TcpHandles;
+
+    fn rows(&self) -> Vec<TcpSenderRow> {
+        TcpBooks::rows(self)
+    }
+
+    fn label(&self, row: &TcpSenderRow) -> String {
+        row.name.clone()
+    }
+
+    fn clock(row: &TcpSenderRow) -> (u64, &LatencyClock) {
+        (row.tally.latency_unknown, &row.clock)
+    }
+
+    fn register(label: &str) -> TcpHandles {
+        let l = [
+            ("sender", label.to_string()),
+            ("protocol", "tcp".to_string()),
+        ];
+        TcpHandles {
+            records: counter!(TCP_RX_SENDER_RECORDS, &l),
+            bytes: counter!(TCP_RX_SENDER_BYTES, &l),
+            invalid: counter!(TCP_RX_SENDER_INVALID, &l),
+            conns_open: gauge!(TCP_RX_SENDER_CONNS_OPEN, &l),
+        }
+    }
+
+    fn set(h: &mut TcpHandles, row: &TcpSenderRow) {
+        h.records.absolute(row.tally.records);
+        h.bytes.absolute(row.tally.bytes);
+        h.invalid.absolute(row.tally.invalid);
+        h.conns_open.set(row.conns_open as f64);
+    }
 }

@@ -69,7 +69,7 @@ pub(crate) struct TcpHandles {
     ctx_start: CtxSample,
     ctx: [Counter; 2],
     /// A sink's per-sender series.
-    pub(crate) senders: Option<super::tcp_senders::TcpSenderSeries>,
+    pub(crate) senders: Option<super::senders::SenderSeries<crate::sink::tcp::books::TcpBooks>>,
     /// The reporter's last TCP_INFO sample, one entry per sender queue.
     pub(crate) info: Vec<QueueInfo>,
 }

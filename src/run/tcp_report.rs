@@ -248,7 +248,7 @@ impl TcpReport {
         series.senders = self
             .books
             .clone()
-            .map(crate::metrics::tcp_senders::TcpSenderSeries::new);
+            .map(crate::metrics::senders::SenderSeries::new);
         if let Some(s) = &self.senders {
             crate::metrics::set_memory("send", &s.queues, s.group.memory());
         }
