@@ -14,11 +14,13 @@ use crate::{
 };
 
 mod clock;
+mod sender_intervals;
 mod sizes;
 mod text;
 mod units;
 pub(crate) use clock::{bound_text, latency_clock_json};
 use clock::{latency_text, sender_jitter_json, sender_latency_json};
+pub(crate) use sender_intervals::SenderIntervals;
 pub(crate) use sizes::{rx_sizes_json, tx_sizes_json};
 pub(crate) use text::{latency_hdr_json, ns_text, queue_shares, sink_summary_line};
 pub(crate) use units::{bit_rate, per_second};

@@ -256,6 +256,28 @@ fn a_pair_run_in_the_browser_has_one_point_per_interval_line() {
         !dom.contains("jitter: unknown"),
         "the page contradicts its JSON"
     );
+    // Latency over time: a point per sink interval whose sender part carries a latency, for its
+    // p50 and its p99.
+    let with_latency = records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
+        .filter(|r| r["senders"][0]["latency"]["p50_ns_at_most"].is_u64())
+        .count();
+    assert!(with_latency >= 5, "{with_latency} intervals with a latency");
+    assert_eq!(
+        points(&dom, "latency-time-1"),
+        with_latency,
+        "p50 over time"
+    );
+    assert_eq!(
+        points(&dom, "latency-time-p99-1"),
+        with_latency,
+        "p99 over time"
+    );
+    assert!(
+        !dom.contains("latency over time: unknown"),
+        "the page contradicts its JSON"
+    );
 }
 
 #[test]

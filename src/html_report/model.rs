@@ -27,6 +27,41 @@ pub(crate) struct Interval {
     pub(crate) kernel_drops: Option<u64>,
 }
 
+/// One sender's latency over time: at each sink interval's end (seconds since the start), the
+/// latency object of its packets within that interval (cell bounds).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SenderLatency {
+    pub(crate) name: String,
+    pub(crate) points: Vec<(f64, Map<String, Value>)>,
+}
+
+/// Adds a sink interval's `senders[]` latency objects to `into`.
+fn add_sender_latency(into: &mut Vec<SenderLatency>, record: &Map<String, Value>) {
+    let Some(t) = number(record, "elapsed_s") else {
+        return;
+    };
+    let parts = record.get("senders").and_then(Value::as_array);
+    for part in parts.into_iter().flatten().filter_map(Value::as_object) {
+        let (Some(name), Some(latency)) = (
+            text_field(part, "name"),
+            part.get("latency").and_then(Value::as_object),
+        ) else {
+            continue;
+        };
+        let at = match into.iter().position(|s| s.name == name) {
+            Some(at) => at,
+            None => {
+                into.push(SenderLatency {
+                    name: name.to_string(),
+                    points: Vec::new(),
+                });
+                into.len() - 1
+            }
+        };
+        into[at].points.push((t, latency.clone()));
+    }
+}
+
 /// One `"type":"step"` line of a stepped or ramped send.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Step {
@@ -82,6 +117,8 @@ pub(crate) struct Run {
     pub(crate) sink_summary: Option<Map<String, Value>>,
     /// The `"type":"start"` record: what ran, where and when (the page's header).
     pub(crate) start: Option<Map<String, Value>>,
+    /// Each sender's latency per sink interval, in the order senders first appear.
+    pub(crate) sender_latency: Vec<SenderLatency>,
     /// `"tcp"` when any record says so.
     pub(crate) tcp: bool,
     /// Lines read (blank ones not counted) and lines of a type this reader does not know.
@@ -164,7 +201,10 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<Run, Error> {
         let role = text_field(&record, "role");
         match (text_field(&record, "type"), role) {
             (Some("interval"), Some("send")) => run.send_intervals.push(interval(&record)),
-            (Some("interval"), Some("sink")) => run.sink_intervals.push(interval(&record)),
+            (Some("interval"), Some("sink")) => {
+                add_sender_latency(&mut run.sender_latency, &record);
+                run.sink_intervals.push(interval(&record));
+            }
             (Some("step"), _) => {
                 let number = run.steps.len() as u64 + 1;
                 run.steps.push(step(&record, number));

@@ -956,10 +956,7 @@ fn latency_section(out: &mut String, run: &Run) {
              clock was never estimated).",
         );
     }
-    unknown(
-        out,
-        "latency over time: unknown; interval records carry no latency, only the summaries do.",
-    );
+    latency_over_time(out, run);
     if !cdf_view(out, ("jitter", "jitter"), None, &senders, &JITTER_IDS) {
         unknown(
             out,
@@ -974,6 +971,91 @@ fn latency_section(out: &mut String, run: &Run) {
         );
     }
     out.push_str("</section>");
+}
+
+const LATENCY_TIME_IDS: [&str; SENDER_SERIES] = [
+    "latency-time-1",
+    "latency-time-2",
+    "latency-time-3",
+    "latency-time-4",
+    "latency-time-5",
+    "latency-time-6",
+];
+const LATENCY_TIME_P99_IDS: [&str; SENDER_SERIES] = [
+    "latency-time-p99-1",
+    "latency-time-p99-2",
+    "latency-time-p99-3",
+    "latency-time-p99-4",
+    "latency-time-p99-5",
+    "latency-time-p99-6",
+];
+
+/// Each sender's p50 and p99 per sink interval, on decades of ns; unknown where the sink's
+/// intervals carry no sender's latency.
+fn latency_over_time(out: &mut String, run: &Run) {
+    let mut series = Vec::new();
+    for (i, sender) in run.sender_latency.iter().take(SENDER_SERIES).enumerate() {
+        for (stem, ids, dashed) in [
+            ("p50", &LATENCY_TIME_IDS, false),
+            ("p99", &LATENCY_TIME_P99_IDS, true),
+        ] {
+            let points = sender
+                .points
+                .iter()
+                .filter_map(|(t, latency)| {
+                    let (v, exact) = figure(latency, stem)?;
+                    (v > 0.0).then(|| Point {
+                        x: *t,
+                        y: v.log10(),
+                        tip: format!(
+                            "{}: {stem} {}{} at {} s",
+                            sender.name,
+                            if exact { "" } else { "≤" },
+                            ns(v),
+                            seconds(*t)
+                        ),
+                        verdict: None,
+                    })
+                })
+                .collect();
+            series.push(Series {
+                id: ids[i],
+                label: format!("{} {stem}", sender.name),
+                color: SENDER_COLORS[i],
+                points,
+                joined: true,
+                dashed,
+            });
+        }
+    }
+    if series.iter().all(|s| s.points.is_empty()) {
+        unknown(
+            out,
+            "latency over time: unknown; no sink interval in this JSON carries a sender's \
+             latency (a TCP run, a sink without --json, no packet with a usable timestamp, or \
+             JSON from an older ringblast).",
+        );
+        return;
+    }
+    out.push_str(&line_chart(&LineChart {
+        id: "latency-time-chart",
+        x: seconds_axis(),
+        y: Axis {
+            label: "latency in the interval (log scale)".into(),
+            format: decade_ns,
+            log: false,
+            whole: true,
+        },
+        series,
+        rules: Vec::new(),
+    }));
+    note(
+        out,
+        "Each sender's latency over time: the p50 (solid) and p99 (dashed) of its packets \
+         within each sink interval, as the upper bounds (≤) of the sink's latency cells \
+         (1, 2 and 5 per decade); an interval keeps only the cells, so these are bounds, not \
+         figures.",
+    );
 }
 
 // ---- senders ------------------------------------------------------------------------------

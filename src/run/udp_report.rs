@@ -71,6 +71,8 @@ pub(crate) struct UdpState {
     judge: Option<Judge>,
     /// Context switches when the run started (for rr's per-transaction figure).
     ctx_start: crate::metrics::ctx::CtxSample,
+    /// Each sender's books at the last interval (for its part of the next, with `--json`).
+    pub(super) sender_intervals: crate::report::SenderIntervals,
 }
 
 impl UdpState {
@@ -235,14 +237,14 @@ impl Proto for UdpReport {
             .wire
             .as_ref()
             .filter(|_| self.wire_rate)
-            .map(|w| w.2.as_slice());
+            .map(|w| w.2.clone());
         self.print_interval(
             elapsed,
             seconds,
             self.state.header_due,
             (&now.0, &now.1),
             (&before.0, &before.1),
-            wire_l1,
+            wire_l1.as_deref(),
         );
         self.state.header_due = false;
     }

@@ -214,16 +214,20 @@ impl Rb {
 
     /// Waits for a successful exit; returns the last summary of `role`.
     pub fn summary(self, role: &str) -> Value {
-        let (status, out, err) = self.finish();
-        assert!(status.success(), "{role} exit {status:?}\n{err}\n{out}");
-        last_json(&out, role)
+        self.records(role).0
     }
 
-    /// SIGINT (a clean stop), then the summary.
-    pub fn stop(self, role: &str) -> Value {
-        self.signal(Signal::SIGINT);
-        self.summary(role)
+    /// Waits for a successful exit; returns the last summary of `role` and every JSON record.
+    pub fn records(self, role: &str) -> (Value, Vec<Value>) {
+        let (status, out, err) = self.finish();
+        assert!(status.success(), "{role} exit {status:?}\n{err}\n{out}");
+        let records = out
+            .lines()
+            .filter_map(crate::common::schema::parsed)
+            .collect();
+        (last_json(&out, role), records)
     }
+
 }
 
 impl Drop for Rb {
@@ -307,13 +311,15 @@ impl Rig {
             "--listen",
             &to,
             "--json",
-            "--interval",
-            "0",
             "--metrics",
             &metrics,
             "--secret-file",
             self.secret(),
         ];
+        // Quiet unless `extra` asks for intervals.
+        if !extra.contains(&"--interval") {
+            args.extend_from_slice(&["--interval", "0"]);
+        }
         args.extend_from_slice(extra);
         let mut sink = Rb::start_with_env(&self.lab.rx, bin(), &args, env);
         sink.wait_line("control: listening", Duration::from_secs(5));
@@ -355,6 +361,11 @@ impl Rig {
     /// `expect` (waiting for the exporter's flush), then stops it cleanly and returns its
     /// summary.
     pub fn stop_sink(&mut self, expect: &[(&str, u64)]) -> Value {
+        self.stop_sink_records(expect).0
+    }
+
+    /// As [`Rig::stop_sink`], with every JSON record the sink printed (its intervals).
+    pub fn stop_sink_records(&mut self, expect: &[(&str, u64)]) -> (Value, Vec<Value>) {
         assert!(self.sink().alive(), "the sink survived");
         let (ns, addr) = (self.lab.rx.clone(), self.metrics_addr());
         let mut last = String::new();
@@ -364,7 +375,9 @@ impl Rig {
         });
         let got: Vec<(&str, u64)> = expect.iter().map(|(m, _)| (*m, metric(&last, m))).collect();
         assert!(answered, "metrics {got:?}, expected {expect:?}");
-        self.sink.take().unwrap().stop("sink")
+        let sink = self.sink.take().unwrap();
+        sink.signal(Signal::SIGINT);
+        sink.records("sink")
     }
 }
 

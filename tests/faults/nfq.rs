@@ -181,7 +181,7 @@ fn latency_against_the_holds(tag: &str, net: u8, host: SinkHost) {
         SinkHost::ClockBehind => &[("RINGBLAST_TEST_CLOCK_SKEW_NS", &skew)],
         _ => &[],
     };
-    rig.start_sink_with_env(&["--cpus", "1"], env);
+    rig.start_sink_with_env(&["--cpus", "1", "--interval", "500ms"], env);
     let busy = host == SinkHost::BusyCpu;
     // `timeout` bounds the loop; SIGTERM reaches the loop through it (a SIGKILL would end
     // `timeout` alone and leave the loop spinning).
@@ -212,7 +212,8 @@ fn latency_against_the_holds(tag: &str, net: u8, host: SinkHost) {
     assert!(status.success(), "nfq_fault: {err}");
     let holds: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
     assert_eq!(u(&holds, "holds"), u(&send, "tx_packets"), "{holds}");
-    let sink = rig.stop_sink(&[("ringblast_rx_packets_total", u(&send, "tx_packets"))]);
+    let (sink, records) =
+        rig.stop_sink_records(&[("ringblast_rx_packets_total", u(&send, "tx_packets"))]);
     let (hold_p50, hold_p99) = (u(&holds, "hold_p50_ns"), u(&holds, "hold_p99_ns"));
     eprintln!(
         "fault| nfqueue hold 5 ms{}: hold p50 / per-sender latency p50 (ns) | {hold_p50} | {} | within 250 us above",
@@ -241,6 +242,40 @@ fn latency_against_the_holds(tag: &str, net: u8, host: SinkHost) {
         }
         _ => 0,
     };
+    // Latency over time: every interval's part of the sender holds its packets and their
+    // latency cell, and the intervals add up to every datagram the injector held. The cells are
+    // 1-2-5 per decade, so the p50's cell bound lies at or above the holds' p50 and less than
+    // 2.5 times above it.
+    let parts: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
+        .flat_map(|r| {
+            r["senders"]
+                .as_array()
+                .expect("a sink interval has senders[]")
+        })
+        .collect();
+    let packets: u64 = parts.iter().map(|p| u(p, "rx_packets")).sum();
+    assert_eq!(
+        packets,
+        u(&holds, "holds"),
+        "the intervals' parts: {parts:?}"
+    );
+    let samples: u64 = parts.iter().map(|p| u(p, "latency_samples")).sum();
+    assert!(samples <= packets && samples > 0, "{parts:?}");
+    if host != SinkHost::ClockBehind {
+        assert_eq!(
+            samples, packets,
+            "one clock: every packet a sample: {parts:?}"
+        );
+    }
+    for part in parts.iter().filter(|p| u(p, "latency_samples") > 0) {
+        let cell = u(&part["latency"], "p50_ns_at_most");
+        assert!(
+            cell + error >= hold_p50 && cell < (hold_p50 + 250_000 + error) * 5 / 2,
+            "an interval's p50 cell {cell} against the holds' p50 {hold_p50}: {part}"
+        );
+    }
     // The sink's per-sender figures and the verdict the sender printed: values, not bounds.
     for (who, latency) in [
         ("sink", &sink["senders"][0]["latency"]),

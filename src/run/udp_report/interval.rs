@@ -6,9 +6,10 @@ use crate::report::{self, RxSample, TxSample};
 
 impl UdpReport {
     /// Prints one interval: a line per queue and role (and totals over several queues), in
-    /// the pktgen style, and with `--json` one interval line per role.
+    /// the pktgen style, and with `--json` one interval line per role, the sink's with each
+    /// sender's part (`senders`).
     pub(super) fn print_interval(
-        &self,
+        &mut self,
         elapsed: f64,
         seconds: f64,
         header: bool,
@@ -79,9 +80,10 @@ impl UdpReport {
                 lines.push('\n');
             }
             if self.json {
-                crate::output::json_line(&report::rx_interval_json(
-                    elapsed, &s.queues, rx, rx0, seconds,
-                ));
+                let mut record = report::rx_interval_json(elapsed, &s.queues, rx, rx0, seconds);
+                let rows = s.registry.rows(false);
+                record["senders"] = self.state.sender_intervals.json(&rows);
+                crate::output::json_line(&record);
             }
         }
         crate::output::human_text(&lines);
