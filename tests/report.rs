@@ -282,6 +282,79 @@ fn a_pair_run_in_the_browser_has_one_point_per_interval_line() {
 
 #[test]
 #[ignore = "needs root and chromium: it loads the pages in headless chromium inside a new network namespace (unshare -n)"]
+fn a_tcp_pair_in_the_browser_shows_tcps_own_figures() {
+    assert_root_for_browser();
+    let dir = artefacts();
+    let jsonl = dir.join("tcp.jsonl");
+    let stdout = {
+        let _guard = traffic_lock();
+        run_to_file(
+            &[
+                "pair",
+                "--proto",
+                "tcp",
+                "--rate",
+                "500pps",
+                "--size",
+                "1000",
+                "--duration",
+                "2s",
+                "--interval",
+                "250ms",
+                "--json",
+                "--no-metrics",
+            ],
+            &jsonl,
+        )
+    };
+    let records = records(&stdout);
+    let with_info = records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "send")
+        .filter(|r| r["srtt_us_max"].is_u64())
+        .count();
+    assert!(with_info >= 5, "{with_info} sender intervals with TCP_INFO");
+    report(&jsonl, &dir.join("tcp.html"));
+    let dom = browse(&dir.join("tcp.html"), &dir.join("tcp.png"));
+    assert_eq!(points(&dom, "srtt-max"), with_info, "srtt over time");
+    assert_eq!(
+        points(&dom, "retransmits"),
+        with_info,
+        "retransmits over time"
+    );
+    // The TCP table holds the summaries' own counts.
+    let send = records
+        .iter()
+        .rfind(|r| r["type"] == "summary" && r["role"] == "send")
+        .unwrap();
+    let table = dom.split("<table class=\"tcp\">").nth(1).unwrap();
+    let table = table.split("</table>").next().unwrap();
+    let written = send["tx_records"].as_u64().unwrap();
+    assert!(written >= 900, "{send}");
+    let grouped = |n: u64| {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push('\u{2009}');
+            }
+            out.push(c);
+        }
+        out
+    };
+    assert!(
+        table.contains(&format!("<td>{}</td>", grouped(written))),
+        "records written {written} in {table}"
+    );
+    // The per-sender table is the TCP sink's books, with nothing n/a.
+    let rows = dom.split("<table class=\"senders\">").nth(1).unwrap();
+    let rows = rows.split("</table>").next().unwrap();
+    assert!(rows.contains("<th>records</th>"), "{rows}");
+    assert!(!rows.contains("n/a"), "{rows}");
+}
+
+#[test]
+#[ignore = "needs root and chromium: it loads the pages in headless chromium inside a new network namespace (unshare -n)"]
 fn a_stepped_run_in_the_browser_has_one_bar_per_step_line() {
     assert_root_for_browser();
     let dir = artefacts();

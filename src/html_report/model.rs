@@ -25,6 +25,11 @@ pub(crate) struct Interval {
     /// Datagrams the sink's kernel dropped in the interval (its sockets' receive queues were
     /// full); part of the run's loss beside `lost`.
     pub(crate) kernel_drops: Option<u64>,
+    /// TCP sender: the largest smoothed RTT (µs) and the congestion window (segments) of its
+    /// connections at the interval's end, and its retransmitted segments since the start.
+    pub(crate) srtt_us_max: Option<f64>,
+    pub(crate) cwnd_segments: Option<f64>,
+    pub(crate) retransmits: Option<u64>,
 }
 
 /// One sender's latency over time: at each sink interval's end (seconds since the start), the
@@ -251,6 +256,9 @@ fn interval(r: &Map<String, Value>) -> Interval {
         reordered: count(r, "rx_reordered"),
         duplicates: count(r, "rx_duplicates"),
         kernel_drops: count(r, "rx_kernel_drops"),
+        srtt_us_max: number(r, "srtt_us_max"),
+        cwnd_segments: number(r, "cwnd_segments"),
+        retransmits: count(r, "retransmits"),
     }
 }
 

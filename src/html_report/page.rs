@@ -62,6 +62,7 @@ pub(crate) fn render(run: &Run, title: &str, source: &str) -> String {
         steps_section(&mut body, run);
         latency_section(&mut body, run);
         exchange_section(&mut body, run);
+        tcp_section(&mut body, run);
         senders_section(&mut body, run);
     }
     let _ = write!(
@@ -1094,6 +1095,11 @@ fn senders_section(out: &mut String, run: &Run) {
         out.push_str("</section>");
         return;
     }
+    if run.tcp {
+        tcp_sender_rows(out, &rows);
+        out.push_str("</section>");
+        return;
+    }
     out.push_str(
         "<div class=\"wide\"><table class=\"senders\"><thead><tr><th>sender</th><th>received</th><th>rate</th>\
          <th>lost</th><th>reordered</th><th>duplicates</th><th>kernel drops</th><th>late</th>\
@@ -1133,6 +1139,176 @@ fn senders_section(out: &mut String, run: &Run) {
         out,
         "n/a: not in this run's JSON; unknown: the run could not measure it. Latency with ≤ is a \
          histogram bucket's upper bound.",
+    );
+    out.push_str("</section>");
+}
+
+/// A TCP sink's books per sender: records, bytes, invalid events, runs, connections, clock.
+fn tcp_sender_rows(out: &mut String, rows: &[(String, &Map<String, Value>)]) {
+    out.push_str(
+        "<div class=\"wide\"><table class=\"senders\"><thead><tr><th>sender</th>\
+         <th>records</th><th>bytes</th><th>invalid</th><th>runs</th><th>connections closed</th>\
+         <th>open</th><th>clock</th></tr></thead><tbody>",
+    );
+    for (name, s) in rows {
+        let clock = s
+            .get("latency_clock")
+            .and_then(Value::as_object)
+            .and_then(|c| text_field(c, "kind"))
+            .unwrap_or("n/a");
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            esc(name),
+            cell(s, "rx_records", plain),
+            cell(s, "rx_bytes", plain),
+            cell(s, "rx_invalid", plain),
+            cell(s, "sessions", plain),
+            cell(s, "conns_closed", plain),
+            cell(s, "conns_open", plain),
+            esc(clock),
+        );
+    }
+    out.push_str("</tbody></table></div>");
+    note(
+        out,
+        "The TCP sink's books: complete, in-sequence records and their bytes, invalid events on \
+         the sender's connections, its runs (epochs) and its connections. n/a: not in this \
+         run's JSON.",
+    );
+}
+
+/// A TCP sender's own figures: the summary's counts and TCP_INFO, and its connections' largest
+/// smoothed RTT and their retransmits per interval.
+fn tcp_section(out: &mut String, run: &Run) {
+    if !run.tcp {
+        return;
+    }
+    out.push_str("<section id=\"tcp\"><h2>TCP</h2>");
+    let tcp_intervals: Vec<&Interval> = run
+        .send_intervals
+        .iter()
+        .filter(|i| i.srtt_us_max.is_some() || i.retransmits.is_some())
+        .collect();
+    if tcp_intervals.is_empty() {
+        unknown(
+            out,
+            "TCP over time: unknown; no sender interval in this JSON carries TCP_INFO (a sink's \
+             JSON alone, or a run shorter than one interval).",
+        );
+    } else {
+        let srtt = tcp_intervals
+            .iter()
+            .filter_map(|i| {
+                let v = i.srtt_us_max?;
+                Some(Point {
+                    x: i.t,
+                    y: v,
+                    tip: format!("largest smoothed RTT at {} s: {v} µs", seconds(i.t)),
+                    verdict: None,
+                })
+            })
+            .collect();
+        out.push_str(&line_chart(&LineChart {
+            id: "tcp-rtt-chart",
+            x: seconds_axis(),
+            y: Axis {
+                label: "largest smoothed RTT (µs)".into(),
+                format: plain,
+                log: false,
+                whole: false,
+            },
+            series: vec![Series {
+                id: "srtt-max",
+                label: "largest srtt of the sender's connections".into(),
+                color: BLUE,
+                points: srtt,
+                joined: true,
+                dashed: false,
+            }],
+            rules: Vec::new(),
+        }));
+        let mut before = 0;
+        let retransmits = tcp_intervals
+            .iter()
+            .filter_map(|i| {
+                let total = i.retransmits?;
+                let within = total.saturating_sub(before);
+                before = total;
+                Some(Point {
+                    x: i.t,
+                    y: within as f64,
+                    tip: format!(
+                        "retransmitted segments in the interval ending at {} s: {within}",
+                        seconds(i.t)
+                    ),
+                    verdict: None,
+                })
+            })
+            .collect();
+        out.push_str(&line_chart(&LineChart {
+            id: "tcp-retransmits-chart",
+            x: seconds_axis(),
+            y: Axis {
+                label: "segments in the interval".into(),
+                format: plain,
+                log: false,
+                whole: true,
+            },
+            series: vec![Series {
+                id: "retransmits",
+                label: "retransmitted segments".into(),
+                color: RED,
+                points: retransmits,
+                joined: true,
+                dashed: false,
+            }],
+            rules: Vec::new(),
+        }));
+        note(
+            out,
+            "From TCP_INFO of the sender's connections at each interval's end: the largest \
+             smoothed RTT among them, and the segments they retransmitted within the interval.",
+        );
+    }
+    let (send, sink) = (run.send_summary.as_ref(), run.sink_summary.as_ref());
+    let row = |m: Option<&Map<String, Value>>, key: &str, f: fn(f64) -> String| {
+        m.map_or_else(|| "n/a".to_string(), |m| cell(m, key, f))
+    };
+    let rows: [(&str, String); 14] = [
+        ("records written (sender)", row(send, "tx_records", plain)),
+        (
+            "records delivered (acknowledged)",
+            row(send, "delivered_records", plain),
+        ),
+        ("records received (sink)", row(sink, "rx_records", plain)),
+        ("records per second", row(send, "records_per_s", plain)),
+        (
+            "target records per second",
+            row(send, "target_records_per_s", plain),
+        ),
+        ("connects", row(send, "connects", plain)),
+        ("reconnects", row(send, "reconnects", plain)),
+        ("resets", row(send, "resets", plain)),
+        ("connect failures", row(send, "connect_failures", plain)),
+        ("retransmitted segments", row(send, "retransmits", plain)),
+        ("largest smoothed RTT (µs)", row(send, "srtt_us_max", plain)),
+        (
+            "congestion window (segments)",
+            row(send, "cwnd_segments", plain),
+        ),
+        ("connections accepted (sink)", row(sink, "accepts", plain)),
+        ("invalid events (sink)", row(sink, "rx_invalid", plain)),
+    ];
+    out.push_str("<table class=\"tcp\"><tbody>");
+    for (label, value) in rows {
+        let _ = write!(out, "<tr><td>{label}</td><td>{value}</td></tr>");
+    }
+    out.push_str("</tbody></table>");
+    note(
+        out,
+        "The sender's and the sink's summaries; n/a: that side's summary is not in this JSON.",
     );
     out.push_str("</section>");
 }

@@ -227,7 +227,6 @@ impl Rb {
             .collect();
         (last_json(&out, role), records)
     }
-
 }
 
 impl Drop for Rb {
