@@ -316,6 +316,19 @@ fn a_tcp_pair_in_the_browser_shows_tcps_own_figures() {
     assert!(with_info >= 5, "{with_info} sender intervals with TCP_INFO");
     report(&jsonl, &dir.join("tcp.html"));
     let dom = browse(&dir.join("tcp.html"), &dir.join("tcp.png"));
+    // The rate chart is in records/s with the run's target, as a UDP page is in pps.
+    let sent = how_many(&records, "interval", Some("send"));
+    assert_eq!(points(&dom, "sent"), sent, "sent");
+    assert_eq!(
+        points(&dom, "target"),
+        sent,
+        "target (500 records/s, paced)"
+    );
+    assert!(
+        dom.contains("rate (records per second)"),
+        "the rate chart's unit"
+    );
+    assert!(dom.contains(" s: 500 rec/s</title>"), "the target's tip");
     assert_eq!(points(&dom, "srtt-max"), with_info, "srtt over time");
     assert_eq!(
         points(&dom, "retransmits"),

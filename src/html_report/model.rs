@@ -30,6 +30,9 @@ pub(crate) struct Interval {
     pub(crate) srtt_us_max: Option<f64>,
     pub(crate) cwnd_segments: Option<f64>,
     pub(crate) retransmits: Option<u64>,
+    /// TCP: records written (sender) or received (sink) since the start; the interval's
+    /// records per second go into `pps`.
+    pub(crate) records: Option<u64>,
 }
 
 /// One sender's latency over time: at each sink interval's end (seconds since the start), the
@@ -237,6 +240,8 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<Run, Error> {
     }
     fill_interval_times(&mut run.send_intervals);
     fill_interval_times(&mut run.sink_intervals);
+    fill_record_rates(&mut run.send_intervals);
+    fill_record_rates(&mut run.sink_intervals);
     Ok(run)
 }
 
@@ -259,6 +264,21 @@ fn interval(r: &Map<String, Value>) -> Interval {
         srtt_us_max: number(r, "srtt_us_max"),
         cwnd_segments: number(r, "cwnd_segments"),
         retransmits: count(r, "retransmits"),
+        records: count(r, "tx_records").or_else(|| count(r, "rx_records")),
+    }
+}
+
+/// TCP intervals count records since the start: each one's rate is its gain over its length.
+fn fill_record_rates(intervals: &mut [Interval]) {
+    let mut before = 0;
+    for i in intervals {
+        let Some(records) = i.records else { continue };
+        if i.pps.is_none()
+            && let Some(length) = i.length.filter(|l| *l > 0.0)
+        {
+            i.pps = Some(records.saturating_sub(before) as f64 / length);
+        }
+        before = records;
     }
 }
 

@@ -131,6 +131,10 @@ fn pps(v: f64) -> String {
     si(v, "pps")
 }
 
+fn records_per_s(v: f64) -> String {
+    si(v, "rec/s")
+}
+
 fn bits(v: f64) -> String {
     si(v, "bit/s")
 }
@@ -364,7 +368,7 @@ fn target_at(run: &Run, i: &Interval) -> Option<f64> {
         return run
             .send_summary
             .as_ref()
-            .and_then(|s| number(s, "target_pps"));
+            .and_then(|s| number(s, "target_pps").or_else(|| number(s, "target_records_per_s")));
     }
     let mid = i.t - i.length.unwrap_or(0.0) / 2.0;
     let inside = |s: &&Step| match (s.start_s, s.end_s) {
@@ -397,7 +401,9 @@ fn rate_section(out: &mut String, run: &Run) {
         return;
     }
     let in_pps = all.clone().all(|i| i.pps.is_some());
-    let (value, format, unit): (Reading, fn(f64) -> String, &str) = if in_pps {
+    let (value, format, unit): (Reading, fn(f64) -> String, &str) = if in_pps && run.tcp {
+        (|i| i.pps, records_per_s, "records per second")
+    } else if in_pps {
         (|i| i.pps, pps, "packets per second")
     } else {
         (|i| i.bps, bits, "payload bits per second")
@@ -433,7 +439,7 @@ fn rate_section(out: &mut String, run: &Run) {
                     Some(Point {
                         x: i.t,
                         y: v,
-                        tip: format!("target at {:.3} s: {}", i.t, pps(v)),
+                        tip: format!("target at {:.3} s: {}", i.t, format(v)),
                         verdict: None,
                     })
                 })
