@@ -549,12 +549,7 @@ impl Registry {
         inner.unseen_lost += counters.lost;
         inner
             .books
-            .senders
-            .entry(name)
-            .or_default()
-            .closed
-            .counters
-            .add(&counters);
+            .book_closed(name, epoch, &ClosedBook::of(&counters));
         counters
     }
 
