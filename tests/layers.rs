@@ -303,6 +303,7 @@ const RUN_CORE: &[&str] = &[
     "run::session",
     "run::ticker",
     "run::link",
+    "run::link_ends",
     "run::link_state",
     "run::fds",
     "run::exporting",

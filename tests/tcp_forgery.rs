@@ -108,3 +108,49 @@ fn forged_tcp_records_with_a_live_runs_epoch_change_no_number() {
     assert_eq!(u(&senders[0], "rx_invalid"), 0, "{rx}");
     assert_eq!(u(&rx, "unattributed_invalid"), 2, "{rx}");
 }
+
+/// Without a secret, anyone can write records of a live run (docs/security.md). A connection
+/// that does so and stays open past the sender's goodbye leaves the run's count open: the
+/// sink waits out its goodbye wait and answers with what arrived so far, and its verdict says
+/// it is incomplete, so the sender's summary says so (`"complete": false`) instead of passing
+/// off a count that can still change as final.
+#[test]
+fn a_connection_of_the_run_still_open_at_the_goodbye_makes_the_verdict_incomplete() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let to = format!("127.0.0.1:{port}");
+    let mut sink = start_sink_with(None, &to, &[]);
+    let size = SIZE.to_string();
+    let sender = start_send(
+        None,
+        &[
+            "--to", &to, "--name", "held", "--size", &size, "--rate", "4000pps", "--count", "2000",
+        ],
+    );
+    let hello = sink.wait_line("said hello", WAIT);
+    let epoch = hello
+        .split("(epoch ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|e| u32::from_str_radix(e, 16).ok())
+        .unwrap_or_else(|| panic!("no epoch in {hello:?}"));
+    let mut held = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    held.set_write_timeout(Some(WAIT)).unwrap();
+    held.write_all(&record(epoch, 0, None)).unwrap();
+    let (_, out, err) = sender.finish();
+    let tx = common::last_summary(&out, "send");
+    drop(held);
+    let (_, sink_err) = stop_sink_with_err(sink, 2);
+
+    assert_eq!(u(&tx, "tx_records"), 2_000, "{tx}");
+    let v = &tx["verdict"];
+    assert_eq!(v["complete"], false, "the verdict: {tx}");
+    assert!(
+        err.contains("incomplete") || out.contains("incomplete"),
+        "{out}\n{err}"
+    );
+    assert!(
+        sink_err.contains("sink: sender held said goodbye with counts still open"),
+        "{sink_err}"
+    );
+}

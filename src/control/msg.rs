@@ -336,10 +336,19 @@ pub(crate) struct Verdict {
     /// How the latency relates to the sender's clock (protocol version 3; absent before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) clock: Option<VerdictClock>,
+    /// Not every count was in when the sink answered: some of the run's sessions (UDP) or
+    /// connections (TCP) were still open after the goodbye's wait, so the verdict counts what
+    /// arrived so far (protocol version 9; absent before, and when every count was in).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) incomplete: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A sender's jitter in a [`Verdict`] (protocol version 5): RFC 3550 section 6.4.1's |D|,

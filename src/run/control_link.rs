@@ -8,30 +8,30 @@
 
 use crate::proto::reach::RunReach;
 use crate::say;
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use super::{
     link::{Link, SenderLink, sink_session_id},
+    link_ends::{self, Announce, SenderEnd, SinkEnd, SinkLedger},
     link_state::{self, LinkState},
-    part_link,
-    roles::{RunPace, SenderSet, SinkSet},
+    part_link::{self, UdpFlows},
+    roles::{SenderSet, SinkSet},
     udp_verdict::{AskSink, flow_verdict, progress_of, reports_of, run_verdict, verdict_jitter},
-    verdict::{GOODBYE_WAIT, hello_clock, in_process_clock, verdict_clock},
+    verdict::{GOODBYE_WAIT, in_process_clock, verdict_clock},
 };
 use crate::{
     clock,
     control::{
         auth::Secret,
-        client::{ClientConfig, ControlClient, SenderView},
+        client::{ClientConfig, ControlClient},
         msg::{
-            ClockEstimate, DataProto, FlowStart, FlowVerdict, Goodbye, Hello, Progress, SizeCount,
-            Verdict,
+            ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, SizeCount, Verdict,
         },
-        server::{ControlServer, HelloFrom, RunningServer, ServerConfig, SinkBooks},
+        server::{ControlServer, HelloFrom, RunningServer, ServerConfig},
     },
     error::Error,
+    latency_clock::LatencyClock,
     metrics::names,
-    sender::SenderShared,
     sink::registry::{self, FlowReport, Registry},
 };
 
@@ -147,10 +147,10 @@ fn serve(
         other => other?,
     };
     say!("control: listening on tcp {listen} (sink session {session})");
-    let books = Arc::new(Books {
-        registry: Arc::clone(&k.registry),
-        sink_session: session,
-    });
+    let books = Arc::new(SinkEnd::new(
+        RegistryLedger(Arc::clone(&k.registry)),
+        session,
+    ));
     Ok(Some(server.start(books, Box::new(|line| say!("{line}")))))
 }
 
@@ -161,17 +161,23 @@ fn connect(
     s: &SenderSet,
     state: Arc<LinkState>,
 ) -> VerdictSource {
-    let view = Arc::new(View {
+    let announce = Announce {
         name,
-        epoch: s.epoch,
-        first_seq: s.first_seq,
+        size: u32::try_from(s.size).unwrap_or(u32::MAX),
+        epochs: Arc::from([s.epoch]),
+        part: 0,
+        rate: s.target_pps,
+        flow_pps: s.pace.flow_pps,
+        started_ns: clock::monotonic_ns(),
+        paced_since_ns: s.pace.started_ns,
+    };
+    let flows = UdpFlows {
         shared: s.shared.clone(),
         flows: s.flows.clone(),
-        started_ns: clock::monotonic_ns(),
-        size: u32::try_from(s.size).unwrap_or(u32::MAX),
-        rate_pps: s.target_pps,
-        pace: s.pace,
-    });
+        first_seq: s.first_seq,
+        in_parts: false,
+    };
+    let view = Arc::new(SenderEnd::new(announce, flows));
     let mut config = ClientConfig::new(addr);
     config.secret = secret;
     state.expect_answer();
@@ -181,13 +187,8 @@ fn connect(
         Box::new(move |e| link_state::event(e, &state)),
     );
     VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
-        let goodbye = Goodbye {
-            flows: flows.iter().map(progress_of).collect(),
-        };
-        client
-            .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), run_verdict(&v)))
-            .map_err(|e| e.to_string())
+        link_ends::finish(client, flows.iter().map(progress_of).collect())
+            .map(|(session, v)| (session, run_verdict(&v)))
     }))
 }
 
@@ -220,14 +221,13 @@ fn registry_hello(name: &str, s: &SenderSet, elapsed_ns: u64) -> registry::Hello
     }
 }
 
-/// The sink's books as the control server sees them.
-struct Books {
-    registry: Arc<Registry>,
-    sink_session: String,
-}
+/// The UDP sink's registry as the control channel feeds it.
+struct RegistryLedger(Arc<Registry>);
 
-impl SinkBooks for Books {
-    fn hello(&self, hello: &Hello, from: HelloFrom) -> u64 {
+impl SinkLedger for RegistryLedger {
+    const GONE_WITHOUT_GOODBYE: &'static str = "; its sessions close when idle, the tail after its last progress report counted as unconfirmed";
+
+    fn hello(&self, hello: &Hello, from: &HelloFrom, clock: LatencyClock) -> (u64, String) {
         let h = registry::Hello {
             proof: from.proof,
             reach: hello.reach.and_then(|r| {
@@ -250,33 +250,24 @@ impl SinkBooks for Books {
                 .collect(),
             elapsed_ns: hello.elapsed_ns,
             step: hello.step.unwrap_or(0),
-            clock: hello_clock(hello, from.version),
+            clock,
         };
-        let (uptime, line) = self.registry.hello(Some(from.peer), &h);
-        let rate = hello
-            .rate_pps
-            .map_or_else(|| "unpaced".to_string(), |r| format!("{r:.0}pps"));
-        say!("{line} ({} B, {rate})", hello.size);
-        uptime
+        self.0.hello(Some(from.peer), &h)
     }
 
-    fn progress(&self, _peer: SocketAddr, _name: &str, epoch: u32, progress: &Progress) {
-        let flows = reports_of(&progress.flows);
-        self.registry.progress(epoch, &flows);
+    fn progress(&self, epoch: u32, flows: &[FlowProgress]) {
+        self.0.progress(epoch, &reports_of(flows));
     }
 
-    fn clock(&self, _peer: SocketAddr, _name: &str, epoch: u32, e: &ClockEstimate) {
-        self.registry
-            .clock(epoch, e.offset_ns, e.error_bound_ns, e.rtt_ns);
+    fn clock(&self, epoch: u32, e: &ClockEstimate) {
+        self.0.clock(epoch, e.offset_ns, e.error_bound_ns, e.rtt_ns);
     }
 
-    fn goodbye(&self, _peer: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict {
-        let flows = reports_of(&goodbye.flows);
-        let v = self.registry.goodbye(epoch, &flows, GOODBYE_WAIT);
+    fn goodbye(&self, epoch: u32, goodbye: &Goodbye) -> Verdict {
+        let v = self
+            .0
+            .goodbye(epoch, &reports_of(&goodbye.flows), GOODBYE_WAIT);
         Verdict {
-            sink_session: self.sink_session.clone(),
-            name: name.into(),
-            epoch,
             // The run's datagrams that arrived but found no slot (per run, not per flow).
             totals: FlowVerdict {
                 rx_invalid: v.refused,
@@ -304,66 +295,8 @@ impl SinkBooks for Books {
                 v.totals.latency_unknown,
                 v.totals.latency_clamped,
             )),
-        }
-    }
-
-    fn disconnected(&self, peer: SocketAddr, name: &str, _epoch: u32, clean: bool) {
-        if !clean {
-            say!(
-                "sink: sender {name} ({peer}) went away without a goodbye; its sessions close when idle, the tail after its last progress report counted as unconfirmed"
-            );
-        }
-    }
-}
-
-/// What the sender's control thread reads: its flows' progress.
-struct View {
-    name: String,
-    epoch: u32,
-    first_seq: u64,
-    shared: Vec<Arc<SenderShared>>,
-    flows: Vec<Vec<u32>>,
-    started_ns: u64,
-    size: u32,
-    rate_pps: Option<f64>,
-    pace: RunPace,
-}
-
-impl View {
-    fn reports(&self) -> Vec<FlowReport> {
-        super::roles::flow_reports(&self.shared, &self.flows, self.first_seq)
-    }
-}
-
-impl SenderView for View {
-    fn hello(&self, reconnect: u32) -> Hello {
-        Hello {
-            name: self.name.clone(),
-            epoch: self.epoch,
-            flows: self
-                .reports()
-                .iter()
-                .map(|f| FlowStart {
-                    flow: f.flow,
-                    first_seq: f.first_seq,
-                    next_seq: f.next_seq,
-                    failed: f.failed,
-                })
-                .collect(),
-            size: self.size,
-            rate_pps: self.rate_pps,
-            elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
-            reconnect,
-            step: None,
-            boot_id: None,
-            reach: self.pace.reach(self.pace.flow_pps),
-            proto: Some(DataProto::Udp),
-        }
-    }
-
-    fn progress(&self) -> Progress {
-        Progress {
-            flows: self.reports().iter().map(progress_of).collect(),
+            incomplete: !v.complete,
+            ..Verdict::default()
         }
     }
 }

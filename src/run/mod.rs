@@ -9,6 +9,7 @@ pub(crate) mod exporting;
 pub(crate) mod fds;
 pub(crate) mod judge;
 pub(crate) mod link;
+pub(crate) mod link_ends;
 pub(crate) mod link_state;
 pub(crate) mod part_link;
 pub(crate) mod pipeline;
@@ -74,12 +75,14 @@ impl pipeline::Transport for RunSpec {
 
     fn fd_needs(&self) -> fds::Needs {
         fds::Needs {
-            sender_flows: self
+            sender_flows: self.plan.senders.as_ref().map_or(0, |s| {
+                s.shares.iter().map(|(_, f)| f.len() as u64).sum::<u64>()
+            }),
+            sender_queues: self
                 .plan
                 .senders
                 .as_ref()
-                .map_or(0, |s| s.1.iter().map(|(_, f)| f.len() as u64).sum::<u64>()),
-            sender_queues: self.plan.senders.as_ref().map_or(0, |s| s.0.len() as u64),
+                .map_or(0, |s| s.queues.len() as u64),
             sink_queues: self.plan.sinks.as_ref().map_or(0, |s| s.0.len() as u64),
             // The control server accepts up to its connection cap, whatever --max-senders says.
             sink_senders: self.plan.sinks.as_ref().map_or(0, |_| {
@@ -96,7 +99,7 @@ impl pipeline::Transport for RunSpec {
                 .plan
                 .senders
                 .as_ref()
-                .map(|s| s.1.iter().map(|(_, f)| f.len()).collect())
+                .map(|s| s.shares.iter().map(|(_, f)| f.len()).collect())
                 .unwrap_or_default(),
             rx_queues: self.plan.sinks.as_ref().map_or(0, |s| s.0.len()),
             rx_exported_flows: self.plan.exported_flows,
@@ -109,7 +112,7 @@ impl pipeline::Transport for RunSpec {
                 .plan
                 .senders
                 .iter()
-                .flat_map(|s| &s.0)
+                .flat_map(|s| &s.queues)
                 .chain(self.plan.sinks.iter().flat_map(|s| &s.0))
                 .map(|q| q.node)
                 .collect::<std::collections::BTreeSet<_>>()
@@ -137,13 +140,14 @@ impl pipeline::Transport for RunSpec {
     }
 
     fn start_senders(&mut self, control: &Arc<Control>) -> Result<Option<roles::SenderSet>, Error> {
-        let Some((queues, configs, target)) = self.plan.senders.take() else {
+        let Some(send) = self.plan.senders.take() else {
             return Ok(None);
         };
-        self.arena_bytes.0 = configs
+        self.arena_bytes.0 = send
+            .shares
             .first()
             .map_or(0, |(c, flows)| UdpSendJob::arena_bytes(c, flows.len()));
-        start_senders(control, queues, configs, target).map(Some)
+        start_senders(control, send).map(Some)
     }
 
     fn abandon_sinks(&self, mut sinks: roles::SinkSet) {

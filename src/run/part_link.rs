@@ -8,7 +8,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
     time::Duration,
@@ -17,8 +17,9 @@ use std::{
 use crate::latency_clock::LatencyClock;
 
 use super::{
+    link_ends::{self, Announce, SenderEnd, SenderLedger},
     link_state::{self},
-    roles::RunPace,
+    roles::{RunPace, flow_reports},
     udp_verdict::{self, VerdictResult},
     verdict::{self, GOODBYE_WAIT},
 };
@@ -26,7 +27,7 @@ use crate::{
     clock,
     control::{
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
-        msg::{DataProto, FlowStart, Goodbye, Hello, Progress},
+        msg::{DataProto, FlowStart},
     },
     metrics::steps::StepTally,
     proto::reach::RunReach,
@@ -103,6 +104,16 @@ impl PartBooks {
     /// Where every flow stands in `part`.
     pub(crate) fn reports(&self, part: usize) -> Vec<FlowReport> {
         part_reports(&self.shared, &self.flows, self.first_seq, part)
+    }
+
+    /// The flows as each part's hello reads them.
+    fn flows_in_parts(&self) -> UdpFlows {
+        UdpFlows {
+            shared: self.shared.clone(),
+            flows: self.flows.clone(),
+            first_seq: self.first_seq,
+            in_parts: true,
+        }
     }
 }
 
@@ -275,15 +286,19 @@ pub(crate) struct Remote {
 impl PartSink for Remote {
     fn open(&mut self, part: usize) {
         let (start, end) = self.schedule.parts()[part];
-        let view = Arc::new(PartView {
-            name: self.name.clone(),
-            part: AtomicUsize::new(part),
-            books: self.books.clone(),
-            size: self.size,
-            rate_bits: AtomicU64::new(self.schedule.mean_rate(start, end).to_bits()),
-            flow_bits: AtomicU64::new(self.books.pace.flow_pps.map_or(0, f64::to_bits)),
-            starts_ns: self.started_ns + start,
-        });
+        let view = Arc::new(SenderEnd::new(
+            Announce {
+                name: self.name.clone(),
+                size: self.size,
+                epochs: Arc::clone(&self.books.epochs),
+                part,
+                rate: Some(self.schedule.mean_rate(start, end)),
+                flow_pps: self.books.pace.flow_pps,
+                started_ns: self.started_ns + start,
+                paced_since_ns: self.books.pace.started_ns,
+            },
+            self.books.flows_in_parts(),
+        ));
         let state = Arc::clone(&self.state);
         let on_event = Box::new(move |e: ClientEvent| {
             // One connection line per run, not per step; every trouble is said.
@@ -310,13 +325,8 @@ impl PartSink for Remote {
             }
             return Err("this step's control connection was never opened".to_string());
         };
-        let goodbye = Goodbye {
-            flows: flows.iter().map(udp_verdict::progress_of).collect(),
-        };
-        client
-            .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), udp_verdict::run_verdict(&v)))
-            .map_err(|e| e.to_string())
+        link_ends::finish(client, flows.iter().map(udp_verdict::progress_of).collect())
+            .map(|(session, v)| (session, udp_verdict::run_verdict(&v)))
     }
 }
 
@@ -324,7 +334,9 @@ impl PartSink for Remote {
 /// Hello before the trial's first packet and a Goodbye once its sends settled.
 pub(crate) struct OneConnection {
     config: ClientConfig,
-    view: Arc<PartView>,
+    view: Arc<SenderEnd<UdpFlows>>,
+    /// The sender's queues, over which a trial's rate is split evenly.
+    queues: usize,
     state: Arc<link_state::LinkState>,
     client: Option<ControlClient>,
     /// Why the open part's Hello found no sink, if it did not.
@@ -340,16 +352,20 @@ impl OneConnection {
         size: u32,
         state: Arc<link_state::LinkState>,
     ) -> OneConnection {
-        let view = Arc::new(PartView {
+        let announce = Announce {
             name,
-            part: AtomicUsize::new(0),
-            books,
             size,
-            rate_bits: AtomicU64::new(0),
-            flow_bits: AtomicU64::new(0),
-            starts_ns: clock::monotonic_ns(),
-        });
+            epochs: Arc::clone(&books.epochs),
+            part: 0,
+            rate: None,
+            flow_pps: None,
+            started_ns: clock::monotonic_ns(),
+            paced_since_ns: books.pace.started_ns,
+        };
+        let queues = books.shared.len().max(1);
+        let view = Arc::new(SenderEnd::new(announce, books.flows_in_parts()));
         OneConnection {
+            queues,
             config,
             view,
             state,
@@ -363,21 +379,14 @@ impl OneConnection {
     /// The rate the next part's Hello announces (`None`: unpaced), split evenly over the
     /// queues as the trial's workers pace it.
     pub(crate) fn announce_rate(&self, rate_pps: Option<f64>) {
-        let rate_pps = rate_pps.filter(|r| r.is_finite() && *r > 0.0);
-        self.view
-            .rate_bits
-            .store(rate_pps.map_or(0, f64::to_bits), Ordering::Relaxed);
-        let queues = self.view.books.shared.len().max(1) as f64;
-        let flow_pps = rate_pps.map(|r| r / queues);
-        self.view
-            .flow_bits
-            .store(flow_pps.map_or(0, f64::to_bits), Ordering::Relaxed);
+        let flow_pps = rate_pps.map(|r| r / self.queues as f64);
+        self.view.announce_rate(rate_pps, flow_pps);
     }
 }
 
 impl PartSink for OneConnection {
     fn open(&mut self, part: usize) {
-        self.view.part.store(part, Ordering::Relaxed);
+        self.view.enter(part);
         let wait = self.config.connect_timeout;
         self.unopened = match &self.client {
             Some(client) => client.begin_epoch(wait).err().map(|e| e.to_string()),
@@ -405,75 +414,42 @@ impl PartSink for OneConnection {
         let Some(client) = &self.client else {
             return Err("no control connection".to_string());
         };
-        let goodbye = Goodbye {
-            flows: flows.iter().map(udp_verdict::progress_of).collect(),
+        link_ends::end_epoch(client, flows.iter().map(udp_verdict::progress_of).collect())
+            .map(|(session, v)| (session, udp_verdict::run_verdict(&v)))
+    }
+}
+
+/// Where a UDP sender run's flows stand, as its control thread reads them: over the whole run,
+/// or in one part of its rate schedule (or search).
+#[derive(Clone)]
+pub(crate) struct UdpFlows {
+    /// Shared counters per sender queue.
+    pub(crate) shared: Vec<Arc<SenderShared>>,
+    /// Flow ids per queue.
+    pub(crate) flows: Vec<Vec<u32>>,
+    /// First sequence number of every flow.
+    pub(crate) first_seq: u64,
+    /// The run goes in parts, each its own epoch, and the hello reads the part it is in.
+    pub(crate) in_parts: bool,
+}
+
+impl SenderLedger for UdpFlows {
+    const PROTO: DataProto = DataProto::Udp;
+
+    fn flows(&self, part: usize) -> Vec<FlowStart> {
+        let reports = if self.in_parts {
+            part_reports(&self.shared, &self.flows, self.first_seq, part)
+        } else {
+            flow_reports(&self.shared, &self.flows, self.first_seq)
         };
-        client
-            .end_epoch(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), udp_verdict::run_verdict(&v)))
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// What a part's control connection reads: the flows of the part it is in.
-struct PartView {
-    name: String,
-    part: AtomicUsize,
-    books: PartBooks,
-    size: u32,
-    /// The part's target rate as `f64` bits (0: unpaced), for its Hello.
-    rate_bits: AtomicU64,
-    /// The most datagrams per second one flow is paced at in this part, as `f64` bits (0:
-    /// unpaced), for its Hello's reach.
-    flow_bits: AtomicU64,
-    starts_ns: u64,
-}
-
-impl SenderView for PartView {
-    fn hello(&self, reconnect: u32) -> Hello {
-        let part = self.part.load(Ordering::Relaxed);
-        Hello {
-            name: self.name.clone(),
-            epoch: self.books.epochs[part],
-            flows: self
-                .books
-                .reports(part)
-                .iter()
-                .map(|f| FlowStart {
-                    flow: f.flow,
-                    first_seq: f.first_seq,
-                    next_seq: f.next_seq,
-                    failed: f.failed,
-                })
-                .collect(),
-            size: self.size,
-            rate_pps: match self.rate_bits.load(Ordering::Relaxed) {
-                0 => None,
-                bits => Some(f64::from_bits(bits)),
-            },
-            elapsed_ns: clock::monotonic_ns().saturating_sub(self.starts_ns),
-            reconnect,
-            step: (part > 0).then_some(part as u32),
-            boot_id: None,
-            reach: self
-                .books
-                .pace
-                .reach(match self.flow_bits.load(Ordering::Relaxed) {
-                    0 => None,
-                    bits => Some(f64::from_bits(bits)),
-                }),
-            proto: Some(DataProto::Udp),
-        }
-    }
-
-    fn progress(&self) -> Progress {
-        Progress {
-            flows: self
-                .books
-                .reports(self.part.load(Ordering::Relaxed))
-                .iter()
-                .map(udp_verdict::progress_of)
-                .collect(),
-        }
+        reports
+            .iter()
+            .map(|f| FlowStart {
+                flow: f.flow,
+                first_seq: f.first_seq,
+                next_seq: f.next_seq,
+                failed: f.failed,
+            })
+            .collect()
     }
 }

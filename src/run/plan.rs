@@ -2,12 +2,13 @@
 //! every option checked, the queues placed and the workers' configs made, and no clap type in
 //! it. One [`Plan`] a command; `run::execute` only carries it out.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use super::{link, pipeline::Reporting};
 use crate::{
     control::{auth::Secret, msg::DataProto},
     report::QueueView,
+    schedule::RateSchedule,
     sender::SenderConfig,
     sender::tcp::TcpSendConfig,
     sink::SinkConfig,
@@ -35,12 +36,35 @@ pub(crate) struct Output {
     pub(crate) interval: Duration,
 }
 
-/// Sender queues, their configs with flow ids, and the total target rate.
-pub(crate) type SenderSpec = (Vec<QueueView>, Vec<(SenderConfig, Vec<u32>)>, Option<f64>);
+/// What a UDP sender run sends: where its queues run, each queue's share, and the run's rate,
+/// said once.
+pub(crate) struct UdpSend {
+    /// Where each queue runs.
+    pub(crate) queues: Vec<QueueView>,
+    /// Per queue: its worker's config (its share of the run's rate, count and schedule) and its
+    /// flow ids.
+    pub(crate) shares: QueueShares,
+    /// The run's rate, which the resolve step split into the shares once.
+    pub(crate) rate: RunRate,
+}
+
+/// Per queue of a UDP sender: its worker's config and its flow ids.
+pub(crate) type QueueShares = Vec<(SenderConfig, Vec<u32>)>;
+
+/// A sender run's rate over all its queues, as asked: what its shares were split from, and what
+/// the judge, the report and the control channel's hellos hold it to (never the shares summed
+/// back).
+#[derive(Clone, Default)]
+pub(crate) struct RunRate {
+    /// Target packets per second (`None`: unpaced); a schedule's mean rate.
+    pub(crate) target_pps: Option<f64>,
+    /// The rate schedule (`--rate-steps`, `--ramp`), if any.
+    pub(crate) schedule: Option<Arc<RateSchedule>>,
+}
 
 /// What one UDP invocation runs: senders, sinks or both, and how they link and report.
 pub(crate) struct UdpPlan {
-    pub(crate) senders: Option<SenderSpec>,
+    pub(crate) senders: Option<UdpSend>,
     /// The sink's queues and config.
     pub(crate) sinks: Option<(Vec<QueueView>, SinkConfig)>,
     /// Sink flows with series of their own (`--metrics-flows`, capped by the flow table).
@@ -93,8 +117,8 @@ pub(crate) struct TcpSinkSide {
 /// The sender a search's trials run on: a `send` to `to` with the search's size, queues,
 /// secret and exporter, its rate, length and count left to each trial.
 pub(crate) struct TrialSendPlan {
-    pub(crate) queues: Vec<QueueView>,
-    pub(crate) configs: Vec<(SenderConfig, Vec<u32>)>,
+    /// The sender's queues and shares (each trial sets its own rate).
+    pub(crate) send: UdpSend,
     /// Its control channel to the sink, which gives each trial's verdict.
     pub(crate) link: link::SenderLink,
     pub(crate) reporting: Reporting,

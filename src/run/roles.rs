@@ -1,8 +1,10 @@
-//! Builds and starts the worker groups of each role from validated arguments: splits rate,
-//! count and flows over the queues, creates each worker on its pinned thread, and keeps the
-//! handles the reporter reads.
+//! Builds and starts UDP's worker groups of each role from the plan: creates each worker on its
+//! pinned thread with its queue's share (the resolve step split the rate, count and flows once),
+//! and keeps the handles the reporter reads.
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
+
+use super::plan::UdpSend;
 
 use crate::{
     error::Error,
@@ -35,12 +37,17 @@ pub(crate) fn register_series(
     let senders_set = senders;
     if let Some(s) = senders {
         roles.push("send");
-        let per_queue = s.target_pps.map(|r| r / s.queues.len() as f64);
-        for ((q, flows), shared) in s.queues.iter().zip(&s.flows).zip(&s.shared) {
+        for (((q, flows), shared), pps) in s
+            .queues
+            .iter()
+            .zip(&s.flows)
+            .zip(&s.shared)
+            .zip(&s.queue_pps)
+        {
             tx.push(handles::TxWorker::register(
                 q,
                 flows,
-                per_queue,
+                *pps,
                 s.exchange,
                 shared.clone(),
             ));
@@ -101,6 +108,8 @@ pub(crate) struct SenderSet {
     pub(crate) flows: Vec<Vec<u32>>,
     /// Target packets per second over all queues (None = max).
     pub(crate) target_pps: Option<f64>,
+    /// Each queue's share of it, as its worker paces (None = max).
+    pub(crate) queue_pps: Vec<Option<f64>>,
     /// First sequence number of every flow.
     pub(crate) first_seq: u64,
     /// UDP payload bytes of the largest datagram.
@@ -111,7 +120,7 @@ pub(crate) struct SenderSet {
     pub(crate) to: SocketAddr,
     /// Packets per pacing tick (1 = evenly spaced).
     pub(crate) burst: u64,
-    /// The whole run's rate schedule, if any (the queues' shares summed).
+    /// The whole run's rate schedule, if any.
     pub(crate) schedule: Option<Arc<crate::schedule::RateSchedule>>,
     /// The session epoch of each part of the schedule.
     pub(crate) part_epochs: Arc<[u32]>,
@@ -134,19 +143,6 @@ pub(crate) struct RunPace {
     /// The most datagrams per second any one flow is paced at: the fastest queue's peak rate
     /// (`None`: a queue is unpaced, or a search, whose trials tell their own).
     pub(crate) flow_pps: Option<f64>,
-}
-
-impl RunPace {
-    /// The pace as a Hello tells it now, with `flow_pps` instead of the run's own (`None`:
-    /// nothing to tell).
-    pub(crate) fn reach(&self, flow_pps: Option<f64>) -> Option<crate::control::msg::Reach> {
-        flow_pps
-            .filter(|r| r.is_finite() && *r > 0.0)
-            .map(|flow_pps| crate::control::msg::Reach {
-                flow_pps,
-                run_elapsed_ns: crate::clock::monotonic_ns().saturating_sub(self.started_ns),
-            })
-    }
 }
 
 /// The most datagrams per second one flow of `configs` is paced at: the fastest queue's peak
@@ -182,18 +178,13 @@ pub(crate) struct SinkSet {
     pub(crate) arrival: crate::timestamps::Arrival,
 }
 
-/// The whole run's target rate (the queues' shares summed), `None` when unpaced.
-pub(crate) fn target_pps(configs: &[(SenderConfig, Vec<u32>)]) -> Option<f64> {
-    configs.iter().map(|(c, _)| c.rate_pps).sum::<Option<f64>>()
-}
-
-/// Starts one sender per planned queue.
-pub(crate) fn start_senders(
-    control: &Arc<Control>,
-    queues: Vec<QueueView>,
-    configs: Vec<(SenderConfig, Vec<u32>)>,
-    target_pps: Option<f64>,
-) -> Result<SenderSet, Error> {
+/// Starts one sender per planned queue, each on its share.
+pub(crate) fn start_senders(control: &Arc<Control>, send: UdpSend) -> Result<SenderSet, Error> {
+    let UdpSend {
+        queues,
+        shares: configs,
+        rate,
+    } = send;
     let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
     let part_epochs = configs
         .first()
@@ -205,10 +196,6 @@ pub(crate) fn start_senders(
     let fields_plan = configs
         .first()
         .and_then(|(c, _)| c.fields.describe(all_flows, c.to));
-    let schedule = configs
-        .first()
-        .and_then(|(c, _)| c.schedule.as_ref())
-        .map(|s| Arc::new(s.scaled(configs.len() as f64)));
     let sizes = configs.first().map_or_else(
         || Arc::new(SizePlan::single(size)),
         |(c, _)| Arc::clone(&c.sizes),
@@ -225,7 +212,9 @@ pub(crate) fn start_senders(
     let mut shared = Vec::new();
     let mut workers = Vec::new();
     let mut flows = Vec::new();
+    let mut queue_pps = Vec::new();
     for (q, (config, my_flows)) in queues.iter().zip(configs) {
+        queue_pps.push(config.rate_pps);
         // Marks for each part of a schedule or each trial of a search.
         let parts = if config.schedule.is_some() || config.trials.is_some() {
             config.part_epochs.len()
@@ -257,13 +246,14 @@ pub(crate) fn start_senders(
         group,
         epoch,
         flows,
-        target_pps,
+        target_pps: rate.target_pps,
+        queue_pps,
         first_seq,
         size,
         sizes,
         to,
         burst,
-        schedule,
+        schedule: rate.schedule,
         part_epochs,
         tally: Arc::default(),
         fields_plan,

@@ -6,12 +6,15 @@
 //! verdict on this sender run, which its summary carries ([`attach_verdict`]). Nothing here
 //! runs on a worker thread.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
 use serde_json::{Map, Value, json};
 
 use super::{
     link::{self, SenderLink},
+    link_ends::{
+        self, Announce, SenderEnd, SenderLedger, SinkEnd, SinkLedger, SinkVerdict, progress_of,
+    },
     link_state::{self, LinkState},
     verdict::{self, GOODBYE_WAIT},
 };
@@ -19,13 +22,13 @@ use crate::{
     clock,
     control::{
         auth::Secret,
-        client::{ClientConfig, ControlClient, SenderView},
+        client::{ClientConfig, ControlClient},
         msg::{
-            ClockEstimate, DataProto, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello,
-            Progress, Verdict,
+            ClockEstimate, DataProto, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Verdict,
         },
-        server::{ControlServer, HelloFrom, RunningServer, ServerConfig, SinkBooks},
+        server::{ControlServer, HelloFrom, RunningServer, ServerConfig},
     },
+    latency_clock::LatencyClock,
     report::latency_clock_json,
     say,
     sender::tcp::TcpSendShared,
@@ -38,10 +41,8 @@ use crate::{
 /// Control connections that may wait at once between the sink's workers and its server.
 pub(crate) const HANDOFF_SLOTS: usize = 16;
 
-/// The sink's verdict on this sender run (its session and the verdict), or why none came.
-pub(crate) type TcpVerdictResult = Result<(String, Verdict), String>;
 /// Says Goodbye with the queues' final counts and waits for the verdict.
-pub(crate) type AskTcpSink = Box<dyn FnOnce(&[Arc<TcpSendShared>]) -> TcpVerdictResult>;
+pub(crate) type AskTcpSink = Box<dyn FnOnce(&[Arc<TcpSendShared>]) -> SinkVerdict>;
 
 /// Starts the control server of a TCP sink on `listen`, fed by its workers through `handoff`.
 pub(crate) fn serve(
@@ -55,45 +56,33 @@ pub(crate) fn serve(
     config.secret = secret;
     config.proto = DataProto::Tcp;
     say!("control: served on the data port tcp {listen} (sink session {session})");
-    let books = Arc::new(Books {
-        books,
-        sink_session: session,
-    });
+    let books = Arc::new(SinkEnd::new(TcpLedger(books), session));
     ControlServer::handed(config, handoff).start(books, Box::new(|line| say!("{line}")))
 }
 
-/// The TCP books as the control server sees them.
-struct Books {
-    books: Arc<TcpBooks>,
-    sink_session: String,
-}
+/// The TCP sink's per-sender books as the control channel feeds them.
+struct TcpLedger(Arc<TcpBooks>);
 
-impl SinkBooks for Books {
-    fn hello(&self, hello: &Hello, from: HelloFrom) -> u64 {
-        say!(
+impl SinkLedger for TcpLedger {
+    const GONE_WITHOUT_GOODBYE: &'static str = "";
+
+    fn hello(&self, hello: &Hello, from: &HelloFrom, clock: LatencyClock) -> (u64, String) {
+        let line = format!(
             "sink: sender {} from {}: said hello (epoch {:08x})",
-            hello.name,
-            from.peer,
-            hello.epoch
+            hello.name, from.peer, hello.epoch
         );
-        let clock = verdict::hello_clock(hello, from.version);
-        self.books.hello(&hello.name, hello.epoch, clock)
+        (self.0.hello(&hello.name, hello.epoch, clock), line)
     }
 
-    fn progress(&self, _: SocketAddr, _: &str, _: u32, _: &Progress) {}
+    // A record stream has no sequence numbers: its progress bounds nothing at the sink.
+    fn progress(&self, _: u32, _: &[FlowProgress]) {}
 
-    fn clock(&self, _: SocketAddr, _: &str, epoch: u32, e: &ClockEstimate) {
-        self.books
-            .clock(epoch, e.offset_ns, e.error_bound_ns, e.rtt_ns);
+    fn clock(&self, epoch: u32, e: &ClockEstimate) {
+        self.0.clock(epoch, e.offset_ns, e.error_bound_ns, e.rtt_ns);
     }
 
-    fn goodbye(&self, _: SocketAddr, name: &str, epoch: u32, goodbye: &Goodbye) -> Verdict {
-        let v = self.books.goodbye(epoch, GOODBYE_WAIT);
-        if !v.complete {
-            say!(
-                "sink: sender {name} said goodbye with connections still open after {GOODBYE_WAIT:?}; its verdict counts what arrived so far"
-            );
-        }
+    fn goodbye(&self, epoch: u32, goodbye: &Goodbye) -> Verdict {
+        let v = self.0.goodbye(epoch, GOODBYE_WAIT);
         let totals = FlowVerdict {
             rx_packets: v.tally.records,
             rx_bytes: v.tally.bytes,
@@ -104,81 +93,40 @@ impl SinkBooks for Books {
         let clock =
             verdict::verdict_clock(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
         Verdict {
-            sink_session: self.sink_session.clone(),
-            name: name.into(),
-            epoch,
             totals,
             clock: Some(clock),
+            incomplete: !v.complete,
             ..Verdict::default()
-        }
-    }
-
-    fn disconnected(&self, peer: SocketAddr, name: &str, _: u32, clean: bool) {
-        if !clean {
-            say!("sink: sender {name} ({peer}) went away without a goodbye");
         }
     }
 }
 
 /// Per queue of a TCP sender: records written so far, and writes that failed (resets and
-/// other send errors), as the control channel's flow progress (one "flow" per queue).
-fn queue_progress(shared: &[Arc<TcpSendShared>]) -> Vec<FlowProgress> {
+/// other send errors), as the control channel's flows (one "flow" per queue).
+struct TcpQueues(Vec<Arc<TcpSendShared>>);
+
+impl SenderLedger for TcpQueues {
+    const PROTO: DataProto = DataProto::Tcp;
+
+    fn flows(&self, _part: usize) -> Vec<FlowStart> {
+        queue_flows(&self.0)
+    }
+}
+
+fn queue_flows(shared: &[Arc<TcpSendShared>]) -> Vec<FlowStart> {
     shared
         .iter()
         .enumerate()
         .map(|(q, s)| {
             let c = s.counters.load();
-            FlowProgress {
+            FlowStart {
                 flow: q as u32,
+                first_seq: 0,
                 next_seq: c.tx_records,
                 failed: c.resets + c.send_errors,
             }
         })
         .collect()
-}
-
-/// What the sender's control thread reads.
-struct View {
-    name: String,
-    epoch: u32,
-    size: u32,
-    rate_rps: Option<f64>,
-    shared: Vec<Arc<TcpSendShared>>,
-    started_ns: u64,
-}
-
-impl SenderView for View {
-    fn hello(&self, reconnect: u32) -> Hello {
-        Hello {
-            name: self.name.clone(),
-            epoch: self.epoch,
-            flows: queue_progress(&self.shared)
-                .iter()
-                .map(|f| FlowStart {
-                    flow: f.flow,
-                    first_seq: 0,
-                    next_seq: f.next_seq,
-                    failed: f.failed,
-                })
-                .collect(),
-            size: self.size,
-            rate_pps: self.rate_rps,
-            elapsed_ns: clock::monotonic_ns().saturating_sub(self.started_ns),
-            reconnect,
-            // TCP runs have no rate schedule (refused at start).
-            step: None,
-            boot_id: None,
-            // A record stream has no sequence numbers to bound.
-            reach: None,
-            proto: Some(DataProto::Tcp),
-        }
-    }
-
-    fn progress(&self) -> Progress {
-        Progress {
-            flows: queue_progress(&self.shared),
-        }
-    }
 }
 
 /// Starts the sender's control thread; returns how to ask for the verdict and what the channel
@@ -192,14 +140,19 @@ pub(crate) fn connect(
 ) -> (AskTcpSink, Arc<LinkState>) {
     let state = Arc::new(LinkState::default());
     state.expect_answer();
-    let view = Arc::new(View {
+    let started_ns = clock::monotonic_ns();
+    let announce = Announce {
         name: link.name,
-        epoch,
         size: u32::try_from(size).unwrap_or(u32::MAX),
-        rate_rps,
-        shared,
-        started_ns: clock::monotonic_ns(),
-    });
+        epochs: Arc::from([epoch]),
+        part: 0,
+        rate: rate_rps,
+        // A record stream has no sequence numbers to bound.
+        flow_pps: None,
+        started_ns,
+        paced_since_ns: started_ns,
+    };
+    let view = Arc::new(SenderEnd::new(announce, TcpQueues(shared)));
     let mut config = ClientConfig::new(link.addr);
     config.secret = link.secret;
     let events = Arc::clone(&state);
@@ -209,13 +162,10 @@ pub(crate) fn connect(
         Box::new(move |e| link_state::event(e, &events)),
     );
     let ask: AskTcpSink = Box::new(move |shared: &[Arc<TcpSendShared>]| {
-        let goodbye = Goodbye {
-            flows: queue_progress(shared),
-        };
-        client
-            .finish(goodbye, GOODBYE_WAIT + Duration::from_secs(2))
-            .map(|v| (v.sink_session.clone(), v))
-            .map_err(|e| e.to_string())
+        link_ends::finish(
+            client,
+            queue_flows(shared).iter().map(progress_of).collect(),
+        )
     });
     (ask, state)
 }
@@ -234,7 +184,7 @@ pub(crate) fn off() -> AskTcpSink {
 /// returns the line for humans.
 pub(crate) fn attach_verdict(
     line: &mut Map<String, Value>,
-    verdict: &TcpVerdictResult,
+    verdict: &SinkVerdict,
     tx_records: u64,
 ) -> String {
     match verdict {
@@ -254,9 +204,15 @@ pub(crate) fn attach_verdict(
                     "rx_invalid": v.rx_invalid,
                     "tx_failed": v.tx_failed,
                     "latency_clock": latency_clock_json(&clock, unknown, clamped),
+                    "complete": !verdict.incomplete,
                 }),
             );
-            let counted = if v.rx_packets == tx_records {
+            let counted = if verdict.incomplete {
+                format!(
+                    "incomplete: connections were still open at the sink, so {} of the {tx_records} records written are not yet counted",
+                    tx_records.saturating_sub(v.rx_packets)
+                )
+            } else if v.rx_packets == tx_records {
                 "every record written was counted".to_string()
             } else {
                 format!(

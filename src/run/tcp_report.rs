@@ -70,7 +70,7 @@ struct TcpState {
     info_before: Vec<QueueInfo>,
     /// When every worker had ended, and the verdict then asked for.
     end: u64,
-    verdict: Option<super::tcp_control::TcpVerdictResult>,
+    verdict: Option<super::link_ends::SinkVerdict>,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.

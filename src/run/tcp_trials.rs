@@ -157,7 +157,12 @@ impl TcpTrialSender {
             )));
         }
         let counted = match verdict {
-            Ok((_, v)) => v.totals.rx_packets,
+            Ok((_, v)) if !v.incomplete => v.totals.rx_packets,
+            Ok(_) => {
+                return Err(Error::Unsupported(format!(
+                    "a trial at {rate_arg} got no complete verdict from the sink (its connections were still open after the goodbye's wait); the search needs every record counted"
+                )));
+            }
             Err(why) => {
                 return Err(Error::Unsupported(format!(
                     "a trial at {rate_arg} got no verdict from the sink ({why}); the search needs the sink's control channel"

@@ -16,7 +16,7 @@ use super::{
     part_link,
     part_link::PartSink,
     pipeline,
-    plan::{Output, TrialSendPlan, UdpPlan},
+    plan::{Output, RunRate, TrialSendPlan, UdpPlan},
     roles::SenderSet,
 };
 use crate::{
@@ -86,16 +86,17 @@ impl TrialSender {
     pub(crate) fn start(plan: TrialSendPlan, capacity: usize) -> Result<TrialSender, Error> {
         let started = Instant::now();
         let TrialSendPlan {
-            queues: planned,
-            mut configs,
+            mut send,
             link,
             reporting,
         } = plan;
-        let queues = planned.len();
+        let queues = send.queues.len();
         let board = Arc::new(TrialBoard::new(capacity, queues));
-        let epoch = configs.first().map_or(1, |(c, _)| c.epoch);
+        let epoch = send.shares.first().map_or(1, |(c, _)| c.epoch);
         let epochs = crate::sender::parts::part_epochs(epoch, capacity);
-        for (config, _) in &mut configs {
+        // Each trial posts its own rate: the run has none of its own.
+        send.rate = RunRate::default();
+        for (config, _) in &mut send.shares {
             config.trials = Some(Arc::clone(&board));
             config.part_epochs = Arc::clone(&epochs);
             config.rate_pps = None;
@@ -106,7 +107,7 @@ impl TrialSender {
         // trial is posted; the trials then link it to the sink themselves.
         let spec = super::RunSpec {
             plan: UdpPlan {
-                senders: Some((planned, configs, None)),
+                senders: Some(send),
                 sinks: None,
                 exported_flows: 0,
                 output: Output {

@@ -102,7 +102,7 @@ pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
     RunVerdict {
         totals,
         flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
-        complete: true,
+        complete: !v.incomplete,
         latency: Latency {
             p50_ns: v.latency_p50_ns,
             p99_ns: v.latency_p99_ns,

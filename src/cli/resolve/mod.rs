@@ -21,8 +21,7 @@ use crate::{
         link,
         pipeline::Reporting,
         placement::{PlacementArgs, plan_queues},
-        plan::{Output, Plan, TopoPlan, UdpPlan},
-        roles,
+        plan::{Output, Plan, TopoPlan, UdpPlan, UdpSend},
     },
 };
 
@@ -130,8 +129,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     }
     let common = &args.common;
     let mut notes = String::new();
-    let (queues, configs, link) = udp_sender(&args, &mut notes)?;
-    let target = roles::target_pps(&configs);
+    let (send, link) = udp_sender(&args, &mut notes)?;
     let metrics = common.metrics;
     let link = match link {
         Some(link) => link::Link::Connect(link),
@@ -139,7 +137,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     };
     Ok(Plan::Udp(
         UdpPlan {
-            senders: Some((queues, configs, target)),
+            senders: Some(send),
             sinks: None,
             exported_flows: 0,
             output: output(common),
@@ -157,7 +155,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
 /// and its control channel (none with `--control off`).
 fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     let common = &args.common;
-    let configs = sender_configs(
+    let (configs, rate) = sender_configs(
         args.to,
         &args.traffic,
         common.queues,
@@ -176,7 +174,12 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     if let Some(secret) = link.as_ref().and_then(|l| l.secret.as_ref()) {
         prove_sends(&mut configs, secret, args.auth_data)?;
     }
-    Ok((queues, configs, link))
+    let send = UdpSend {
+        queues,
+        shares: configs,
+        rate,
+    };
+    Ok((send, link))
 }
 
 /// Makes a UDP sender's queues request/response workers when `--pattern rr` asks for it;
@@ -204,12 +207,8 @@ fn exchange(
     Ok(())
 }
 
-/// What [`udp_sender`] resolves.
-type UdpSender = (
-    Vec<QueueView>,
-    Vec<(crate::sender::SenderConfig, Vec<u32>)>,
-    Option<link::SenderLink>,
-);
+/// What [`udp_sender`] resolves: what it sends, and its control channel.
+type UdpSender = (UdpSend, Option<link::SenderLink>);
 
 /// `ringblast sink`.
 pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
@@ -300,7 +299,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     }
     let common = args.common;
     let addr = free_udp_port(args.address)?;
-    let configs = sender_configs(
+    let (configs, rate) = sender_configs(
         addr,
         &args.traffic,
         common.queues,
@@ -321,12 +320,15 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     notes.push_str(crate::timestamps::udp_send_plan_line());
     notes.push_str(default_length_line(&args.traffic));
     notes.push_str(sink_cfg.arrival.plan_line(asked_arrival(&args.tuning)));
-    let target = roles::target_pps(&configs);
     let metrics = pair_metrics(args.no_metrics, &common);
     let exported = args.tuning.metrics_flows.min(sink_cfg.max_flows);
     Ok(Plan::Udp(
         UdpPlan {
-            senders: Some((send_queues, configs, target)),
+            senders: Some(UdpSend {
+                queues: send_queues,
+                shares: configs,
+                rate,
+            }),
             sinks: Some((sink_queues, sink_cfg)),
             exported_flows: exported,
             output: output(&common),

@@ -162,13 +162,12 @@ fn trial_send_args(args: &SearchArgs, size: &str) -> Result<SendArgs, Error> {
 /// rate and length).
 fn trial_sender(args: SendArgs) -> Result<TrialSendPlan, Error> {
     let mut notes = String::new();
-    let (queues, configs, link) = udp_sender(&args, &mut notes)?;
+    let (send, link) = udp_sender(&args, &mut notes)?;
     let link = link.ok_or_else(|| {
         Error::Usage("a search's trials need the sink's control channel for their verdicts".into())
     })?;
     Ok(TrialSendPlan {
-        queues,
-        configs,
+        send,
         link,
         reporting: reporting(&args.common, args.common.metrics, notes),
     })

@@ -7,6 +7,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use crate::{
     cli::{SinkTuning, Steer, TrafficArgs},
     error::Error,
+    run::plan::{QueueShares, RunRate},
     sender::{SenderConfig, exchange::ExchangeShape, mix::SizePlan},
     sink::SinkConfig,
     sink::books::{Admission, MAX_SEND_LAG},
@@ -17,7 +18,8 @@ pub(crate) const MAX_SEND_BYTES: usize = 65_507;
 /// Largest GSO segment count the kernel accepts per send (`UDP_MAX_SEGMENTS`).
 pub(crate) const MAX_GSO_SEGMENTS: u16 = 128;
 
-/// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned.
+/// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned,
+/// and the run's rate they share.
 pub(crate) fn sender_configs(
     to: SocketAddr,
     t: &TrafficArgs,
@@ -25,7 +27,7 @@ pub(crate) fn sender_configs(
     default_duration: Option<Duration>,
     epoch: u32,
     hugepages: bool,
-) -> Result<Vec<(SenderConfig, Vec<u32>)>, Error> {
+) -> Result<(QueueShares, RunRate), Error> {
     let usage = |m: String| Err(Error::Usage(m));
     if queues == 0 {
         return usage("--queues must be at least 1".into());
@@ -119,7 +121,7 @@ pub(crate) fn sender_configs(
         Some(s) => Some(s.duration()),
         None => super::run_length(t.duration, t.count, default_duration),
     };
-    Ok((0..queues)
+    let shares = (0..queues)
         .map(|q| {
             let my_flows: Vec<u32> = (0..flows).filter(|f| *f as usize % queues == q).collect();
             let count = t
@@ -152,7 +154,12 @@ pub(crate) fn sender_configs(
             };
             (config, my_flows)
         })
-        .collect())
+        .collect();
+    let rate = RunRate {
+        target_pps: total_pps,
+        schedule,
+    };
+    Ok((shares, rate))
 }
 
 /// The UDP request/response shape from `--pattern rr` and its options, checked: `None` for a

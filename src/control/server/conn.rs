@@ -414,6 +414,10 @@ fn session(
                     verdict.latency_figures = None;
                     verdict.jitter_figures = None;
                 }
+                // An incomplete verdict is said from version 9.
+                if version < 9 {
+                    verdict.incomplete = false;
+                }
                 return match channel.send(&mut &*stream, &Message::Verdict(Box::new(verdict))) {
                     Ok(()) => true,
                     Err(e) => {

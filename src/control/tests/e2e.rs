@@ -28,6 +28,7 @@ fn end_to_end_hello_progress_verdict() {
     assert_eq!(v.sizes.len(), 1, "version 2 carries the size classes");
     assert_eq!(v.latency_p999_ns, 7, "version 5 carries the p99.9");
     assert_eq!(v.jitter.map(|j| j.samples), Some(9), "and the jitter");
+    assert!(v.incomplete, "version 9 says the counts were not all in");
     assert_eq!(s.server.stats().authenticated.load(Ordering::Relaxed), 1);
     s.server.stop();
 }
@@ -88,6 +89,7 @@ fn older_senders_are_answered_in_their_version_without_its_later_fields() {
         assert_eq!(verdict.totals.rx_packets, 10);
         assert_eq!(verdict.sizes.is_empty(), version < 2, "{verdict:?}");
         assert_eq!(verdict.clock.is_none(), version < 3, "{verdict:?}");
+        assert!(!verdict.incomplete, "version {version} has no word for it");
         assert_eq!(
             (verdict.latency_p999_ns, verdict.jitter.is_none()),
             (0, true),

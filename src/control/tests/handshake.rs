@@ -359,6 +359,6 @@ fn a_sink_with_a_secret_names_the_version_an_older_or_newer_sender_needs() {
     assert!(matches!(e, AuthError::TooNew(10)), "{e}");
     assert_eq!(
         reason,
-        "the sender speaks control protocol version 10, this sink versions 1 to 8: upgrade the sink"
+        "the sender speaks control protocol version 10, this sink versions 1 to 9: upgrade the sink"
     );
 }

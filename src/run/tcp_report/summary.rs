@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use super::{Snapshot, TcpReport, rate};
 use crate::{
     report,
-    run::tcp_control::{self, TcpVerdictResult},
+    run::{link_ends::SinkVerdict, tcp_control},
     say,
     stats::{LATENCY_BOUNDS_NS, LATENCY_CELLS, latency_quantile_bound},
 };
@@ -17,7 +17,7 @@ impl TcpReport {
         snap: &Snapshot,
         seconds: f64,
         ctx: (Option<u64>, Option<u64>),
-        verdict: Option<&TcpVerdictResult>,
+        verdict: Option<&SinkVerdict>,
     ) {
         let tx = &snap.tx;
         let bytes = tx.tx_bytes;
