@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use self::{
     placement::{PlacementArgs, discover, plan_queues},
-    plan::{Plan, TopoPlan, UdpPlan},
+    plan::{Plan, TopoPlan, UdpPlan, UdpSinkSide},
     roles::{start_senders, start_sinks},
     session::Session,
     udp_report::UdpReport,
@@ -75,15 +75,17 @@ impl pipeline::Transport for RunSpec {
 
     fn fd_needs(&self) -> fds::Needs {
         fds::Needs {
-            sender_flows: self.plan.senders.as_ref().map_or(0, |s| {
-                s.shares.iter().map(|(_, f)| f.len() as u64).sum::<u64>()
-            }),
+            sender_flows: self.plan.senders.as_ref().map_or(0, |s| u64::from(s.flows)),
             sender_queues: self
                 .plan
                 .senders
                 .as_ref()
                 .map_or(0, |s| s.queues.len() as u64),
-            sink_queues: self.plan.sinks.as_ref().map_or(0, |s| s.0.len() as u64),
+            sink_queues: self
+                .plan
+                .sinks
+                .as_ref()
+                .map_or(0, |s| s.queues.len() as u64),
             // The control server accepts up to its connection cap, whatever --max-senders says.
             sink_senders: self.plan.sinks.as_ref().map_or(0, |_| {
                 crate::control::server::ServerConfig::new(([127, 0, 0, 1], 0).into(), "")
@@ -99,9 +101,9 @@ impl pipeline::Transport for RunSpec {
                 .plan
                 .senders
                 .as_ref()
-                .map(|s| s.shares.iter().map(|(_, f)| f.len()).collect())
+                .map(|s| s.queue_flows().iter().map(Vec::len).collect())
                 .unwrap_or_default(),
-            rx_queues: self.plan.sinks.as_ref().map_or(0, |s| s.0.len()),
+            rx_queues: self.plan.sinks.as_ref().map_or(0, |s| s.queues.len()),
             rx_exported_flows: self.plan.exported_flows,
             rx_senders: if self.plan.sinks.is_some() {
                 self.plan.max_senders + 1
@@ -113,7 +115,7 @@ impl pipeline::Transport for RunSpec {
                 .senders
                 .iter()
                 .flat_map(|s| &s.queues)
-                .chain(self.plan.sinks.iter().flat_map(|s| &s.0))
+                .chain(self.plan.sinks.iter().flat_map(|s| &s.queues))
                 .map(|q| q.node)
                 .collect::<std::collections::BTreeSet<_>>()
                 .len(),
@@ -125,7 +127,7 @@ impl pipeline::Transport for RunSpec {
     }
 
     fn start_sinks(&mut self, control: &Arc<Control>) -> Result<Option<roles::SinkSet>, Error> {
-        let Some((queues, config)) = self.plan.sinks.take() else {
+        let Some(UdpSinkSide { queues, config }) = self.plan.sinks.take() else {
             return Ok(None);
         };
         self.arena_bytes.1 = SinkWorker::arena_bytes(&config);
@@ -143,10 +145,10 @@ impl pipeline::Transport for RunSpec {
         let Some(send) = self.plan.senders.take() else {
             return Ok(None);
         };
-        self.arena_bytes.0 = send
-            .shares
+        let flows = send.queue_flows();
+        self.arena_bytes.0 = flows
             .first()
-            .map_or(0, |(c, flows)| UdpSendJob::arena_bytes(c, flows.len()));
+            .map_or(0, |f| UdpSendJob::arena_bytes(&send.run, f.len()));
         start_senders(control, send).map(Some)
     }
 

@@ -2,13 +2,12 @@
 //! every option checked, the queues placed and the workers' configs made, and no clap type in
 //! it. One [`Plan`] a command; `run::execute` only carries it out.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use super::{link, pipeline::Reporting};
 use crate::{
     control::{auth::Secret, msg::DataProto},
     report::QueueView,
-    schedule::RateSchedule,
     sender::SenderConfig,
     sender::tcp::TcpSendConfig,
     sink::SinkConfig,
@@ -36,37 +35,44 @@ pub(crate) struct Output {
     pub(crate) interval: Duration,
 }
 
-/// What a UDP sender run sends: where its queues run, each queue's share, and the run's rate,
-/// said once.
+/// What a UDP sender run sends: where its queues run, and the whole run, said once.
 pub(crate) struct UdpSend {
     /// Where each queue runs.
     pub(crate) queues: Vec<QueueView>,
-    /// Per queue: its worker's config (its share of the run's rate, count and schedule) and its
-    /// flow ids.
-    pub(crate) shares: QueueShares,
-    /// The run's rate, which the resolve step split into the shares once.
-    pub(crate) rate: RunRate,
+    /// The whole run as one worker would send it alone: its target rate, count and schedule
+    /// over all queues, and every fact its queues share. The run's start splits it into the
+    /// queues' shares once (`run::roles`); nothing sums them back.
+    pub(crate) run: SenderConfig,
+    /// Flows over all queues (at least one per queue).
+    pub(crate) flows: u32,
 }
 
-/// Per queue of a UDP sender: its worker's config and its flow ids.
-pub(crate) type QueueShares = Vec<(SenderConfig, Vec<u32>)>;
+impl UdpSend {
+    /// Each queue's flow ids: flow `f` goes to queue `f mod queues`.
+    pub(crate) fn queue_flows(&self) -> Vec<Vec<u32>> {
+        let queues = self.queues.len().max(1);
+        (0..queues)
+            .map(|q| {
+                (0..self.flows)
+                    .filter(|f| *f as usize % queues == q)
+                    .collect()
+            })
+            .collect()
+    }
+}
 
-/// A sender run's rate over all its queues, as asked: what its shares were split from, and what
-/// the judge, the report and the control channel's hellos hold it to (never the shares summed
-/// back).
-#[derive(Clone, Default)]
-pub(crate) struct RunRate {
-    /// Target packets per second (`None`: unpaced); a schedule's mean rate.
-    pub(crate) target_pps: Option<f64>,
-    /// The rate schedule (`--rate-steps`, `--ramp`), if any.
-    pub(crate) schedule: Option<Arc<RateSchedule>>,
+/// The receiving side of a UDP run: one config for the whole sink, every queue bound to its
+/// address.
+pub(crate) struct UdpSinkSide {
+    pub(crate) queues: Vec<QueueView>,
+    pub(crate) config: SinkConfig,
 }
 
 /// What one UDP invocation runs: senders, sinks or both, and how they link and report.
 pub(crate) struct UdpPlan {
     pub(crate) senders: Option<UdpSend>,
     /// The sink's queues and config.
-    pub(crate) sinks: Option<(Vec<QueueView>, SinkConfig)>,
+    pub(crate) sinks: Option<UdpSinkSide>,
     /// Sink flows with series of their own (`--metrics-flows`, capped by the flow table).
     pub(crate) exported_flows: usize,
     pub(crate) output: Output,
@@ -94,8 +100,10 @@ pub(crate) struct TcpPlan {
 /// The sending side of a TCP run.
 pub(crate) struct TcpSendSide {
     pub(crate) queues: Vec<QueueView>,
-    pub(crate) configs: Vec<TcpSendConfig>,
-    pub(crate) target: Option<f64>,
+    /// The whole run as one worker would send it alone: its records/s target (`None`:
+    /// unpaced) and count over all queues, split into the queues' shares at start
+    /// (`run::tcp_groups`).
+    pub(crate) run: TcpSendConfig,
     /// The sink's data address, and the record size the start-up line names.
     pub(crate) to: SocketAddr,
     pub(crate) record: usize,

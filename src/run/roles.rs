@@ -178,32 +178,38 @@ pub(crate) struct SinkSet {
     pub(crate) arrival: crate::timestamps::Arrival,
 }
 
-/// Starts one sender per planned queue, each on its share.
+/// Each queue's share of a sender run: the run's rate, count and schedule split once, and its
+/// flows.
+fn shares(send: &UdpSend) -> Vec<(SenderConfig, Vec<u32>)> {
+    let run = &send.run;
+    let queues = send.queues.len().max(1) as u64;
+    send.queue_flows()
+        .into_iter()
+        .enumerate()
+        .map(|(q, flows)| {
+            let q = q as u64;
+            let config = SenderConfig {
+                rate_pps: run.rate_pps.map(|r| r / queues as f64),
+                count: run.count.map(|c| c / queues + u64::from(q < c % queues)),
+                schedule: run
+                    .schedule
+                    .as_ref()
+                    .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
+                ..run.clone()
+            };
+            (config, flows)
+        })
+        .collect()
+}
+
+/// Starts one sender per planned queue, each on its share of the run.
 pub(crate) fn start_senders(control: &Arc<Control>, send: UdpSend) -> Result<SenderSet, Error> {
+    let configs = shares(&send);
     let UdpSend {
         queues,
-        shares: configs,
-        rate,
+        run,
+        flows: all_flows,
     } = send;
-    let epoch = configs.first().map_or(0, |(c, _)| c.epoch);
-    let part_epochs = configs
-        .first()
-        .map_or_else(|| Arc::from([epoch]), |(c, _)| Arc::clone(&c.part_epochs));
-    let first_seq = configs.first().map_or(0, |(c, _)| c.first_seq);
-    let size = configs.first().map_or(0, |(c, _)| c.size);
-    let burst = configs.first().map_or(1, |(c, _)| c.burst);
-    let all_flows = configs.iter().map(|(_, f)| f.len() as u32).sum();
-    let fields_plan = configs
-        .first()
-        .and_then(|(c, _)| c.fields.describe(all_flows, c.to));
-    let sizes = configs.first().map_or_else(
-        || Arc::new(SizePlan::single(size)),
-        |(c, _)| Arc::clone(&c.sizes),
-    );
-    let to = configs
-        .first()
-        .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |(c, _)| c.to);
-    let exchange = configs.first().is_some_and(|(c, _)| c.exchange.is_some());
     // Before any worker exists, so before any pacer starts.
     let pace = RunPace {
         started_ns: crate::clock::monotonic_ns(),
@@ -211,7 +217,7 @@ pub(crate) fn start_senders(control: &Arc<Control>, send: UdpSend) -> Result<Sen
     };
     let mut shared = Vec::new();
     let mut workers = Vec::new();
-    let mut flows = Vec::new();
+    let mut queue_flows = Vec::new();
     let mut queue_pps = Vec::new();
     for (q, (config, my_flows)) in queues.iter().zip(configs) {
         queue_pps.push(config.rate_pps);
@@ -232,7 +238,7 @@ pub(crate) fn start_senders(control: &Arc<Control>, send: UdpSend) -> Result<Sen
             exchange: Default::default(),
         });
         shared.push(Arc::clone(&s));
-        flows.push(my_flows.clone());
+        queue_flows.push(my_flows.clone());
         let place = SenderPlacement {
             node: q.node,
             flows: my_flows,
@@ -244,21 +250,21 @@ pub(crate) fn start_senders(control: &Arc<Control>, send: UdpSend) -> Result<Sen
         queues,
         shared,
         group,
-        epoch,
-        flows,
-        target_pps: rate.target_pps,
+        flows: queue_flows,
+        target_pps: run.rate_pps,
         queue_pps,
-        first_seq,
-        size,
-        sizes,
-        to,
-        burst,
-        schedule: rate.schedule,
-        part_epochs,
+        first_seq: run.first_seq,
+        size: run.size,
+        sizes: run.sizes,
+        to: run.to,
+        burst: run.burst,
+        fields_plan: run.fields.describe(all_flows, run.to),
+        schedule: run.schedule,
+        part_epochs: run.part_epochs,
+        epoch: run.epoch,
         tally: Arc::default(),
-        fields_plan,
         pace,
-        exchange,
+        exchange: run.exchange.is_some(),
     })
 }
 
@@ -402,5 +408,87 @@ impl SinkSet {
                 traffic: sum(s.flows.iter().map(|f| f.load()), RxFlow::add),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{schedule::RateSchedule, sender::SendOp};
+
+    fn run(rate_pps: Option<f64>, count: Option<u64>) -> SenderConfig {
+        SenderConfig {
+            to: SocketAddr::from(([127, 0, 0, 1], 9)),
+            size: 64,
+            sizes: Arc::new(SizePlan::single(64)),
+            gso: 1,
+            batch: 32,
+            window: 64,
+            rate_pps,
+            count,
+            duration: None,
+            op: SendOp::Send,
+            epoch: 7,
+            hugepages: false,
+            first_seq: 0,
+            burst: 1,
+            fields: Default::default(),
+            payload: Default::default(),
+            schedule: None,
+            part_epochs: Arc::from([7]),
+            trials: None,
+            proof: None,
+            exchange: None,
+        }
+    }
+
+    fn send(queues: usize, flows: u32, run: SenderConfig) -> UdpSend {
+        UdpSend {
+            queues: (0..queues)
+                .map(|q| QueueView {
+                    queue: q,
+                    node: 0,
+                    cpu: q as u32,
+                })
+                .collect(),
+            run,
+            flows,
+        }
+    }
+
+    #[test]
+    fn a_run_is_split_into_its_queues_shares_once() {
+        let plan = send(3, 7, run(Some(1000.0), Some(10)));
+        let split = shares(&plan);
+        let flows: Vec<&[u32]> = split.iter().map(|(_, f)| f.as_slice()).collect();
+        assert_eq!(flows, [&[0, 3, 6][..], &[1, 4], &[2, 5]]);
+        let counts: Vec<_> = split.iter().map(|(c, _)| c.count).collect();
+        assert_eq!(
+            counts,
+            [Some(4), Some(3), Some(3)],
+            "the remainder to the first"
+        );
+        for (c, _) in &split {
+            assert_eq!(c.rate_pps, Some(1000.0 / 3.0));
+            assert_eq!(c.epoch, 7, "every fact but the share is the run's");
+        }
+        let unpaced = shares(&send(2, 2, run(None, None)));
+        assert!(
+            unpaced
+                .iter()
+                .all(|(c, _)| c.rate_pps.is_none() && c.count.is_none())
+        );
+    }
+
+    #[test]
+    fn a_schedule_is_shared_out() {
+        let schedule = Arc::new(RateSchedule::parse_steps("100kpps:1s,200kpps:2s", 64.0).unwrap());
+        let mut whole = run(Some(schedule.mean_rate(0, 3_000_000_000)), None);
+        whole.schedule = Some(Arc::clone(&schedule));
+        let plan = send(4, 4, whole);
+        for (c, _) in shares(&plan) {
+            let share = c.schedule.expect("each queue paces its share");
+            assert_eq!(share.due_by(3_000_000_000, &mut 0), 125_001);
+        }
     }
 }

@@ -75,8 +75,7 @@ impl TcpRunSpec {
             .plan
             .senders
             .iter()
-            .flat_map(|s| &s.configs)
-            .map(|c| u64::from(c.conns))
+            .map(|s| u64::from(s.run.conns) * s.queues.len() as u64)
             .sum();
         let ends = if self.plan.sinks.is_some() { 2 } else { 1 };
         let sink_conns = self
@@ -144,8 +143,8 @@ impl super::pipeline::Transport for TcpRunSpec {
         let Some(side) = self.plan.senders.take() else {
             return Ok(None);
         };
-        let first = &side.configs[0];
-        let (epoch, size, conns) = (first.epoch, first.size, first.conns);
+        let run = &side.run;
+        let (epoch, size, conns) = (run.epoch, run.size, run.conns);
         if !is_pair {
             self.started.start_line = Some(format!(
                 "tcp send to {}: {conns} connection(s) per queue, {}-byte records, control channel {}",
@@ -156,10 +155,10 @@ impl super::pipeline::Transport for TcpRunSpec {
                     .map_or("off".to_string(), |l| format!("to tcp {}", l.addr))
             ));
         }
-        let senders = start_senders(control, side.queues, side.configs, side.target)?;
+        let senders = start_senders(control, side.queues, &side.run)?;
         let started = &mut self.started;
         (started.link, started.target, started.epoch, started.size) =
-            (side.link, side.target, epoch, size);
+            (side.link, side.run.rate_rps, epoch, size);
         Ok(Some(senders))
     }
 

@@ -49,17 +49,30 @@ impl TcpSinks {
     }
 }
 
-/// Starts one TCP sender worker per queue.
+/// Each queue's share of a TCP sender run: its connections' flow ids, and the run's rate and
+/// count split once.
+fn shares(run: &TcpSendConfig, queues: usize) -> Vec<TcpSendConfig> {
+    let n = queues.max(1) as u64;
+    (0..n)
+        .map(|q| TcpSendConfig {
+            first_flow: (q as u32 * run.conns) as u16,
+            rate_rps: run.rate_rps.map(|r| r / n as f64),
+            count: run.count.map(|c| c / n + u64::from(q < c % n)),
+            ..run.clone()
+        })
+        .collect()
+}
+
+/// Starts one TCP sender worker per queue, each on its share of `run`.
 pub(crate) fn start_senders(
     control: &Arc<Control>,
     queues: Vec<QueueView>,
-    configs: Vec<TcpSendConfig>,
-    target_rps: Option<f64>,
+    run: &TcpSendConfig,
 ) -> Result<TcpSenders, Error> {
     let mut shared = Vec::new();
     let mut workers = Vec::new();
-    let rr = configs.iter().any(|c| c.rr.is_some());
-    for (q, config) in queues.iter().zip(configs) {
+    let rr = run.rr.is_some();
+    for (q, config) in queues.iter().zip(shares(run, queues.len())) {
         let s = Arc::new(TcpSendShared::new(config.conns));
         shared.push(Arc::clone(&s));
         let node = q.node;
@@ -70,7 +83,7 @@ pub(crate) fn start_senders(
         queues,
         shared,
         group,
-        target_rps,
+        target_rps: run.rate_rps,
         rr,
     })
 }
@@ -95,4 +108,42 @@ pub(crate) fn start_sinks(
         shared,
         group,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sender::SendOp;
+
+    #[test]
+    fn a_tcp_run_is_split_into_its_queues_shares_once() {
+        let run = TcpSendConfig {
+            to: ([127, 0, 0, 1], 9).into(),
+            size: 1000,
+            conns: 3,
+            first_flow: 0,
+            rate_rps: Some(900.0),
+            count: Some(8),
+            duration: None,
+            op: SendOp::WriteFixed,
+            epoch: 5,
+            proof_token: None,
+            hugepages: false,
+            rr: None,
+        };
+        let split = shares(&run, 3);
+        let firsts: Vec<_> = split.iter().map(|c| c.first_flow).collect();
+        assert_eq!(
+            firsts,
+            [0, 3, 6],
+            "each queue's connections have flow ids of their own"
+        );
+        let counts: Vec<_> = split.iter().map(|c| c.count).collect();
+        assert_eq!(counts, [Some(3), Some(3), Some(2)]);
+        assert!(
+            split
+                .iter()
+                .all(|c| c.rate_rps == Some(300.0) && c.epoch == 5)
+        );
+    }
 }

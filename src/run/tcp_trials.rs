@@ -42,7 +42,8 @@ const DRAIN_SHARE: f64 = 0.02;
 /// A search's TCP sender: each trial starts, runs and ends its own sender run.
 pub(crate) struct TcpTrialSender {
     queues: Vec<QueueView>,
-    configs: Vec<TcpSendConfig>,
+    /// The sender's whole run; each trial sets its own rate, length and epoch.
+    run: TcpSendConfig,
     link: SenderLink,
     record: usize,
     drain: Option<Duration>,
@@ -70,7 +71,7 @@ impl TcpTrialSender {
                 "a search's trials need the sink's control channel for their verdicts".into(),
             )
         })?;
-        let conns: u64 = side.configs.iter().map(|c| u64::from(c.conns)).sum();
+        let conns = u64::from(side.run.conns) * side.queues.len() as u64;
         let exporter_line = pipeline::prepare(
             super::fds::Needs {
                 sender_flows: conns,
@@ -82,7 +83,7 @@ impl TcpTrialSender {
         )?;
         Ok(TcpTrialSender {
             queues: side.queues,
-            configs: side.configs,
+            run: side.run,
             link,
             record: side.record,
             drain,
@@ -105,19 +106,19 @@ impl TcpTrialSender {
         rate: Option<f64>,
         duration: Duration,
     ) -> Result<Trial, Error> {
-        let epoch = self.configs[0].epoch.wrapping_add(self.trials).max(1);
+        let epoch = self.run.epoch.wrapping_add(self.trials).max(1);
         self.trials += 1;
         let queues = self.queues.len();
-        let mut configs = self.configs.clone();
-        for c in &mut configs {
-            c.rate_rps = rate.map(|r| r / queues as f64);
-            c.duration = Some(duration);
-            c.count = None;
-            c.epoch = epoch;
-            c.proof_token = self.link.secret.as_ref().map(|s| s.data_key().token(epoch));
-        }
+        let run = TcpSendConfig {
+            rate_rps: rate,
+            duration: Some(duration),
+            count: None,
+            epoch,
+            proof_token: self.link.secret.as_ref().map(|s| s.data_key().token(epoch)),
+            ..self.run.clone()
+        };
         let control = Arc::new(Control::default());
-        let mut senders = tcp_groups::start_senders(&control, self.queues.clone(), configs, rate)?;
+        let mut senders = tcp_groups::start_senders(&control, self.queues.clone(), &run)?;
         if let Some(notes) = self.notes.take() {
             pipeline::print_plan(&notes);
             crate::output::human_text(&senders.memory_text());

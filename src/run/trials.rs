@@ -16,7 +16,7 @@ use super::{
     part_link,
     part_link::PartSink,
     pipeline,
-    plan::{Output, RunRate, TrialSendPlan, UdpPlan},
+    plan::{Output, TrialSendPlan, UdpPlan},
     roles::SenderSet,
 };
 use crate::{
@@ -92,17 +92,13 @@ impl TrialSender {
         } = plan;
         let queues = send.queues.len();
         let board = Arc::new(TrialBoard::new(capacity, queues));
-        let epoch = send.shares.first().map_or(1, |(c, _)| c.epoch);
-        let epochs = crate::sender::parts::part_epochs(epoch, capacity);
-        // Each trial posts its own rate: the run has none of its own.
-        send.rate = RunRate::default();
-        for (config, _) in &mut send.shares {
-            config.trials = Some(Arc::clone(&board));
-            config.part_epochs = Arc::clone(&epochs);
-            config.rate_pps = None;
-            config.duration = None;
-            config.count = None;
-        }
+        // Each trial posts its own rate and length: the run has none of its own.
+        let run = &mut send.run;
+        run.part_epochs = crate::sender::parts::part_epochs(run.epoch, capacity);
+        run.trials = Some(Arc::clone(&board));
+        run.rate_pps = None;
+        run.duration = None;
+        run.count = None;
         // The run pipeline brings the sender up as it would a `send`'s, idle until the first
         // trial is posted; the trials then link it to the sink themselves.
         let spec = super::RunSpec {

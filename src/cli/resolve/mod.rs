@@ -12,7 +12,7 @@ mod udp;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use self::udp::{sender_configs, sink_config};
+use self::udp::{sender_config, sink_config};
 use super::{CommonArgs, ControlTarget, DEFAULT_METRICS, PairArgs, SendArgs, SinkArgs, TopoArgs};
 use crate::{
     error::Error,
@@ -21,7 +21,7 @@ use crate::{
         link,
         pipeline::Reporting,
         placement::{PlacementArgs, plan_queues},
-        plan::{Output, Plan, TopoPlan, UdpPlan, UdpSend},
+        plan::{Output, Plan, TopoPlan, UdpPlan, UdpSend, UdpSinkSide},
     },
 };
 
@@ -151,11 +151,11 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     ))
 }
 
-/// A UDP sender's queues (their plan added to `notes`), its per-queue configs with their flows,
-/// and its control channel (none with `--control off`).
+/// A UDP sender's queues (their plan added to `notes`), its whole run, and its control channel
+/// (none with `--control off`).
 fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     let common = &args.common;
-    let (configs, rate) = sender_configs(
+    let (mut run, flows) = sender_config(
         args.to,
         &args.traffic,
         common.queues,
@@ -166,26 +166,19 @@ fn udp_sender(args: &SendArgs, notes: &mut String) -> Result<UdpSender, Error> {
     let queues = planned("send", &placement_args(common, args.to, &[]), notes)?;
     notes.push_str(crate::timestamps::udp_send_plan_line());
     notes.push_str(default_length_line(&args.traffic));
-    let flows = configs.iter().map(|(_, f)| f.len()).sum::<usize>();
-    let link = sender_link(args, flows)?;
-    let mut configs = configs;
+    let link = sender_link(args, flows as usize)?;
     let proven = link.as_ref().is_some_and(|l| l.secret.is_some());
-    exchange(&mut configs, &args.tcp, &args.traffic, proven)?;
+    exchange(&mut run, &args.tcp, &args.traffic, proven)?;
     if let Some(secret) = link.as_ref().and_then(|l| l.secret.as_ref()) {
-        prove_sends(&mut configs, secret, args.auth_data)?;
+        prove_sends(&mut run, secret, args.auth_data)?;
     }
-    let send = UdpSend {
-        queues,
-        shares: configs,
-        rate,
-    };
-    Ok((send, link))
+    Ok((UdpSend { queues, run, flows }, link))
 }
 
-/// Makes a UDP sender's queues request/response workers when `--pattern rr` asks for it;
-/// `proven`: the run has a secret, so every response must carry its request's proof.
+/// Makes a UDP sender's run request/response when `--pattern rr` asks for it; `proven`: the
+/// run has a secret, so every response must carry its request's proof.
 fn exchange(
-    configs: &mut [(crate::sender::SenderConfig, Vec<u32>)],
+    run: &mut crate::sender::SenderConfig,
     p: &crate::cli::tcp::TcpSendArgs,
     t: &crate::cli::TrafficArgs,
     proven: bool,
@@ -198,11 +191,9 @@ fn exchange(
                 shape.response
             )));
         }
-        for (config, _) in configs {
-            config.exchange = Some(shape);
-            config.size = shape.request;
-            config.sizes = Arc::new(crate::sender::mix::SizePlan::single(shape.request));
-        }
+        run.exchange = Some(shape);
+        run.size = shape.request;
+        run.sizes = Arc::new(crate::sender::mix::SizePlan::single(shape.request));
     }
     Ok(())
 }
@@ -253,7 +244,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
     Ok(Plan::Udp(
         UdpPlan {
             senders: None,
-            sinks: Some((queues, config)),
+            sinks: Some(UdpSinkSide { queues, config }),
             exported_flows: exported,
             output: output(&common),
             max_senders: args.tuning.max_senders,
@@ -299,7 +290,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     }
     let common = args.common;
     let addr = free_udp_port(args.address)?;
-    let (configs, rate) = sender_configs(
+    let (mut run, flows) = sender_config(
         addr,
         &args.traffic,
         common.queues,
@@ -307,12 +298,11 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         random_epoch(),
         common.hugepages,
     )?;
-    let mut configs = configs;
-    exchange(&mut configs, &args.tcp, &args.traffic, false)?;
+    exchange(&mut run, &args.tcp, &args.traffic, false)?;
     let sink_cfg = sink_config(addr, &args.tuning, None, common.hugepages, u64::MAX, false)?;
     // The sink's classes of the mix's lengths are claimed now, so their series exist from the
     // first scrape.
-    for class in configs.iter().take(1).flat_map(|(c, _)| &c.sizes.classes) {
+    for class in &run.sizes.classes {
         sink_cfg.sizes.class_of(class.payload);
     }
     let mut notes = String::new();
@@ -326,10 +316,13 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         UdpPlan {
             senders: Some(UdpSend {
                 queues: send_queues,
-                shares: configs,
-                rate,
+                run,
+                flows,
             }),
-            sinks: Some((sink_queues, sink_cfg)),
+            sinks: Some(UdpSinkSide {
+                queues: sink_queues,
+                config: sink_cfg,
+            }),
             exported_flows: exported,
             output: output(&common),
             max_senders: args.tuning.max_senders,
@@ -366,24 +359,18 @@ fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<link::SenderLink>
 /// With a secret, every datagram carries its run's proof (`proto::proof`); a tag needs the
 /// full header and room after it.
 fn prove_sends(
-    configs: &mut [(crate::sender::SenderConfig, Vec<u32>)],
+    run: &mut crate::sender::SenderConfig,
     secret: &crate::control::auth::Secret,
     tagged: bool,
 ) -> Result<(), Error> {
     use crate::proto::proof::PROVEN_LEN;
-    let smallest = configs
-        .iter()
-        .flat_map(|(c, _)| c.sizes.classes.iter().map(|k| k.payload))
-        .min();
+    let smallest = run.sizes.classes.iter().map(|k| k.payload).min();
     if let Some(size) = smallest.filter(|s| tagged && *s < PROVEN_LEN) {
         return Err(Error::Usage(format!(
             "--size {size} leaves no room for the tag --auth-data puts after the 32-byte header; use --size {PROVEN_LEN} or more, or leave --auth-data off (the run's token then masks the small datagrams' numbers)"
         )));
     }
-    let key = Arc::new(secret.data_key());
-    for (config, _) in configs {
-        config.proof = Some((Arc::clone(&key), tagged));
-    }
+    run.proof = Some((Arc::new(secret.data_key()), tagged));
     Ok(())
 }
 

@@ -30,15 +30,16 @@ fn record_size(traffic: &TrafficArgs) -> usize {
     }
 }
 
-/// Per-queue configs of a TCP sender, and the total records/s target.
-fn send_configs(
+/// A TCP sender's whole run as one worker would send it alone: its records/s target and count
+/// over all queues (its start splits them into the queues' shares).
+fn send_config(
     to: std::net::SocketAddr,
     traffic: &TrafficArgs,
     tcp: &TcpSendArgs,
     queues: usize,
     default_duration: Option<Duration>,
     hugepages: bool,
-) -> Result<(Vec<TcpSendConfig>, Option<f64>), Error> {
+) -> Result<TcpSendConfig, Error> {
     let rr = rr_shape(tcp)?;
     let conns = tcp.conns.unwrap_or(1);
     if conns == 0 || conns as usize * queues > 65_536 {
@@ -64,27 +65,22 @@ fn send_configs(
     let target = traffic.rate.packets_per_second(size);
     let epoch = rand::random::<u32>().max(1);
     let duration = super::run_length(traffic.duration, traffic.count, default_duration);
-    let configs = (0..queues)
-        .map(|q| TcpSendConfig {
-            to,
-            size,
-            conns,
-            first_flow: (q as u32 * conns) as u16,
-            rate_rps: target.map(|r| r / queues as f64),
-            count: traffic
-                .count
-                .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64)),
-            duration,
-            op: traffic
-                .send_op
-                .map_or(crate::sender::SendOp::WriteFixed, Into::into),
-            epoch,
-            proof_token: None,
-            hugepages,
-            rr,
-        })
-        .collect();
-    Ok((configs, target))
+    Ok(TcpSendConfig {
+        to,
+        size,
+        conns,
+        first_flow: 0,
+        rate_rps: target,
+        count: traffic.count,
+        duration,
+        op: traffic
+            .send_op
+            .map_or(crate::sender::SendOp::WriteFixed, Into::into),
+        epoch,
+        proof_token: None,
+        hugepages,
+        rr,
+    })
 }
 
 /// The request/response shape from `--pattern rr` and its sizes, checked.
@@ -165,7 +161,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
         Some(link) => link.secret.clone(),
         None => read_secret(args.secret_file.as_deref())?,
     };
-    let (mut configs, target) = send_configs(
+    let mut run = send_config(
         args.to,
         &args.traffic,
         &args.tcp,
@@ -174,10 +170,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
         common.hugepages,
     )?;
     if let Some(secret) = secret {
-        let key = secret.data_key();
-        for config in &mut configs {
-            config.proof_token = Some(key.token(config.epoch));
-        }
+        run.proof_token = Some(secret.data_key().token(run.epoch));
     }
     let mut notes = String::new();
     let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
@@ -188,8 +181,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
         TcpPlan {
             senders: Some(TcpSendSide {
                 queues,
-                configs,
-                target,
+                run,
                 to: args.to,
                 record: record_size(&args.traffic),
                 link,
@@ -246,7 +238,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     let probe = std::net::TcpListener::bind((args.address, 0))
         .and_then(|l| l.local_addr())
         .map_err(|e| Error::Usage(format!("cannot bind {}: {e}", args.address)))?;
-    let (configs, target) = send_configs(
+    let run = send_config(
         probe,
         &args.traffic,
         &args.tcp,
@@ -265,8 +257,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
         TcpPlan {
             senders: Some(TcpSendSide {
                 queues: send_queues,
-                configs,
-                target,
+                run,
                 to: probe,
                 record: record_size(&args.traffic),
                 link: Some(SenderLink {

@@ -7,7 +7,6 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use crate::{
     cli::{SinkTuning, Steer, TrafficArgs},
     error::Error,
-    run::plan::{QueueShares, RunRate},
     sender::{SenderConfig, exchange::ExchangeShape, mix::SizePlan},
     sink::SinkConfig,
     sink::books::{Admission, MAX_SEND_LAG},
@@ -18,16 +17,16 @@ pub(crate) const MAX_SEND_BYTES: usize = 65_507;
 /// Largest GSO segment count the kernel accepts per send (`UDP_MAX_SEGMENTS`).
 pub(crate) const MAX_GSO_SEGMENTS: u16 = 128;
 
-/// Checks the traffic options and returns one `SenderConfig` per queue with flows assigned,
-/// and the run's rate they share.
-pub(crate) fn sender_configs(
+/// Checks the traffic options and returns the whole run's `SenderConfig` (its rate, count and
+/// schedule over all queues) and its number of flows.
+pub(crate) fn sender_config(
     to: SocketAddr,
     t: &TrafficArgs,
     queues: usize,
     default_duration: Option<Duration>,
     epoch: u32,
     hugepages: bool,
-) -> Result<(QueueShares, RunRate), Error> {
+) -> Result<(SenderConfig, u32), Error> {
     let usage = |m: String| Err(Error::Usage(m));
     if queues == 0 {
         return usage("--queues must be at least 1".into());
@@ -121,45 +120,30 @@ pub(crate) fn sender_configs(
         Some(s) => Some(s.duration()),
         None => super::run_length(t.duration, t.count, default_duration),
     };
-    let shares = (0..queues)
-        .map(|q| {
-            let my_flows: Vec<u32> = (0..flows).filter(|f| *f as usize % queues == q).collect();
-            let count = t
-                .count
-                .map(|c| c / queues as u64 + u64::from((q as u64) < c % queues as u64));
-            let config = SenderConfig {
-                to,
-                size,
-                sizes: Arc::clone(&sizes),
-                gso: t.gso,
-                batch: t.batch,
-                window,
-                rate_pps: total_pps.map(|r| r / queues as f64),
-                count,
-                duration,
-                op: t.send_op.map_or(crate::sender::SendOp::Send, Into::into),
-                epoch,
-                hugepages,
-                first_seq: t.first_seq,
-                burst: t.burst,
-                fields,
-                payload: t.payload.clone(),
-                schedule: schedule
-                    .as_ref()
-                    .map(|s| Arc::new(s.scaled(1.0 / queues as f64))),
-                part_epochs: Arc::clone(&part_epochs),
-                trials: None,
-                proof: None,
-                exchange: None,
-            };
-            (config, my_flows)
-        })
-        .collect();
-    let rate = RunRate {
-        target_pps: total_pps,
+    let run = SenderConfig {
+        to,
+        size,
+        sizes,
+        gso: t.gso,
+        batch: t.batch,
+        window,
+        rate_pps: total_pps,
+        count: t.count,
+        duration,
+        op: t.send_op.map_or(crate::sender::SendOp::Send, Into::into),
+        epoch,
+        hugepages,
+        first_seq: t.first_seq,
+        burst: t.burst,
+        fields,
+        payload: t.payload.clone(),
         schedule,
+        part_epochs,
+        trials: None,
+        proof: None,
+        exchange: None,
     };
-    Ok((shares, rate))
+    Ok((run, flows))
 }
 
 /// The UDP request/response shape from `--pattern rr` and its options, checked: `None` for a
