@@ -47,15 +47,12 @@ const RECV_LAYOUT: BufRingLayout = BufRingLayout {
 /// `user_data` of flow `i`'s receive is `RECV_TAG | i`; a send's is its slot.
 const RECV_TAG: u64 = 1 << 40;
 
-/// The request/response shape of a UDP sender.
+/// The request/response shape of a UDP sender: the shape every transport shares, and how long
+/// a request waits for its response (a datagram may never come back).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ExchangeShape {
-    /// Request bytes.
-    pub(crate) request: usize,
-    /// Response bytes asked for.
-    pub(crate) response: usize,
-    /// Requests outstanding per flow.
-    pub(crate) depth: u32,
+    /// Request and response bytes, requests outstanding per flow.
+    pub(crate) rr: super::pattern::RrShape,
     /// How long a request waits for its response before it counts as timed out.
     pub(crate) timeout_ns: u64,
 }
@@ -152,13 +149,13 @@ impl ExchangeWorker {
     /// Bytes of packet memory one worker registers: the response buffers, then the requests.
     pub(crate) fn arena_bytes(config: &SenderConfig, flows: usize) -> u64 {
         let shape = config.exchange.expect("an exchange sender has its shape");
-        let slots = flows * shape.depth as usize;
-        (Self::slot_base() + slots * shape.request).div_ceil(4096) as u64 * 4096
+        let slots = flows * shape.rr.depth as usize;
+        (Self::slot_base() + slots * shape.rr.request).div_ceil(4096) as u64 * 4096
     }
 
     /// Bytes of locked memory one worker registers (arena plus ring).
     pub(crate) fn locked_bytes(config: &SenderConfig, flows: usize) -> u64 {
-        let depth = config.exchange.map_or(1, |s| s.depth as usize);
+        let depth = config.exchange.map_or(1, |s| s.rr.depth as usize);
         Self::arena_bytes(config, flows) + ring_size(flows * depth, flows).locked_bytes()
     }
 
@@ -172,7 +169,7 @@ impl ExchangeWorker {
             .exchange
             .ok_or_else(|| Error::Usage("a request/response worker needs its shape".into()))?;
         let n = place.flows.len();
-        let depth = shape.depth as usize;
+        let depth = shape.rr.depth as usize;
         limits::check_memlock(Self::locked_bytes(&config, n))?;
         let arena = Arena::allocate_on_node(
             Self::arena_bytes(&config, n) as usize,
@@ -186,12 +183,12 @@ impl ExchangeWorker {
         let fds: Vec<i32> = sockets.iter().map(|s| s.as_raw_fd()).collect();
         // Every request's payload is written once; only its header and proof change.
         for i in 0..n * depth {
-            let at = Self::slot_base() + i * shape.request;
+            let at = Self::slot_base() + i * shape.rr.request;
             let bytes = engine
-                .arena_bytes_mut(at, shape.request)
+                .arena_bytes_mut(at, shape.rr.request)
                 .ok_or_else(|| Error::Unsupported("request slots outside the arena".into()))?;
             config.payload.fill(bytes);
-            exchange::write_response_len(bytes, shape.response as u32);
+            exchange::write_response_len(bytes, shape.rr.response as u32);
         }
         for (i, &fd) in fds.iter().enumerate() {
             if !engine.push_recv_multi(fd, RECV_TAG | i as u64) {
@@ -279,8 +276,8 @@ impl ExchangeWorker {
                 seq,
                 timestamp_ns: clock::realtime_ns(),
             };
-            let at = Self::slot_base() + slot as usize * self.shape.request;
-            if let Some(bytes) = self.engine.arena_bytes_mut(at, self.shape.request) {
+            let at = Self::slot_base() + slot as usize * self.shape.rr.request;
+            if let Some(bytes) = self.engine.arena_bytes_mut(at, self.shape.rr.request) {
                 match &self.proof {
                     Some((proof, tagged)) => proof.write(&header, *tagged, bytes),
                     None => header.write(bytes),
@@ -289,7 +286,7 @@ impl ExchangeWorker {
             if !self.engine.push_send(
                 self.fds[flow],
                 at,
-                self.shape.request as u32,
+                self.shape.rr.request as u32,
                 u64::from(slot),
             ) {
                 break;
@@ -312,7 +309,7 @@ impl ExchangeWorker {
     }
 
     fn release(&mut self, slot: u32) {
-        let flow = slot as usize / self.shape.depth as usize;
+        let flow = slot as usize / self.shape.rr.depth as usize;
         self.slots[slot as usize].state = SlotState::Free;
         self.free[flow].push(slot);
         self.outstanding -= 1;
@@ -323,7 +320,7 @@ impl ExchangeWorker {
         let Some(s) = self.slots.get(slot as usize).copied() else {
             return;
         };
-        let flow = slot as usize / self.shape.depth as usize;
+        let flow = slot as usize / self.shape.rr.depth as usize;
         self.sending = self.sending.saturating_sub(1);
         if result < 0 {
             self.flows[flow].errors[errno_class(-result)] += 1;
@@ -353,7 +350,7 @@ impl ExchangeWorker {
                         && h.epoch == self.config.epoch
                         && h.flow == self.flow_ids[flow] =>
                 {
-                    let depth = self.shape.depth as usize;
+                    let depth = self.shape.rr.depth as usize;
                     (flow * depth..(flow + 1) * depth).find(|&i| {
                         let s = &self.slots[i];
                         s.seq == h.seq
@@ -391,8 +388,8 @@ impl ExchangeWorker {
     /// A proven run's response carries the proof of the request in slot `slot` (the bytes the
     /// request carried after its header, which stay in the slot until it is reused).
     fn echoes_proof(&self, slot: usize, response: &[u8]) -> bool {
-        let at = Self::slot_base() + slot * self.shape.request;
-        let sent = self.engine.arena().bytes(at, self.shape.request);
+        let at = Self::slot_base() + slot * self.shape.rr.request;
+        let sent = self.engine.arena().bytes(at, self.shape.rr.request);
         match (sent.and_then(|s| s.get(ECHO_AT)), response.get(ECHO_AT)) {
             (Some(sent), Some(got)) => sent == got,
             _ => false,

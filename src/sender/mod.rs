@@ -9,6 +9,7 @@
 pub(crate) mod exchange;
 pub(crate) mod mix;
 pub(crate) mod parts;
+pub(crate) mod pattern;
 pub(crate) mod payload;
 pub(crate) mod rtt;
 mod slots;

@@ -185,15 +185,15 @@ fn exchange(
 ) -> Result<(), Error> {
     if let Some(shape) = udp::exchange_shape(p, t)? {
         let echo = crate::proto::exchange::ECHO_AT.end;
-        if proven && shape.response < echo {
+        if proven && shape.rr.response < echo {
             return Err(Error::Usage(format!(
                 "--response-size {} is too short to carry its request's proof back; with --secret-file use at least {echo}",
-                shape.response
+                shape.rr.response
             )));
         }
         run.exchange = Some(shape);
-        run.size = shape.request;
-        run.sizes = Arc::new(crate::sender::mix::SizePlan::single(shape.request));
+        run.size = shape.rr.request;
+        run.sizes = Arc::new(crate::sender::mix::SizePlan::single(shape.rr.request));
     }
     Ok(())
 }
@@ -354,6 +354,26 @@ fn sender_link(args: &SendArgs, flows: usize) -> Result<Option<link::SenderLink>
         secret: read_secret(args.secret_file.as_deref())?,
         name: sender_name(args.name.clone(), args.common.queues, flows)?,
     }))
+}
+
+/// The request/response shape `--pattern rr` and its sizes ask for, checked against what the
+/// transport can carry (`None`: a stream, which takes none of the sizes).
+fn rr_shape(
+    p: &crate::cli::tcp::TcpSendArgs,
+    limits: &crate::sender::pattern::RrLimits,
+) -> Result<Option<crate::sender::pattern::RrShape>, Error> {
+    if p.pattern != crate::cli::tcp::Pattern::Rr {
+        if p.request_size.is_some() || p.response_size.is_some() || p.depth.is_some() {
+            return Err(Error::Usage(
+                "--request-size, --response-size and --depth need --pattern rr".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    crate::sender::pattern::RrShape::asked(p.request_size, p.response_size, p.depth)
+        .within(limits)
+        .map(Some)
+        .map_err(Error::Usage)
 }
 
 /// With a secret, every datagram carries its run's proof (`proto::proof`); a tag needs the

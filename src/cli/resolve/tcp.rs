@@ -6,19 +6,16 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     DEFAULT_DURATION, output, pair_metrics, placement_args, plan_pair, planned, read_secret,
-    reporting, sender_link, udp::rx_buffers,
+    reporting, rr_shape, sender_link, udp::rx_buffers,
 };
 use crate::{
-    cli::tcp::{Pattern, TcpSendArgs},
+    cli::tcp::TcpSendArgs,
     cli::{PairArgs, SendArgs, SinkArgs, SinkTuning, TrafficArgs},
     error::Error,
     proto::record::{MAX_RECORD, MAX_RESPONSE, RECORD_HEADER_LEN, REQUEST_HEADER_LEN},
     run::link::SenderLink,
     run::plan::{Plan, TcpPlan, TcpSendSide, TcpSinkSide},
-    sender::{
-        mix::SizeSpec,
-        tcp::{RrShape, TcpSendConfig},
-    },
+    sender::{mix::SizeSpec, pattern::RrLimits, tcp::TcpSendConfig},
     sink::tcp::{RecvMode, TCP_RX_BUFFERS, TcpSinkConfig, TcpWait},
 };
 
@@ -40,7 +37,7 @@ fn send_config(
     default_duration: Option<Duration>,
     hugepages: bool,
 ) -> Result<TcpSendConfig, Error> {
-    let rr = rr_shape(tcp)?;
+    let rr = rr_shape(tcp, &TCP_RR)?;
     let conns = tcp.conns.unwrap_or(1);
     if conns == 0 || conns as usize * queues > 65_536 {
         return Err(Error::Usage(format!(
@@ -83,41 +80,14 @@ fn send_config(
     })
 }
 
-/// The request/response shape from `--pattern rr` and its sizes, checked.
-fn rr_shape(tcp: &TcpSendArgs) -> Result<Option<RrShape>, Error> {
-    if tcp.pattern != Pattern::Rr {
-        if tcp.request_size.is_some() || tcp.response_size.is_some() || tcp.depth.is_some() {
-            return Err(Error::Usage(
-                "--request-size, --response-size and --depth need --pattern rr".into(),
-            ));
-        }
-        return Ok(None);
-    }
-    let shape = RrShape {
-        request: tcp.request_size.unwrap_or(64),
-        response: tcp.response_size.unwrap_or(64),
-        depth: tcp.depth.unwrap_or(1),
-    };
-    if !(REQUEST_HEADER_LEN..=MAX_RECORD).contains(&shape.request) {
-        return Err(Error::Usage(format!(
-            "--request-size {} must be {REQUEST_HEADER_LEN} to {MAX_RECORD} bytes (a request carries the 32-byte header and the response length)",
-            shape.request
-        )));
-    }
-    if !(RECORD_HEADER_LEN..=MAX_RESPONSE).contains(&shape.response) {
-        return Err(Error::Usage(format!(
-            "--response-size {} must be {RECORD_HEADER_LEN} to {MAX_RESPONSE} bytes",
-            shape.response
-        )));
-    }
-    if !(1..=64).contains(&shape.depth) {
-        return Err(Error::Usage(format!(
-            "--depth {} must be 1 to 64 requests outstanding per connection",
-            shape.depth
-        )));
-    }
-    Ok(Some(shape))
-}
+/// What a TCP record stream can carry of a request/response shape.
+const TCP_RR: RrLimits = RrLimits {
+    request: REQUEST_HEADER_LEN..=MAX_RECORD,
+    request_why: "a request carries the 32-byte header and the response length",
+    response: RECORD_HEADER_LEN..=MAX_RESPONSE,
+    over: "",
+    per: "connection",
+};
 
 fn sink_config(
     listen: std::net::SocketAddr,

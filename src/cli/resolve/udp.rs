@@ -7,7 +7,8 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use crate::{
     cli::{SinkTuning, Steer, TrafficArgs},
     error::Error,
-    sender::{SenderConfig, exchange::ExchangeShape, mix::SizePlan},
+    proto::exchange::{MAX_RESPONSE, MIN_REQUEST, MIN_RESPONSE},
+    sender::{SenderConfig, exchange::ExchangeShape, mix::SizePlan, pattern::RrLimits},
     sink::SinkConfig,
     sink::books::{Admission, MAX_SEND_LAG},
 };
@@ -146,67 +147,52 @@ pub(crate) fn sender_config(
     Ok((run, flows))
 }
 
+/// What a UDP datagram can carry of a request/response shape.
+const UDP_RR: RrLimits = RrLimits {
+    request: MIN_REQUEST..=MAX_SEND_BYTES,
+    request_why: "a request carries the 32-byte header, the proof and the response length",
+    response: MIN_RESPONSE..=MAX_RESPONSE,
+    over: " over UDP",
+    per: "flow",
+};
+
 /// The UDP request/response shape from `--pattern rr` and its options, checked: `None` for a
-/// stream. The stream's shaping options have no meaning for a closed loop and are refused.
+/// stream. The stream's shaping options have no meaning for a closed loop and are refused, and
+/// a request waits `--response-timeout` for its answer.
 pub(crate) fn exchange_shape(
     p: &crate::cli::tcp::TcpSendArgs,
     t: &TrafficArgs,
 ) -> Result<Option<ExchangeShape>, Error> {
-    use crate::proto::exchange::{MAX_RESPONSE, MIN_REQUEST, MIN_RESPONSE};
     let usage = |m: String| Err(Error::Usage(m));
-    if p.pattern != crate::cli::tcp::Pattern::Rr {
-        if p.request_size.is_some() || p.response_size.is_some() || p.depth.is_some() {
-            return usage("--request-size, --response-size and --depth need --pattern rr".into());
+    if p.pattern == crate::cli::tcp::Pattern::Rr {
+        for (given, flag) in [
+            (t.gso > 1, "--gso"),
+            (t.rate_steps.is_some(), "--rate-steps"),
+            (t.ramp.is_some(), "--ramp"),
+            (t.burst > 1, "--burst"),
+            (t.window.is_some(), "--window"),
+        ] {
+            if given {
+                return usage(format!(
+                    "{flag} shapes a stream; --pattern rr keeps --depth requests outstanding per flow: drop {flag}"
+                ));
+            }
         }
+    }
+    let Some(rr) = super::rr_shape(p, &UDP_RR)? else {
         if p.response_timeout.is_some() {
             return usage("--response-timeout needs --pattern rr".into());
         }
         return Ok(None);
-    }
-    for (given, flag) in [
-        (t.gso > 1, "--gso"),
-        (t.rate_steps.is_some(), "--rate-steps"),
-        (t.ramp.is_some(), "--ramp"),
-        (t.burst > 1, "--burst"),
-        (t.window.is_some(), "--window"),
-    ] {
-        if given {
-            return usage(format!(
-                "{flag} shapes a stream; --pattern rr keeps --depth requests outstanding per flow: drop {flag}"
-            ));
-        }
-    }
-    let shape = ExchangeShape {
-        request: p.request_size.unwrap_or(64),
-        response: p.response_size.unwrap_or(64),
-        depth: p.depth.unwrap_or(1),
-        timeout_ns: p
-            .response_timeout
-            .unwrap_or(Duration::from_secs(1))
-            .as_nanos() as u64,
     };
-    if !(MIN_REQUEST..=MAX_SEND_BYTES).contains(&shape.request) {
-        return usage(format!(
-            "--request-size {} must be {MIN_REQUEST} to {MAX_SEND_BYTES} bytes over UDP (a request carries the 32-byte header, the proof and the response length)",
-            shape.request
-        ));
-    }
-    if !(MIN_RESPONSE..=MAX_RESPONSE).contains(&shape.response) {
-        return usage(format!(
-            "--response-size {} must be {MIN_RESPONSE} to {MAX_RESPONSE} bytes over UDP",
-            shape.response
-        ));
-    }
-    if !(1..=64).contains(&shape.depth) {
-        return usage(format!(
-            "--depth {} must be 1 to 64 requests outstanding per flow",
-            shape.depth
-        ));
-    }
-    if !(1_000_000..=60_000_000_000).contains(&shape.timeout_ns) {
+    let timeout_ns = p
+        .response_timeout
+        .unwrap_or(Duration::from_secs(1))
+        .as_nanos() as u64;
+    if !(1_000_000..=60_000_000_000).contains(&timeout_ns) {
         return usage("--response-timeout must be 1ms to 60s".into());
     }
-    Ok(Some(shape))
+    Ok(Some(ExchangeShape { rr, timeout_ns }))
 }
 
 /// Provided buffers per UDP sink queue, 64 KiB each, when `--rx-buffers` is not given.

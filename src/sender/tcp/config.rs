@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{SendOp, buffers::SendBuffers, rr};
 use crate::ring::{BufRingLayout, RingSize};
+use crate::sender::pattern::RrShape;
 
 /// The most bytes one write carries: a little under two full 64 KiB GSO segments, so a write
 /// of many records never ends in a runt just past a full segment. Over loopback (MSS 65483)
@@ -75,17 +76,6 @@ impl TcpSendShared {
             ..TcpSendShared::default()
         }
     }
-}
-
-/// The request/response shape of a sender.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RrShape {
-    /// Request bytes (the record size).
-    pub(crate) request: usize,
-    /// Response bytes asked for.
-    pub(crate) response: usize,
-    /// Requests outstanding per connection.
-    pub(crate) depth: u32,
 }
 
 /// Everything one TCP sender worker needs, resolved before start.

@@ -18,7 +18,7 @@ pub(crate) mod info;
 mod rr;
 mod run_loop;
 
-pub(crate) use self::config::{RrShape, TcpSendConfig, TcpSendOutcome, TcpSendShared, TxCounters};
+pub(crate) use self::config::{TcpSendConfig, TcpSendOutcome, TcpSendShared, TxCounters};
 
 use std::{os::fd::AsRawFd, sync::Arc};
 
