@@ -240,6 +240,32 @@ pub(crate) struct CommonArgs {
     /// Seconds between report lines (0 = only the summary).
     #[arg(help_heading = heading::OUTPUT, long, default_value = "1s", value_parser = parse_duration_or_zero, env = "RINGBLAST_INTERVAL")]
     pub(crate) interval: Duration,
+    /// Start at TIME: RFC 3339 in UTC (`2026-12-07T23:00:00Z`) or `+DURATION` from now (`+30s`).
+    /// The workers are set up first and start on it, so runs launched apart (a fleet of senders)
+    /// start together; a time in the past or more than a day ahead is refused.
+    #[arg(help_heading = heading::CONTROL, long, value_name = "TIME", value_parser = parse_start_at, env = "RINGBLAST_START_AT")]
+    pub(crate) start_at: Option<StartAt>,
+}
+
+/// `--start-at`, as given: a wall-clock time, or a delay from now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StartAt {
+    /// At this wall-clock time.
+    At(std::time::SystemTime),
+    /// This long after the command is read.
+    In(Duration),
+}
+
+fn parse_start_at(s: &str) -> Result<StartAt, String> {
+    let s = s.trim();
+    match s.strip_prefix('+') {
+        Some(delay) => humantime::parse_duration(delay)
+            .map(StartAt::In)
+            .map_err(|_| format!("`{delay}` after `+` is not a duration: give one such as +30s")),
+        None => humantime::parse_rfc3339_weak(s).map(StartAt::At).map_err(|_| {
+            format!("`{s}` is not a time: give RFC 3339 in UTC such as 2026-12-07T23:00:00Z, or +DURATION such as +30s")
+        }),
+    }
 }
 
 fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {

@@ -9,7 +9,10 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, atomic::AtomicBool},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -31,6 +34,49 @@ pub(crate) struct Reporting {
     pub(crate) metrics_linger: Duration,
     /// The placement plan, printed once the workers are set up.
     pub(crate) notes: String,
+    /// `--start-at`: the workers, set up and linked, start on it.
+    pub(crate) start_at: Option<StartTime>,
+}
+
+/// When a run's workers start (`--start-at`), on this host's monotonic clock.
+#[derive(Clone, Debug)]
+pub(crate) struct StartTime {
+    /// The wall-clock time asked, as RFC 3339, for the line that says the run waits.
+    pub(crate) wall: String,
+    /// The same instant on the monotonic clock (read against the wall clock once).
+    pub(crate) monotonic_ns: u64,
+}
+
+/// Below this much left, [`wait_for_start`] stops sleeping and spins, so that runs on one host
+/// start within microseconds of the time, not within a sleep's slack.
+const SPIN_BEFORE_START_NS: u64 = 2_000_000;
+
+/// Waits until `start`, set up and linked, or until a signal asks the run to stop.
+fn wait_for_start(start: &StartTime, signal: &AtomicBool) {
+    let left = start
+        .monotonic_ns
+        .saturating_sub(crate::clock::monotonic_ns());
+    crate::say!(
+        "start: set up; waiting {:.3} s for --start-at {}",
+        left as f64 / 1e9,
+        start.wall
+    );
+    loop {
+        let left = start
+            .monotonic_ns
+            .saturating_sub(crate::clock::monotonic_ns());
+        if left == 0 || signal.load(Ordering::Relaxed) {
+            return;
+        }
+        if left > SPIN_BEFORE_START_NS {
+            // Wake at least every 100 ms to see a signal.
+            std::thread::sleep(Duration::from_nanos(
+                (left - SPIN_BEFORE_START_NS).min(100_000_000),
+            ));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// What one protocol brings to a run.
@@ -177,6 +223,10 @@ pub(crate) fn run<T: Transport>(transport: T, reporting: Reporting) -> Result<()
         server,
         link,
     } = transport.link(started)?;
+    if let Some(start) = &reporting.start_at {
+        // A signal while waiting: the session sees it at once and stops the workers unreleased.
+        wait_for_start(start, &signal);
+    }
     let Ended {
         result,
         interrupted,

@@ -147,7 +147,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
             wire_rate: args.traffic.wire_rate,
             share_port: false,
         },
-        reporting(common, metrics, notes),
+        reporting(common, metrics, notes)?,
     ))
 }
 
@@ -257,7 +257,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
             wire_rate: false,
             share_port: args.share_port,
         },
-        reporting(&common, metrics, notes),
+        reporting(&common, metrics, notes)?,
     ))
 }
 
@@ -331,7 +331,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
             wire_rate: args.traffic.wire_rate,
             share_port: false,
         },
-        reporting(&common, metrics, notes),
+        reporting(&common, metrics, notes)?,
     ))
 }
 
@@ -423,13 +423,50 @@ fn output(common: &CommonArgs) -> Output {
 }
 
 /// How a run reports, with the exporter's address and the placement plan to print.
-fn reporting(common: &CommonArgs, metrics: Option<SocketAddr>, notes: String) -> Reporting {
-    Reporting {
+fn reporting(
+    common: &CommonArgs,
+    metrics: Option<SocketAddr>,
+    notes: String,
+) -> Result<Reporting, Error> {
+    Ok(Reporting {
         metrics,
         max_series: common.max_series,
         metrics_linger: common.metrics_linger,
         notes,
+        start_at: common.start_at.map(start_time).transpose()?,
+    })
+}
+
+/// The furthest ahead `--start-at` may be.
+const MAX_START_AHEAD: Duration = Duration::from_secs(24 * 3600);
+
+/// `--start-at` on this host's clocks: the wall-clock time read once against the monotonic
+/// clock, refused when it is past or more than a day ahead.
+fn start_time(asked: crate::cli::StartAt) -> Result<crate::run::pipeline::StartTime, Error> {
+    use std::time::SystemTime;
+    let (wall_now, mono_now) = (SystemTime::now(), crate::clock::monotonic_ns());
+    let wall = match asked {
+        crate::cli::StartAt::In(delay) => wall_now + delay,
+        crate::cli::StartAt::At(at) => at,
+    };
+    let shown = humantime::format_rfc3339_millis(wall);
+    let ahead = wall.duration_since(wall_now).map_err(|past| {
+        Error::Usage(format!(
+            "--start-at {shown} is {} in the past (the clock says {}): give a later time, or +DURATION",
+            humantime::format_duration(Duration::from_secs(past.duration().as_secs().max(1))),
+            humantime::format_rfc3339_seconds(wall_now)
+        ))
+    })?;
+    if ahead > MAX_START_AHEAD {
+        return Err(Error::Usage(format!(
+            "--start-at {shown} is more than a day ahead (the clock says {}): give a time within 24h",
+            humantime::format_rfc3339_seconds(wall_now)
+        )));
     }
+    Ok(crate::run::pipeline::StartTime {
+        wall: shown.to_string(),
+        monotonic_ns: mono_now.saturating_add(ahead.as_nanos() as u64),
+    })
 }
 
 /// `ringblast topo`.

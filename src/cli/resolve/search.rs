@@ -169,6 +169,6 @@ fn trial_sender(args: SendArgs) -> Result<TrialSendPlan, Error> {
     Ok(TrialSendPlan {
         send,
         link,
-        reporting: reporting(&args.common, args.common.metrics, notes),
+        reporting: reporting(&args.common, args.common.metrics, notes)?,
     })
 }

@@ -146,7 +146,7 @@ pub(crate) fn send(args: SendArgs) -> Result<Plan, Error> {
     let queues = planned("send", &placement_args(common, args.to, &[]), &mut notes)?;
     notes.push_str(crate::timestamps::TCP_PLAN_LINE);
     notes.push_str(super::default_length_line(&args.traffic));
-    let reporting = reporting(common, common.metrics, notes);
+    let reporting = reporting(common, common.metrics, notes)?;
     Ok(Plan::Tcp(
         TcpPlan {
             senders: Some(TcpSendSide {
@@ -184,7 +184,7 @@ pub(crate) fn sink(args: SinkArgs) -> Result<Plan, Error> {
     )?;
     notes.push_str(config.recv.note());
     notes.push_str(crate::timestamps::TCP_PLAN_LINE);
-    let reporting = reporting(common, common.metrics, notes);
+    let reporting = reporting(common, common.metrics, notes)?;
     Ok(Plan::Tcp(
         TcpPlan {
             senders: None,
@@ -222,7 +222,7 @@ pub(crate) fn pair(args: PairArgs) -> Result<Plan, Error> {
     notes.push_str(sink_cfg.recv.note());
     notes.push_str(crate::timestamps::TCP_PLAN_LINE);
     notes.push_str(super::default_length_line(&args.traffic));
-    let reporting = reporting(common, pair_metrics(args.no_metrics, common), notes);
+    let reporting = reporting(common, pair_metrics(args.no_metrics, common), notes)?;
     Ok(Plan::Tcp(
         TcpPlan {
             senders: Some(TcpSendSide {
