@@ -6,11 +6,12 @@
 
 mod common;
 
+use common::proc::Proc;
+
 use std::{
     collections::BTreeMap,
     io::ErrorKind,
     net::{SocketAddr, UdpSocket},
-    process::{Command, Stdio},
     time::{Duration, SystemTime},
 };
 
@@ -34,9 +35,10 @@ fn first_arrivals(
     first
 }
 
-fn send_at(to: &str, at: &str) -> std::process::Child {
-    Command::new(common::bin())
-        .args([
+fn send_at(to: &str, at: &str) -> Proc {
+    Proc::ringblast(
+        None,
+        &[
             "send",
             "--to",
             to,
@@ -50,12 +52,8 @@ fn send_at(to: &str, at: &str) -> std::process::Child {
             "100",
             "--interval",
             "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ringblast")
+        ],
+    )
 }
 
 #[test]
@@ -74,14 +72,9 @@ fn two_senders_launched_apart_start_together_at_the_agreed_time() {
     std::thread::sleep(Duration::from_millis(1500));
     let second = send_at(&to, &at);
     let arrivals = first_arrivals(&socket, 2, agreed + Duration::from_secs(5));
-    for child in [first, second] {
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "a sender failed: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+    for sender in [first, second] {
+        let (status, _, err) = sender.finish();
+        assert!(status.success(), "a sender failed: {status}\n{err}");
     }
     assert_eq!(
         arrivals.len(),

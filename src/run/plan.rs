@@ -47,6 +47,12 @@ pub(crate) struct UdpSend {
     pub(crate) flows: u32,
 }
 
+/// Queue `q`'s share of `count` over `queues`: an even part, the remainder going one each to
+/// the first queues (the shares sum to `count`).
+pub(crate) fn count_share(count: u64, queues: u64, q: u64) -> u64 {
+    count / queues + u64::from(q < count % queues)
+}
+
 impl UdpSend {
     /// Each queue's flow ids: flow `f` goes to queue `f mod queues`.
     pub(crate) fn queue_flows(&self) -> Vec<Vec<u32>> {

@@ -1,10 +1,10 @@
-//! Builds and starts UDP's worker groups of each role from the plan: creates each worker on its
-//! pinned thread with its queue's share (the resolve step split the rate, count and flows once),
-//! and keeps the handles the reporter reads.
+//! Builds and starts UDP's worker groups of each role from the plan: splits the sender run into
+//! its queues' shares once (rate, count, schedule and flows), creates each worker on its pinned
+//! thread, and keeps the handles the reporter reads.
 
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
-use super::plan::UdpSend;
+use super::plan::{UdpSend, count_share};
 
 use crate::{
     error::Error,
@@ -190,7 +190,7 @@ fn shares(send: &UdpSend) -> Vec<(SenderConfig, Vec<u32>)> {
             let q = q as u64;
             let config = SenderConfig {
                 rate_pps: run.rate_pps.map(|r| r / queues as f64),
-                count: run.count.map(|c| c / queues + u64::from(q < c % queues)),
+                count: run.count.map(|c| count_share(c, queues, q)),
                 schedule: run
                     .schedule
                     .as_ref()

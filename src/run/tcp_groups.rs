@@ -1,8 +1,9 @@
-//! The started TCP worker groups of a run: one sender or sink worker per planned queue, with the
-//! counters each shares with the reporter.
+//! The started TCP worker groups of a run: the sender run split into its queues' shares once,
+//! one sender or sink worker per planned queue, with the counters each shares with the reporter.
 
 use std::sync::Arc;
 
+use super::plan::count_share;
 use crate::{
     error::Error,
     report::{self, QueueView},
@@ -57,7 +58,7 @@ fn shares(run: &TcpSendConfig, queues: usize) -> Vec<TcpSendConfig> {
         .map(|q| TcpSendConfig {
             first_flow: (q as u32 * run.conns) as u16,
             rate_rps: run.rate_rps.map(|r| r / n as f64),
-            count: run.count.map(|c| c / n + u64::from(q < c % n)),
+            count: run.count.map(|c| count_share(c, n, q)),
             ..run.clone()
         })
         .collect()
