@@ -115,6 +115,14 @@ pub fn launch_ns() -> u64 {
 }
 
 /// Milliseconds from launch to monotonic instant `ns`, rounded to µs.
+/// A time on the monotonic clock as RFC 3339 wall-clock time, to the microsecond (read
+/// against the wall clock now).
+pub(crate) fn wall_text(monotonic: u64) -> String {
+    let ago = monotonic_ns().saturating_sub(monotonic);
+    let wall = std::time::SystemTime::now() - std::time::Duration::from_nanos(ago);
+    humantime::format_rfc3339_micros(wall).to_string()
+}
+
 pub(crate) fn ms_since_launch(ns: u64) -> f64 {
     (ns.saturating_sub(launch_ns()) as f64 / 1e3).round() / 1e3
 }

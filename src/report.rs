@@ -5,8 +5,9 @@
 use serde_json::{Value, json};
 
 use crate::{
+    control::msg::Verdict,
     mem::MemoryPlacement,
-    sink::registry::{RunVerdict, SenderRow},
+    sink::{registry::SenderRow, sizes::ClassCount},
     stats::{
         ERRNO_CLASSES, ERRNO_LABELS, INVALID_LABELS, Jitter, Latency, RxFlow, SessionCounters,
         TxFlow, WorkerCounters,
@@ -447,39 +448,41 @@ pub(crate) fn impossible_verdict(t: &SessionCounters, sent: u64, failed: u64) ->
 /// cannot be true when it cannot (the run then fails: its numbers are not the truth).
 pub(crate) fn attach_verdict(
     summary: &mut Value,
-    verdict: &Result<(String, RunVerdict), String>,
+    verdict: &Result<(String, Verdict), String>,
     sent: u64,
     failed: u64,
 ) -> (String, Option<String>) {
     match verdict {
         Ok((session, v)) => {
-            let t = &v.totals;
+            let t = &v.counters();
+            let (latency, jitter, clock) = (v.latency(), v.jitter(), v.latency_clock());
+            let refused = v.totals.rx_invalid;
             let impossible = impossible_verdict(t, sent, failed);
             let mut sink = counters_json(t);
             sink["sink_session"] = json!(session);
             // Its datagrams that arrived but found no session slot: invalid table_full at the
             // sink, neither received nor lost.
-            sink["rx_invalid"] = json!(v.refused);
-            sink["complete"] = json!(v.complete);
+            sink["rx_invalid"] = json!(refused);
+            sink["complete"] = json!(v.complete());
             sink["flows"] = Value::Array(
                 v.flows
                     .iter()
                     .map(|(flow, c)| {
-                        let mut f = counters_json(c);
+                        let mut f = counters_json(&c.counters());
                         f["flow"] = json!(flow);
                         f
                     })
                     .collect(),
             );
-            sink["latency"] = sender_latency_json(&v.latency, &v.clock);
-            sink["jitter"] = sender_jitter_json(&v.jitter, &v.clock);
+            sink["latency"] = sender_latency_json(&latency, &clock);
+            sink["jitter"] = sender_jitter_json(&jitter, &clock);
             sink["latency_clock"] =
-                latency_clock_json(&v.clock, t.latency_unknown, t.latency_clamped);
+                latency_clock_json(&clock, t.latency_unknown, t.latency_clamped);
             // The sink's size classes; null when it did not say (a sink before protocol 2).
             sink["sizes"] = if v.sizes.is_empty() && t.packets > 0 {
                 Value::Null
             } else {
-                Value::Array(v.sizes.iter().map(|c| c.json()).collect())
+                Value::Array(v.sizes.iter().map(|c| ClassCount::from(c).json()).collect())
             };
             sink["impossible"] = json!(impossible);
             summary["sink"] = sink;
@@ -499,16 +502,16 @@ pub(crate) fn attach_verdict(
                 t.reordered,
                 t.duplicates,
                 t.send_failed,
-                latency_text(&v.latency, &v.jitter, &v.clock),
-                if v.refused > 0 {
+                latency_text(&latency, &jitter, &clock),
+                if refused > 0 {
                     format!(
                         ", {} arrived but not counted (the sink's session table was full: invalid table_full)",
-                        v.refused
+                        refused
                     )
                 } else {
                     String::new()
                 },
-                if v.complete {
+                if v.complete() {
                     ""
                 } else {
                     " (incomplete: not every sink queue answered in time)"
@@ -545,10 +548,36 @@ pub(crate) fn senders_json(rows: &[SenderRow]) -> Value {
                     r.counters.latency_unknown,
                     r.counters.latency_clamped,
                 );
+                v["first_packet_at"] = json!(r.first_rx_ns.map(crate::clock::wall_text));
                 v
             })
             .collect(),
     )
+}
+
+/// How far apart the senders' latest runs started at this sink (a fleet given one
+/// `--start-at`): the spread of their first datagrams' arrivals, and who came first and last;
+/// `None` with fewer than two senders.
+pub(crate) fn start_spread(rows: &[SenderRow]) -> Option<(String, Value)> {
+    let firsts: Vec<(u64, &str)> = rows
+        .iter()
+        .filter_map(|r| r.first_rx_ns.map(|t| (t, r.name.as_str())))
+        .collect();
+    let (first, last) = (firsts.iter().min()?, firsts.iter().max()?);
+    if firsts.len() < 2 {
+        return None;
+    }
+    let spread_ms = (last.0 - first.0) as f64 / 1e6;
+    let line = format!(
+        "sink: the first datagrams of {} senders arrived within {spread_ms:.3} ms (first {} at {}, last {})",
+        firsts.len(),
+        first.1,
+        crate::clock::wall_text(first.0),
+        last.1
+    );
+    let json = json!({"senders": firsts.len(), "spread_ms": (spread_ms * 1000.0).round() / 1000.0,
+        "first": first.1, "last": last.1});
+    Some((line, json))
 }
 
 /// One human line per sender for the sink summary; rates over the sender's active time.

@@ -85,9 +85,9 @@ fn a_verdict_that_cannot_be_true_is_named_and_never_printed_as_the_count() {
 
     let verdict = Ok((
         "s".to_string(),
-        RunVerdict {
-            totals: books(20_001, 999_999_999_850, 0, 0),
-            ..RunVerdict::default()
+        crate::control::msg::Verdict {
+            totals: crate::control::msg::FlowVerdict::of(&books(20_001, 999_999_999_850, 0, 0)),
+            ..Default::default()
         },
     ));
     let mut summary = json!({});

@@ -1,8 +1,10 @@
 //! `--start-at` (issue 39 item 2): runs launched apart start together. Two senders are launched
 //! 1.5 s apart with one `--start-at`; a plain UDP socket of the test's own, knowing nothing of
 //! ringblast, notes when each sender's first datagram arrives. They arrive within 5 ms of each
-//! other and 0–20 ms after the agreed time. A time in the past, or more than a day ahead, is
-//! refused with one line and exit 2.
+//! other and 0–20 ms after the agreed time. A ringblast sink says when each sender's first
+//! datagram came and how far apart they came: three senders, two given one time and the third
+//! 300 ms later, are each reported 0–20 ms after their own time, and the spread 300 ms give or
+//! take 20. A time in the past, or more than a day ahead, is refused with one line and exit 2.
 
 mod common;
 
@@ -36,23 +38,19 @@ fn first_arrivals(
 }
 
 fn send_at(to: &str, at: &str) -> Proc {
+    send_named(to, at, &["--control", "off"])
+}
+
+fn send_named(to: &str, at: &str, how: &[&str]) -> Proc {
+    let mut args = vec!["send", "--to", to, "--start-at", at];
+    args.extend_from_slice(how);
     Proc::ringblast(
         None,
         &[
-            "send",
-            "--to",
-            to,
-            "--control",
-            "off",
-            "--start-at",
-            at,
-            "--rate",
-            "10kpps",
-            "--count",
-            "100",
-            "--interval",
-            "0",
-        ],
+            args.as_slice(),
+            &["--rate", "10kpps", "--count", "100", "--interval", "0"],
+        ]
+        .concat(),
     )
 }
 
@@ -102,28 +100,144 @@ fn two_senders_launched_apart_start_together_at_the_agreed_time() {
 }
 
 #[test]
+fn the_sink_says_when_each_senders_first_datagram_came_and_how_far_apart() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let to = format!("127.0.0.1:{port}");
+    let mut sink = Proc::ringblast(
+        None,
+        &["sink", "--listen", &to, "--json", "--interval", "0"],
+    );
+    common::wait_bound(None, port);
+    let at = |ms: u64| {
+        let t = SystemTime::now() + Duration::from_millis(ms);
+        humantime::format_rfc3339_millis(t).to_string()
+    };
+    let (together, later) = (at(3000), at(3300));
+    let a = send_named(&to, &together, &["--name", "tx-a"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let b = send_named(&to, &together, &["--name", "tx-b"]);
+    let c = send_named(&to, &later, &["--name", "tx-c"]);
+    for sender in [a, b, c] {
+        let (status, _, err) = sender.finish();
+        assert!(status.success(), "a sender failed: {status}\n{err}");
+    }
+    sink.wait_line("sender tx-c", Duration::from_secs(5));
+    sink.interrupt();
+    let (status, out, err) = sink.finish();
+    assert!(status.success(), "the sink failed: {status}\n{err}");
+    let summary = common::last_summary(&out, "sink");
+    for (name, agreed) in [("tx-a", &together), ("tx-b", &together), ("tx-c", &later)] {
+        let row = summary["senders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no row for {name}: {summary}"));
+        assert_eq!(row["rx_packets"], 100, "{row}");
+        let came = humantime::parse_rfc3339(row["first_packet_at"].as_str().unwrap()).unwrap();
+        let after = came
+            .duration_since(humantime::parse_rfc3339(agreed).unwrap())
+            .unwrap_or_else(|e| panic!("{name} came {:?} before {agreed}", e.duration()));
+        assert!(
+            after <= Duration::from_millis(20),
+            "{name} came {after:?} after {agreed}"
+        );
+    }
+    let spread = &summary["start_spread"];
+    assert_eq!(
+        (spread["senders"].as_u64(), spread["last"].as_str()),
+        (Some(3), Some("tx-c")),
+        "{spread}"
+    );
+    assert!(
+        ["tx-a", "tx-b"].contains(&spread["first"].as_str().unwrap()),
+        "{spread}"
+    );
+    let ms = spread["spread_ms"].as_f64().unwrap();
+    assert!((280.0..=320.0).contains(&ms), "{spread}");
+    assert!(
+        err.contains("the first datagrams of 3 senders arrived within"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_search_sets_up_and_starts_its_first_trial_on_the_time() {
+    let _lock = common::traffic_lock();
+    let port = common::free_port();
+    let to = format!("127.0.0.1:{port}");
+    let sink = Proc::ringblast(
+        None,
+        &["sink", "--listen", &to, "--json", "--interval", "0"],
+    );
+    common::wait_bound(None, port);
+    let at =
+        humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs(2)).to_string();
+    let search = Proc::ringblast(
+        None,
+        &[
+            "search",
+            "--to",
+            &to,
+            "--start-at",
+            &at,
+            "--json",
+            "--min-rate",
+            "1kpps",
+            "--max-rate",
+            "2kpps",
+            "--trial",
+            "100ms",
+            "--final-trial",
+            "200ms",
+            "--max-time",
+            "20s",
+        ],
+    );
+    let (status, out, err) = search.finish();
+    assert!(
+        err.contains("waiting") && err.contains(&at),
+        "the search says it waits: {err}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("\"type\":\"search\"")),
+        "{status}: {out}\n{err}"
+    );
+    sink.interrupt();
+    let (_, out, _) = sink.finish();
+    let summary = common::last_summary(&out, "sink");
+    let first = summary["senders"][0]["first_packet_at"].as_str().unwrap();
+    let after = humantime::parse_rfc3339(first)
+        .unwrap()
+        .duration_since(humantime::parse_rfc3339(&at).unwrap())
+        .unwrap_or_else(|e| panic!("the first trial came {:?} before {at}", e.duration()));
+    assert!(
+        after <= Duration::from_millis(20),
+        "the first trial came {after:?} after {at}"
+    );
+}
+
+#[test]
 fn a_start_in_the_past_or_more_than_a_day_ahead_is_refused() {
     let past =
         humantime::format_rfc3339_seconds(SystemTime::now() - Duration::from_secs(60)).to_string();
-    for (at, says) in [
-        (past.as_str(), "in the past"),
-        ("+25h", "more than a day ahead"),
+    for command in [
+        &["send", "--to", "127.0.0.1:9", "--control", "off"][..],
+        &["search", "--to", "127.0.0.1:9"][..],
     ] {
-        let out = common::ringblast(&[
-            "send",
-            "--to",
-            "127.0.0.1:9",
-            "--control",
-            "off",
-            "--start-at",
-            at,
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{at}: {err}");
-        assert_eq!(err.lines().count(), 1, "one line: {err}");
-        assert!(
-            err.contains(says) && err.contains("--start-at"),
-            "{at}: {err}"
-        );
+        for (at, says) in [
+            (past.as_str(), "in the past"),
+            ("+25h", "more than a day ahead"),
+        ] {
+            let out = common::ringblast(&[command, &["--start-at", at]].concat());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command:?} {at}: {err}");
+            assert_eq!(err.lines().count(), 1, "one line: {err}");
+            assert!(
+                err.contains(says) && err.contains("--start-at"),
+                "{command:?} {at}: {err}"
+            );
+        }
     }
 }

@@ -42,7 +42,7 @@ local FLAG_REQUEST = 0x20
 local FLAG_ACK = 0x10
 local MAX_RECORD = 1048576
 local MAX_FRAME = 256 * 1024
-local CONTROL_VERSIONS = { [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true, [8] = true, [9] = true }
+local CONTROL_VERSIONS = { [1] = true, [2] = true, [3] = true, [4] = true, [5] = true, [6] = true, [7] = true, [8] = true, [9] = true, [10] = true }
 local SEAL_LEN = 40 -- 8-byte sequence number and 32-byte HMAC-SHA256 tag
 local SPAN = 4294967296 -- 2^32
 
@@ -415,7 +415,7 @@ local function heuristic_udp(tvb, pinfo, tree)
     return true
 end
 
--- A control connection opens with a ClientHello: a length the cap allows, version 1 to 9,
+-- A control connection opens with a ClientHello: a length the cap allows, version 1 to 10,
 -- type 1 and a JSON object. Seen once, the connection's server port is decoded as ringblast.
 local function heuristic_tcp(tvb, pinfo, tree)
     if tvb:len() < 7 then

@@ -737,6 +737,10 @@ pub(crate) struct SearchArgs {
     /// File holding the secret shared with the sink.
     #[arg(help_heading = heading::CONTROL, long)]
     pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// Set up, then start the first trial at TIME (as `send --start-at`): RFC 3339 in UTC
+    /// (`2026-12-08T10:00:00Z`) or `+DURATION` from now; `--max-time` counts from it.
+    #[arg(help_heading = heading::CONTROL, long, value_name = "TIME", value_parser = parse_start_at, env = "RINGBLAST_START_AT")]
+    pub(crate) start_at: Option<StartAt>,
     /// Tag every trial's datagrams (see `send --auth-data`); needs --secret-file.
     #[arg(help_heading = heading::CONTROL, long, requires = "secret_file")]
     pub(crate) auth_data: bool,

@@ -28,7 +28,7 @@ use super::seal::{Breach, DirectionKey, SEAL_LEN};
 /// Largest value of the length field (version + type + payload), in bytes.
 pub(crate) const MAX_FRAME: usize = 256 * 1024;
 /// The protocol version this build speaks (and a sender writes).
-pub(crate) const VERSION: u8 = 9;
+pub(crate) const VERSION: u8 = 10;
 /// The oldest version this build still reads and answers.
 pub(crate) const OLDEST_VERSION: u8 = 1;
 const HEADER: usize = 4;

@@ -9,13 +9,16 @@
 //!
 //! Protocol version 3 adds the clock exchange: [`ClockProbe`], [`ClockReply`] and
 //! [`ClockEstimate`] (types 12 to 14, unknown in older frames), the sender's boot id in its
-//! [`Hello`], and the sink's [`VerdictClock`] in its [`Verdict`].
+//! [`Hello`], and the sink's [`VerdictClock`] in its [`Verdict`]. Version 10 adds the sink's
+//! latency and jitter cells ([`VerdictCells`]) and its late packets to a verdict, so a sender
+//! reads a remote sink's verdict as fully as `pair` reads its in-process sink's.
 
 use serde::{Deserialize, Serialize};
 
 use crate::{figures::Figures, latency_clock::ClockKind};
 
 mod hex;
+mod reading;
 use hex::{hex32, hex32_opt};
 
 /// Most flows a Hello, Progress, Goodbye or Verdict may list.
@@ -226,10 +229,13 @@ pub(crate) struct FlowVerdict {
     pub(crate) rx_kernel_drops: u64,
     pub(crate) rx_unconfirmed: u64,
     pub(crate) tx_failed: u64,
+    /// Packets later than the sink's reorder window, counted in `rx_packets` and, before they
+    /// came, in `rx_lost` (protocol version 10; absent before, and when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) rx_late: u64,
 }
 
 impl FlowVerdict {
-    #[cfg(test)]
     /// Adds `other` field by field (saturating).
     pub(crate) fn add(&mut self, other: &FlowVerdict) {
         self.rx_packets = self.rx_packets.saturating_add(other.rx_packets);
@@ -241,6 +247,7 @@ impl FlowVerdict {
         self.rx_kernel_drops = self.rx_kernel_drops.saturating_add(other.rx_kernel_drops);
         self.rx_unconfirmed = self.rx_unconfirmed.saturating_add(other.rx_unconfirmed);
         self.tx_failed = self.tx_failed.saturating_add(other.tx_failed);
+        self.rx_late = self.rx_late.saturating_add(other.rx_late);
     }
 }
 
@@ -341,6 +348,24 @@ pub(crate) struct Verdict {
     /// arrived so far (protocol version 9; absent before, and when every count was in).
     #[serde(default, skip_serializing_if = "is_false")]
     pub(crate) incomplete: bool,
+    /// The sink's latency and jitter cells of this sender run (protocol version 10; absent
+    /// before, and when the sink kept none), so the verdicts of a run's parts add up to the
+    /// run's exactly instead of to the largest of their bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cells: Option<Box<VerdictCells>>,
+}
+
+/// The cells of a [`Verdict`] (protocol version 10), one per cell of the sink's latency
+/// bounds (`stats::LATENCY_BOUNDS_NS`); a fixed length, so a frame cannot make it grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VerdictCells {
+    /// One-way latency samples per cell.
+    pub(crate) latency: [u64; crate::stats::LATENCY_CELLS],
+    /// Jitter (|D|) samples per cell.
+    pub(crate) jitter: [u64; crate::stats::LATENCY_CELLS],
+    /// The sum of the jitter samples per cell, in ns (for the mean).
+    pub(crate) jitter_sum_ns: [u64; crate::stats::LATENCY_CELLS],
 }
 
 fn is_zero(n: &u64) -> bool {

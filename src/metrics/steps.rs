@@ -12,7 +12,7 @@ use std::sync::{
 use metrics::{Counter, Gauge, counter, gauge};
 
 use super::names::*;
-use crate::{sender::SenderShared, sink::registry::RunVerdict};
+use crate::{control::msg::Verdict, sender::SenderShared};
 
 /// The `result` label values of `ringblast_tx_step_packets_total`, in tally order.
 pub(crate) const STEP_RESULTS: [&str; 6] = [
@@ -35,19 +35,19 @@ pub(crate) struct StepTally {
 impl StepTally {
     /// A step ended: `sent` packets the kernel accepted in it, and the sink's complete verdict
     /// for it, or none (it counts as unknown, its packets in no result).
-    pub(crate) fn add(&self, sent: u64, verdict: Option<&RunVerdict>) {
-        let Some(v) = verdict.filter(|v| v.complete) else {
+    pub(crate) fn add(&self, sent: u64, verdict: Option<&Verdict>) {
+        let Some(v) = verdict.filter(|v| v.complete()) else {
             self.unknown.fetch_add(1, Relaxed);
             return;
         };
         let t = &v.totals;
         let values = [
             sent,
-            t.packets,
-            t.lost,
-            t.kernel_drops,
-            t.duplicates,
-            t.send_failed,
+            t.rx_packets,
+            t.rx_lost,
+            t.rx_kernel_drops,
+            t.rx_duplicates,
+            t.tx_failed,
         ];
         for (into, n) in self.packets.iter().zip(values) {
             into.fetch_add(n, Relaxed);

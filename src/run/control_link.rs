@@ -16,17 +16,15 @@ use super::{
     link_state::{self, LinkState},
     part_link::{self, UdpFlows},
     roles::{SenderSet, SinkSet},
-    udp_verdict::{AskSink, flow_verdict, progress_of, reports_of, run_verdict, verdict_jitter},
-    verdict::{GOODBYE_WAIT, in_process_clock, verdict_clock},
+    udp_verdict::{AskSink, progress_of, reports_of, verdict_of},
+    verdict::{GOODBYE_WAIT, in_process_clock},
 };
 use crate::{
     clock,
     control::{
         auth::Secret,
         client::{ClientConfig, ControlClient},
-        msg::{
-            ClockEstimate, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, SizeCount, Verdict,
-        },
+        msg::{ClockEstimate, FlowProgress, FlowStart, Goodbye, Hello, Verdict},
         server::{ControlServer, HelloFrom, RunningServer, ServerConfig},
     },
     error::Error,
@@ -188,7 +186,6 @@ fn connect(
     );
     VerdictSource::Remote(Box::new(move |flows: &[FlowReport]| {
         link_ends::finish(client, flows.iter().map(progress_of).collect())
-            .map(|(session, v)| (session, run_verdict(&v)))
     }))
 }
 
@@ -264,39 +261,10 @@ impl SinkLedger for RegistryLedger {
     }
 
     fn goodbye(&self, epoch: u32, goodbye: &Goodbye) -> Verdict {
-        let v = self
-            .0
-            .goodbye(epoch, &reports_of(&goodbye.flows), GOODBYE_WAIT);
-        Verdict {
-            // The run's datagrams that arrived but found no slot (per run, not per flow).
-            totals: FlowVerdict {
-                rx_invalid: v.refused,
-                ..flow_verdict(&v.totals)
-            },
-            flows: v.flows.iter().map(|(f, c)| (*f, flow_verdict(c))).collect(),
-            latency_p50_ns: v.latency.p50_ns,
-            latency_p99_ns: v.latency.p99_ns,
-            latency_max_ns: v.latency.max_ns,
-            latency_p999_ns: v.latency.p999_ns,
-            jitter: Some(Box::new(verdict_jitter(&v.jitter))),
-            latency_figures: v.latency.figures.map(Box::new),
-            jitter_figures: v.jitter.bounds.figures.map(Box::new),
-            sizes: v
-                .sizes
-                .iter()
-                .map(|c| SizeCount {
-                    payload: c.payload.unwrap_or(0),
-                    packets: c.packets,
-                    bytes: c.bytes,
-                })
-                .collect(),
-            clock: Some(verdict_clock(
-                &v.clock,
-                v.totals.latency_unknown,
-                v.totals.latency_clamped,
-            )),
-            incomplete: !v.complete,
-            ..Verdict::default()
-        }
+        verdict_of(
+            &self
+                .0
+                .goodbye(epoch, &reports_of(&goodbye.flows), GOODBYE_WAIT),
+        )
     }
 }

@@ -14,31 +14,25 @@ use std::{
     time::Duration,
 };
 
-use crate::latency_clock::LatencyClock;
-
 use super::{
-    link_ends::{self, Announce, SenderEnd, SenderLedger},
+    link_ends::{self, Announce, SenderEnd, SenderLedger, SinkVerdict},
     link_state::{self},
     roles::{RunPace, flow_reports},
-    udp_verdict::{self, VerdictResult},
+    udp_verdict,
     verdict::{self, GOODBYE_WAIT},
 };
 use crate::{
     clock,
     control::{
         client::{ClientConfig, ClientEvent, ControlClient, SenderView},
-        msg::{DataProto, FlowStart},
+        msg::{DataProto, FlowStart, Verdict},
     },
     metrics::steps::StepTally,
     proto::reach::RunReach,
     say,
     schedule::RateSchedule,
     sender::SenderShared,
-    sink::{
-        registry::{self, FlowReport, Registry, RunVerdict},
-        sizes::ClassCount,
-    },
-    stats::{Jitter, Latency},
+    sink::registry::{self, FlowReport, Registry},
 };
 
 /// How often the thread looks for a settled part.
@@ -80,7 +74,7 @@ pub(crate) trait PartSink: Send {
     /// Says hello for `part`'s epoch, before its first packet.
     fn open(&mut self, part: usize);
     /// Says goodbye for `part`'s epoch with its flows' true ends; the sink's verdict.
-    fn close(&mut self, part: usize, flows: &[FlowReport]) -> VerdictResult;
+    fn close(&mut self, part: usize, flows: &[FlowReport]) -> SinkVerdict;
 }
 
 /// The parts of a run as the sender's books see them.
@@ -120,7 +114,7 @@ impl PartBooks {
 /// The running thread that closes the parts.
 pub(crate) struct PartLink {
     senders_done: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<VerdictResult>>,
+    thread: JoinHandle<Vec<SinkVerdict>>,
 }
 
 /// Opens the first two parts now (before the workers are released) and closes each part on a
@@ -173,7 +167,7 @@ pub(crate) fn start(mut sink: Box<dyn PartSink>, books: PartBooks) -> PartLink {
 
 impl PartLink {
     /// After every sender worker has ended: waits for the last goodbyes, one verdict per part.
-    pub(crate) fn finish(self) -> Vec<VerdictResult> {
+    pub(crate) fn finish(self) -> Vec<SinkVerdict> {
         self.senders_done.store(true, Ordering::Release);
         self.thread
             .join()
@@ -181,16 +175,11 @@ impl PartLink {
     }
 }
 
-/// The run's verdict: the sum of its parts' (the first part without one makes it unknown).
-/// Latency quantiles are cell bounds: the run's are the parts' merged cells, or, when a remote
-/// sink sent only quantiles, the largest of the parts' bounds (still a true upper bound).
-pub(crate) fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
+/// The run's verdict: the sum of its parts' (`Verdict::sum_of_parts`); the first part
+/// without one makes it unknown.
+pub(crate) fn run_verdict(parts: &[SinkVerdict]) -> SinkVerdict {
     let mut session = String::new();
-    let mut run = RunVerdict {
-        complete: true,
-        ..RunVerdict::default()
-    };
-    let mut clocks = Vec::with_capacity(parts.len());
+    let mut verdicts = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
         let (name, v) = part
             .as_ref()
@@ -198,31 +187,9 @@ pub(crate) fn run_verdict(parts: &[VerdictResult]) -> VerdictResult {
         if !name.is_empty() {
             session.clone_from(name);
         }
-        run.totals.add(&v.totals);
-        run.complete &= v.complete;
-        clocks.push(&v.clock);
-        for (flow, c) in &v.flows {
-            match run.flows.iter_mut().find(|(f, _)| f == flow) {
-                Some((_, into)) => into.add(c),
-                None => run.flows.push((*flow, *c)),
-            }
-        }
-        for c in &v.sizes {
-            ClassCount::merge(&mut run.sizes, c);
-        }
-        run.latency = run.latency.max(&v.latency);
-        run.jitter.merge(&v.jitter);
+        verdicts.push(v);
     }
-    run.sizes.sort_by_key(|c| (c.payload.is_none(), c.payload));
-    // Each step is its own run with its own estimate: the run's is the latest known one.
-    run.clock = LatencyClock::latest(clocks);
-    if run.totals.latency_cells.iter().any(|&n| n > 0) {
-        run.latency = Latency::from_cells(&run.totals.latency_cells);
-    }
-    if run.totals.jitter_cells.iter().any(|&n| n > 0) {
-        run.jitter = Jitter::of(&run.totals);
-    }
-    Ok((session, run))
+    Ok((session, Verdict::sum_of_parts(&verdicts)))
 }
 
 /// `pair`: the in-process sink's registry.
@@ -255,11 +222,11 @@ impl PartSink for InProcess {
         }
     }
 
-    fn close(&mut self, part: usize, flows: &[FlowReport]) -> VerdictResult {
+    fn close(&mut self, part: usize, flows: &[FlowReport]) -> SinkVerdict {
         let v = self
             .registry
             .goodbye(self.books.epochs[part], flows, GOODBYE_WAIT);
-        Ok(("this process".to_string(), v))
+        Ok(("this process".to_string(), udp_verdict::verdict_of(&v)))
     }
 }
 
@@ -313,20 +280,15 @@ impl PartSink for Remote {
         self.clients[part] = Some(client);
     }
 
-    fn close(&mut self, part: usize, flows: &[FlowReport]) -> VerdictResult {
+    fn close(&mut self, part: usize, flows: &[FlowReport]) -> SinkVerdict {
         let Some(client) = self.clients.get_mut(part).and_then(Option::take) else {
             // A run stopped early never reaches its last steps: nothing was sent in them.
             if flows.iter().all(|f| f.next_seq == f.first_seq) {
-                let none = RunVerdict {
-                    complete: true,
-                    ..RunVerdict::default()
-                };
-                return Ok((String::new(), none));
+                return Ok((String::new(), Verdict::default()));
             }
             return Err("this step's control connection was never opened".to_string());
         };
         link_ends::finish(client, flows.iter().map(udp_verdict::progress_of).collect())
-            .map(|(session, v)| (session, udp_verdict::run_verdict(&v)))
     }
 }
 
@@ -407,7 +369,7 @@ impl PartSink for OneConnection {
         };
     }
 
-    fn close(&mut self, _part: usize, flows: &[FlowReport]) -> VerdictResult {
+    fn close(&mut self, _part: usize, flows: &[FlowReport]) -> SinkVerdict {
         if let Some(why) = self.unopened.take() {
             return Err(why);
         }
@@ -415,7 +377,6 @@ impl PartSink for OneConnection {
             return Err("no control connection".to_string());
         };
         link_ends::end_epoch(client, flows.iter().map(udp_verdict::progress_of).collect())
-            .map(|(session, v)| (session, udp_verdict::run_verdict(&v)))
     }
 }
 

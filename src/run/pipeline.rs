@@ -52,7 +52,7 @@ pub(crate) struct StartTime {
 const SPIN_BEFORE_START_NS: u64 = 2_000_000;
 
 /// Waits until `start`, set up and linked, or until a signal asks the run to stop.
-fn wait_for_start(start: &StartTime, signal: &AtomicBool) {
+pub(crate) fn wait_for_start(start: &StartTime, signal: &AtomicBool) {
     let left = start
         .monotonic_ns
         .saturating_sub(crate::clock::monotonic_ns());

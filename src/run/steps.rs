@@ -7,11 +7,12 @@
 
 use serde_json::{Value, json};
 
-use super::{part_link::PartBooks, udp_verdict::VerdictResult};
+use super::{link_ends::SinkVerdict, part_link::PartBooks};
 use crate::{
     pacing::{OFFERED_TOLERANCE, sender_limited},
     report::{counters_json, loss_words},
     schedule::RateSchedule,
+    sink::sizes::ClassCount,
 };
 
 /// A human line and a `"type":"step"` JSON line per part of the senders' `books`; `verdicts`
@@ -19,7 +20,7 @@ use crate::{
 pub(crate) fn step_reports(
     schedule: &RateSchedule,
     books: &PartBooks,
-    verdicts: &[VerdictResult],
+    verdicts: &[SinkVerdict],
 ) -> Vec<(String, Value)> {
     let parts = schedule.parts();
     parts
@@ -40,14 +41,16 @@ pub(crate) fn step_reports(
                 "tx_packets": packets, "tx_failed": failed, "pps": achieved.round() as u64,
                 "sender_limited": limited});
             let sink_text = match verdicts.get(i) {
-                Some(Ok((_, verdict))) if verdict.complete => {
-                    let t = &verdict.totals;
+                Some(Ok((_, verdict))) if verdict.complete() => {
+                    let t = &verdict.counters();
                     let loss = t.lost + t.kernel_drops;
                     v["loss"] = json!(loss);
                     v["loss_ratio"] = json!(loss as f64 / stamped.saturating_sub(failed).max(1) as f64);
                     let mut sink = counters_json(t);
                     sink["complete"] = json!(true);
-                    sink["sizes"] = Value::Array(verdict.sizes.iter().map(|c| c.json()).collect());
+                    sink["sizes"] = Value::Array(
+                        verdict.sizes.iter().map(|c| ClassCount::from(c).json()).collect(),
+                    );
                     v["sink"] = sink;
                     format!(
                         "received {}, {}, dup {}, reordered {}, send failed {}",

@@ -16,7 +16,7 @@ use super::{
         self, Announce, SenderEnd, SenderLedger, SinkEnd, SinkLedger, SinkVerdict, progress_of,
     },
     link_state::{self, LinkState},
-    verdict::{self, GOODBYE_WAIT},
+    verdict::GOODBYE_WAIT,
 };
 use crate::{
     clock,
@@ -24,7 +24,8 @@ use crate::{
         auth::Secret,
         client::{ClientConfig, ControlClient},
         msg::{
-            ClockEstimate, DataProto, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello, Verdict,
+            ClockEstimate, DataProto, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello,
+            Verdict, VerdictClock,
         },
         server::{ControlServer, HelloFrom, RunningServer, ServerConfig},
     },
@@ -90,8 +91,7 @@ impl SinkLedger for TcpLedger {
             tx_failed: goodbye.flows.iter().map(|f| f.failed).sum(),
             ..FlowVerdict::default()
         };
-        let clock =
-            verdict::verdict_clock(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
+        let clock = VerdictClock::of(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
         Verdict {
             totals,
             clock: Some(clock),
@@ -191,7 +191,7 @@ pub(crate) fn attach_verdict(
         Ok((session, verdict)) => {
             let v = &verdict.totals;
             let told = verdict.clock.as_ref();
-            let clock = verdict::clock_of(told);
+            let clock = verdict.latency_clock();
             let (unknown, clamped) = told.map_or((0, 0), |c| {
                 (c.latency_unknown_packets, c.latency_clamped_packets)
             });

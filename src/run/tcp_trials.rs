@@ -52,6 +52,8 @@ pub(crate) struct TcpTrialSender {
     /// The placement plan, printed with the first trial's memory.
     notes: Option<String>,
     trials: u32,
+    /// `--start-at`, until the first trial waited for it.
+    start_at: Option<pipeline::StartTime>,
     started: Instant,
 }
 
@@ -90,6 +92,7 @@ impl TcpTrialSender {
             tolerance,
             notes: Some(reporting.notes + &exporter_line),
             trials: 0,
+            start_at: reporting.start_at,
             started,
         })
     }
@@ -130,6 +133,12 @@ impl TcpTrialSender {
         };
         let (ask, state) =
             tcp_control::connect(link, epoch, self.record, rate, senders.shared.clone());
+        // `--start-at`: the first trial, set up and linked, starts on the time; `--max-time`
+        // counts from it.
+        if let Some(start) = self.start_at.take() {
+            pipeline::wait_for_start(&start, &std::sync::atomic::AtomicBool::new(false));
+            self.started = Instant::now();
+        }
         let drain_end = Instant::now() + duration + self.drain(duration);
         senders.group.release();
         while Instant::now() < drain_end && !senders.group.finished() {

@@ -75,6 +75,8 @@ pub(crate) struct TrialSender {
     books: part_link::PartBooks,
     exporter: Option<Exporter<crate::metrics::handles::Handles>>,
     metrics_linger: Duration,
+    /// `--start-at`, until the first trial waited for it.
+    start_at: Option<pipeline::StartTime>,
     started: Instant,
     /// What the control connection heard: a refusal or a busy sink ends the search.
     link: Arc<LinkState>,
@@ -147,6 +149,7 @@ impl TrialSender {
             books,
             exporter,
             metrics_linger: reporting.metrics_linger,
+            start_at: reporting.start_at,
             started,
             link: state,
         })
@@ -170,6 +173,11 @@ impl TrialSender {
         let rate_arg = rate.map_or("max".to_string(), |r| format!("{}pps", r.round().max(1.0)));
         self.sink.announce_rate(rate);
         self.sink.open(k);
+        // `--start-at`: the first trial, linked, starts on the time; `--max-time` counts from it.
+        if let Some(start) = self.start_at.take() {
+            pipeline::wait_for_start(&start, &std::sync::atomic::AtomicBool::new(false));
+            self.started = Instant::now();
+        }
         self.board.post(rate, duration.as_nanos() as u64);
         let give_up = Instant::now() + duration + SETTLE_LIMIT;
         while !part_link::settled(&self.books.shared, k) {
@@ -195,7 +203,7 @@ impl TrialSender {
             e.tick(true);
         }
         let verdict = match verdict {
-            Ok((_, v)) if v.complete => v,
+            Ok((_, v)) if v.complete() => v,
             other => {
                 let why = match other {
                     Err(e) => e,
@@ -216,19 +224,19 @@ impl TrialSender {
             rate: rate.unwrap_or(sent as f64 / seconds),
             duration,
             offered: stamped,
-            lost: verdict.totals.lost + verdict.totals.kernel_drops + errors,
+            lost: verdict.totals.rx_lost + verdict.totals.rx_kernel_drops + errors,
             failed: errors,
-            kernel_drops: verdict.totals.kernel_drops,
+            kernel_drops: verdict.totals.rx_kernel_drops,
             accepted: sent,
             achieved: sent as f64 / seconds,
             held_share: 0.0,
             due: rate.map_or(0, |r| ((r * seconds).floor() as u64).saturating_sub(queues)),
             // The figure (within 1 %), or else the upper bound of its cell (an older sink).
             latency_p99_ns: verdict
-                .latency
-                .figures
+                .latency_figures
+                .as_deref()
                 .map(|f| f.p99_ns)
-                .or((verdict.latency.p99_ns > 0).then_some(verdict.latency.p99_ns)),
+                .or((verdict.latency_p99_ns > 0).then_some(verdict.latency_p99_ns)),
             limited: false,
             over_latency: false,
         })

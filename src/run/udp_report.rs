@@ -9,20 +9,22 @@ use std::{sync::Arc, time::Duration};
 use super::{
     control_link::VerdictSource,
     judge::Judge,
+    link_ends::SinkVerdict,
     link_state::LinkState,
     roles::{SenderSet, SinkSet},
     session::{Outcomes, Proto, Span},
-    udp_verdict::VerdictResult,
+    udp_verdict::verdict_of,
     verdict::GOODBYE_WAIT,
 };
 use crate::{
     clock,
+    control::msg::Verdict,
     error::Error,
     metrics::handles::Handles,
     net::wire,
     report::{self, RxSample, TxSample},
     sender::SenderOutcome,
-    sink::{SinkOutcome, registry::RunVerdict},
+    sink::SinkOutcome,
     worker::Group,
 };
 
@@ -59,10 +61,10 @@ pub(crate) struct UdpReport {
 /// path's fragments and L1 bytes, the judge of the achieved rate, and when to look for events.
 #[derive(Default)]
 pub(crate) struct UdpState {
-    in_process_verdict: Option<RunVerdict>,
-    part_verdicts: Option<Vec<VerdictResult>>,
+    in_process_verdict: Option<Verdict>,
+    part_verdicts: Option<Vec<SinkVerdict>>,
     /// The run's verdict, taken once every worker has ended.
-    verdict: Option<VerdictResult>,
+    verdict: Option<SinkVerdict>,
     table_full_said: bool,
     header_due: bool,
     /// Path MTU, IP fragments per datagram and L1 bytes per datagram of each size class.
@@ -88,15 +90,15 @@ impl UdpState {
 impl UdpReport {
     /// The in-process sender says goodbye to the in-process sink: its flows close with their
     /// true ends, so a tail the sink never saw is counted (as kernel drops or loss).
-    fn in_process_goodbye(&self) -> Option<RunVerdict> {
+    fn in_process_goodbye(&self) -> Option<Verdict> {
         let (Some(senders), Some(sinks)) = (&self.senders, &self.sinks) else {
             return None;
         };
-        Some(
-            sinks
-                .registry
-                .goodbye(senders.epoch, &senders.flow_reports(), GOODBYE_WAIT),
-        )
+        Some(verdict_of(&sinks.registry.goodbye(
+            senders.epoch,
+            &senders.flow_reports(),
+            GOODBYE_WAIT,
+        )))
     }
 
     /// Sessions the sink saw start (without a hello) or end since the last call: a line each,

@@ -1,21 +1,16 @@
-//! The UDP sink's verdict on a sender run, as the sender holds it: its result type, and the
-//! conversions between the control channel's messages and the UDP registry's books (flows'
-//! ends, per-flow counters, latency, jitter and size classes).
+//! The UDP registry's side of the verdict: the sink's books of one sender run written as the
+//! control channel's [`Verdict`] (by a remote sink's control server and by `pair`'s in-process
+//! sink alike), and the conversions between the channel's flow progress and the registry's
+//! flow reports. A sender reads the verdict through `control::msg::Verdict`'s own methods.
 
-use super::verdict::clock_of;
+use super::link_ends::SinkVerdict;
 use crate::{
-    control::msg::{FlowProgress, FlowVerdict, Verdict, VerdictJitter},
-    sink::{
-        registry::{FlowReport, RunVerdict},
-        sizes::ClassCount,
-    },
-    stats::{Jitter, Latency, SessionCounters},
+    control::msg::{FlowProgress, FlowVerdict, SizeCount, Verdict, VerdictCells, VerdictClock},
+    sink::registry::{FlowReport, RunTally},
 };
 
-/// The sink's session name and its books for one sender run, or why none came.
-pub(crate) type VerdictResult = Result<(String, RunVerdict), String>;
 /// Asks a remote sink for its verdict, given the flows' ends.
-pub(crate) type AskSink = Box<dyn FnOnce(&[FlowReport]) -> VerdictResult>;
+pub(crate) type AskSink = Box<dyn FnOnce(&[FlowReport]) -> SinkVerdict>;
 
 /// A sender's per-flow progress (PROGRESS or GOODBYE) as the registry's reports.
 pub(crate) fn reports_of(flows: &[FlowProgress]) -> Vec<FlowReport> {
@@ -38,94 +33,37 @@ pub(crate) fn progress_of(f: &FlowReport) -> FlowProgress {
     }
 }
 
-pub(crate) fn flow_verdict(c: &SessionCounters) -> FlowVerdict {
-    FlowVerdict {
-        rx_packets: c.packets,
-        rx_bytes: c.bytes,
-        rx_lost: c.lost,
-        rx_reordered: c.reordered,
-        rx_duplicates: c.duplicates,
-        rx_invalid: 0,
-        rx_kernel_drops: c.kernel_drops,
-        rx_unconfirmed: c.unconfirmed,
-        tx_failed: c.send_failed,
-    }
-}
-
-pub(crate) fn counters_of(f: &FlowVerdict) -> SessionCounters {
-    SessionCounters {
-        packets: f.rx_packets,
-        bytes: f.rx_bytes,
-        lost: f.rx_lost,
-        reordered: f.rx_reordered,
-        duplicates: f.rx_duplicates,
-        kernel_drops: f.rx_kernel_drops,
-        unconfirmed: f.rx_unconfirmed,
-        send_failed: f.tx_failed,
-        ..SessionCounters::default()
-    }
-}
-
-/// A run's jitter as a verdict carries it.
-pub(crate) fn verdict_jitter(j: &Jitter) -> VerdictJitter {
-    VerdictJitter {
-        samples: j.samples,
-        mean_ns: j.mean_ns,
-        p50_ns: j.bounds.p50_ns,
-        p99_ns: j.bounds.p99_ns,
-        p999_ns: j.bounds.p999_ns,
-        max_ns: j.bounds.max_ns,
-    }
-}
-
-/// The jitter a verdict carries (none from a sink older than protocol version 5).
-fn jitter_of(v: Option<&VerdictJitter>) -> Jitter {
-    v.map_or_else(Jitter::default, |j| Jitter {
-        samples: j.samples,
-        mean_ns: j.mean_ns,
-        bounds: Latency {
-            p50_ns: j.p50_ns,
-            p99_ns: j.p99_ns,
-            p999_ns: j.p999_ns,
-            max_ns: j.max_ns,
-            figures: None,
+/// The registry's books of one sender run as its verdict (names are the caller's to give).
+pub(crate) fn verdict_of(t: &RunTally) -> Verdict {
+    let mut v = Verdict {
+        // The run's datagrams that arrived but found no slot (per run, not per flow).
+        totals: FlowVerdict {
+            rx_invalid: t.refused,
+            ..FlowVerdict::of(&t.totals)
         },
-    })
-}
-
-pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
-    let mut totals = counters_of(&v.totals);
-    if let Some(c) = &v.clock {
-        totals.latency_unknown = c.latency_unknown_packets;
-        totals.latency_clamped = c.latency_clamped_packets;
-    }
-    RunVerdict {
-        totals,
-        flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
-        complete: !v.incomplete,
-        latency: Latency {
-            p50_ns: v.latency_p50_ns,
-            p99_ns: v.latency_p99_ns,
-            // A sink older than protocol version 5 gives no p99.9 (0): it lies between the
-            // p99 and the max, so the max is the true upper bound it can be given.
-            p999_ns: match v.latency_p999_ns {
-                0 => v.latency_max_ns,
-                p999 => p999,
-            },
-            max_ns: v.latency_max_ns,
-            figures: v.latency_figures.as_deref().copied(),
-        },
-        jitter: jitter_of(v.jitter.as_deref()).with_figures(v.jitter_figures.as_deref().copied()),
-        sizes: v
+        flows: t
+            .flows
+            .iter()
+            .map(|(f, c)| (*f, FlowVerdict::of(c)))
+            .collect(),
+        sizes: t
             .sizes
             .iter()
-            .map(|c| ClassCount {
-                payload: (c.payload > 0).then_some(c.payload),
+            .map(|c| SizeCount {
+                payload: c.payload.unwrap_or(0),
                 packets: c.packets,
                 bytes: c.bytes,
             })
             .collect(),
-        clock: clock_of(v.clock.as_ref()),
-        refused: v.totals.rx_invalid,
-    }
+        clock: Some(VerdictClock::of(
+            &t.clock,
+            t.totals.latency_unknown,
+            t.totals.latency_clamped,
+        )),
+        incomplete: !t.complete,
+        cells: Some(Box::new(VerdictCells::of(&t.totals))),
+        ..Verdict::default()
+    };
+    v.set_figures(&t.latency, &t.jitter);
+    v
 }

@@ -1,13 +1,14 @@
 //! The vocabulary of a sender's verdict that every protocol shares: how long a goodbye waits,
-//! and how a sender run's latency relates to its clock, at the hello, in the verdict's message
-//! and back. It is the bottom of `run/`: it imports nothing from it, nor from any protocol.
+//! and how a sender run's latency relates to its clock at its hello (the verdict's message
+//! says it back: `control::msg::VerdictClock`). It is the bottom of `run/`: it imports nothing from
+//! it, nor from any protocol.
 
 use std::time::Duration;
 
 use crate::{
     clock,
-    control::msg::{Hello, VerdictClock},
-    latency_clock::{ClockKind, LatencyClock, NO_ESTIMATE_YET},
+    control::msg::Hello,
+    latency_clock::{LatencyClock, NO_ESTIMATE_YET},
 };
 
 /// How long a goodbye waits for the sink's verdict.
@@ -32,39 +33,5 @@ pub(crate) fn hello_clock(hello: &Hello, version: u8) -> LatencyClock {
         LatencyClock::same_clock()
     } else {
         LatencyClock::unknown(NO_ESTIMATE_YET)
-    }
-}
-
-/// A run's clock, with its packets without a sample and its clamped samples, for a verdict.
-pub(crate) fn verdict_clock(clock: &LatencyClock, unknown: u64, clamped: u64) -> VerdictClock {
-    let known = clock.kind != ClockKind::Unknown;
-    VerdictClock {
-        kind: clock.kind,
-        offset_ns: known.then_some(clock.offset_ns),
-        error_bound_ns: known.then_some(clock.error_bound_ns),
-        control_rtt_ns: clock.control_rtt_ns,
-        latency_unknown_packets: unknown,
-        latency_clamped_packets: clamped,
-        reason: (!known).then(|| clock.reason.clone()),
-    }
-}
-
-/// The clock a verdict carries (an older sink says nothing of it).
-pub(crate) fn clock_of(v: Option<&VerdictClock>) -> LatencyClock {
-    match v {
-        Some(c) if c.kind != ClockKind::Unknown => LatencyClock {
-            kind: c.kind,
-            offset_ns: c.offset_ns.unwrap_or(0),
-            error_bound_ns: c.error_bound_ns.unwrap_or(0),
-            control_rtt_ns: c.control_rtt_ns,
-            reason: String::new(),
-        },
-        Some(c) => LatencyClock {
-            control_rtt_ns: c.control_rtt_ns,
-            ..LatencyClock::unknown(c.reason.clone().unwrap_or_default())
-        },
-        None => LatencyClock::unknown(
-            "the sink's verdict does not say how its latency relates to this sender's clock",
-        ),
     }
 }

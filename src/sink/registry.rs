@@ -76,7 +76,7 @@ pub(crate) struct Hello {
 
 /// What the sink saw of one sender run, after its goodbye.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct RunVerdict {
+pub(crate) struct RunTally {
     /// Sum over the flows.
     pub(crate) totals: SessionCounters,
     /// Per flow id.
@@ -115,6 +115,9 @@ pub(crate) struct SenderRow {
     pub(crate) announced: bool,
     /// Its latency and jitter as figures.
     pub(crate) figures: SenderFigures,
+    /// When its latest run's first datagram arrived, on this host's monotonic clock (`None`:
+    /// none yet).
+    pub(crate) first_rx_ns: Option<u64>,
 }
 
 /// What the registry keeps of one sender run beside its name and clock.
@@ -389,7 +392,7 @@ impl Registry {
 
     /// A sender's goodbye: closes its flows with their true ends and returns what the sink saw,
     /// waiting up to `wait` for every worker's answer.
-    pub(crate) fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunVerdict {
+    pub(crate) fn goodbye(&self, epoch: u32, flows: &[FlowReport], wait: Duration) -> RunTally {
         let answered = |inner: &Inner, flow: u32| {
             inner
                 .books
@@ -428,7 +431,7 @@ impl Registry {
             });
         }
         let deadline = clock::monotonic_ns() + wait.as_nanos() as u64;
-        let mut verdict = RunVerdict::default();
+        let mut verdict = RunTally::default();
         loop {
             let mut inner = self.lock();
             self.drain(&mut inner);

@@ -382,7 +382,7 @@ fn run_with_delays(
     name: &str,
     epoch: u32,
     delays: &[u64],
-) -> RunVerdict {
+) -> RunTally {
     let flows = |next| {
         vec![FlowReport {
             flow: 0,

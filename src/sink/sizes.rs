@@ -8,6 +8,8 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
+use crate::control::msg::SizeCount;
+
 /// Lengths with a class of their own; one more cell counts every other length.
 pub(crate) const CLASSES: usize = 8;
 /// The cell of lengths beyond [`CLASSES`].
@@ -24,6 +26,17 @@ pub(crate) struct ClassCount {
     pub(crate) bytes: u64,
 }
 
+impl From<&SizeCount> for ClassCount {
+    /// A verdict's size class (payload 0: every length without a class of its own).
+    fn from(c: &SizeCount) -> ClassCount {
+        ClassCount {
+            payload: (c.payload > 0).then_some(c.payload),
+            packets: c.packets,
+            bytes: c.bytes,
+        }
+    }
+}
+
 impl ClassCount {
     /// `{"payload": L or "other", "packets": N, "bytes": B}`.
     pub(crate) fn json(&self) -> serde_json::Value {
@@ -31,17 +44,6 @@ impl ClassCount {
             .payload
             .map_or_else(|| serde_json::json!("other"), |l| serde_json::json!(l));
         serde_json::json!({"payload": payload, "packets": self.packets, "bytes": self.bytes})
-    }
-
-    /// Adds `c` into the list by payload (a verdict's classes summed over its parts).
-    pub(crate) fn merge(into: &mut Vec<ClassCount>, c: &ClassCount) {
-        match into.iter_mut().find(|x| x.payload == c.payload) {
-            Some(x) => {
-                x.packets += c.packets;
-                x.bytes += c.bytes;
-            }
-            None => into.push(*c),
-        }
     }
 }
 

@@ -111,7 +111,7 @@ pub(crate) fn search(args: SearchArgs) -> Result<Plan, Error> {
 }
 
 /// The `send` a search's trials are: `--proto`, `--to`, `--size`, `--queues` and `--conns`,
-/// with the search's secret and exporter; every other option at `send`'s default.
+/// with the search's secret, exporter and start time; every other option at `send`'s default.
 fn trial_send_args(args: &SearchArgs, size: &str) -> Result<SendArgs, Error> {
     let mut argv = vec![
         "ringblast".to_string(),
@@ -149,7 +149,11 @@ fn trial_send_args(args: &SearchArgs, size: &str) -> Result<SendArgs, Error> {
         ]);
     }
     match <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.command) {
-        Ok(Command::Send(args)) => Ok(args),
+        Ok(Command::Send(mut send)) => {
+            // The search's own (`--start-at`, or RINGBLAST_START_AT): its first trial starts on it.
+            send.common.start_at = args.start_at;
+            Ok(send)
+        }
         Ok(_) => Err(Error::Usage("a search's trials are sends".into())),
         Err(e) => {
             let text = e.to_string();

@@ -418,6 +418,14 @@ fn session(
                 if version < 9 {
                     verdict.incomplete = false;
                 }
+                // The cells and the late packets are version 10.
+                if version < 10 {
+                    verdict.cells = None;
+                    verdict.totals.rx_late = 0;
+                    for (_, f) in &mut verdict.flows {
+                        f.rx_late = 0;
+                    }
+                }
                 return match channel.send(&mut &*stream, &Message::Verdict(Box::new(verdict))) {
                     Ok(()) => true,
                     Err(e) => {

@@ -29,6 +29,11 @@ fn end_to_end_hello_progress_verdict() {
     assert_eq!(v.latency_p999_ns, 7, "version 5 carries the p99.9");
     assert_eq!(v.jitter.map(|j| j.samples), Some(9), "and the jitter");
     assert!(v.incomplete, "version 9 says the counts were not all in");
+    assert_eq!(
+        (v.totals.rx_late, v.cells.map(|c| c.latency[0])),
+        (1, Some(3)),
+        "version 10 carries the late packets and the cells"
+    );
     assert_eq!(s.server.stats().authenticated.load(Ordering::Relaxed), 1);
     s.server.stop();
 }
@@ -60,7 +65,7 @@ fn a_search_runs_its_epochs_on_one_connection_one_hello_and_verdict_each() {
 #[test]
 fn older_senders_are_answered_in_their_version_without_its_later_fields() {
     use crate::control::frame::{read_frame_versioned, write_frame_as};
-    for version in [1u8, 2, 3, 4] {
+    for version in [1u8, 2, 3, 4, 9] {
         let s = sink(None);
         let mut raw = TcpStream::connect(s.server.local_addr()).unwrap();
         raw.set_read_timeout(Some(WAIT)).unwrap();
@@ -89,12 +94,23 @@ fn older_senders_are_answered_in_their_version_without_its_later_fields() {
         assert_eq!(verdict.totals.rx_packets, 10);
         assert_eq!(verdict.sizes.is_empty(), version < 2, "{verdict:?}");
         assert_eq!(verdict.clock.is_none(), version < 3, "{verdict:?}");
-        assert!(!verdict.incomplete, "version {version} has no word for it");
         assert_eq!(
-            (verdict.latency_p999_ns, verdict.jitter.is_none()),
-            (0, true),
-            "version {version}: {verdict:?}"
+            verdict.incomplete,
+            version >= 9,
+            "version {version} has a word for it from 9"
         );
+        assert_eq!(
+            (verdict.totals.rx_late, verdict.cells.is_none()),
+            (0, true),
+            "version {version}: no late packets or cells before 10"
+        );
+        if version < 5 {
+            assert_eq!(
+                (verdict.latency_p999_ns, verdict.jitter.is_none()),
+                (0, true),
+                "version {version}: {verdict:?}"
+            );
+        }
         s.server.stop();
     }
 }

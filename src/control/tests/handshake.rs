@@ -355,10 +355,10 @@ fn a_sink_with_a_secret_names_the_version_an_older_or_newer_sender_needs() {
             )
         );
     }
-    let (e, reason) = hello_in_version(10);
-    assert!(matches!(e, AuthError::TooNew(10)), "{e}");
+    let (e, reason) = hello_in_version(11);
+    assert!(matches!(e, AuthError::TooNew(11)), "{e}");
     assert_eq!(
         reason,
-        "the sender speaks control protocol version 10, this sink versions 1 to 9: upgrade the sink"
+        "the sender speaks control protocol version 11, this sink versions 1 to 10: upgrade the sink"
     );
 }

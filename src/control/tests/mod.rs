@@ -46,6 +46,7 @@ impl SinkBooks for Books {
     fn goodbye(&self, _: SocketAddr, name: &str, epoch: u32, g: &Goodbye) -> Verdict {
         let totals = FlowVerdict {
             rx_packets: g.flows.iter().map(|f| f.next_seq).sum(),
+            rx_late: 1,
             ..Default::default()
         };
         Verdict {
@@ -78,6 +79,10 @@ impl SinkBooks for Books {
             })),
             // Its counts are never all in: the verdict says so to a sender that can hear it.
             incomplete: true,
+            cells: Some(Box::new(crate::control::msg::VerdictCells {
+                latency: [3; crate::stats::LATENCY_CELLS],
+                ..Default::default()
+            })),
             ..Default::default()
         }
     }
@@ -235,6 +240,7 @@ pub(crate) fn samples() -> Vec<Message> {
         rx_bytes: 640,
         rx_lost: 1,
         tx_failed: 2,
+        rx_late: 1,
         ..Default::default()
     };
     vec![
@@ -325,6 +331,11 @@ pub(crate) fn samples() -> Vec<Message> {
                 max_ns: 3,
             })),
             incomplete: true,
+            cells: Some(Box::new(crate::control::msg::VerdictCells {
+                latency: [1; crate::stats::LATENCY_CELLS],
+                jitter: [2; crate::stats::LATENCY_CELLS],
+                jitter_sum_ns: [u64::MAX; crate::stats::LATENCY_CELLS],
+            })),
             jitter_figures: None,
             sizes: vec![SizeCount {
                 payload: 64,

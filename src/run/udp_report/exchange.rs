@@ -9,10 +9,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::{
+    control::msg::Verdict,
     metrics::ctx::CtxSample,
     report::ns_text,
     sender::{SenderOutcome, SenderShared, exchange::ExchangeCounters},
-    sink::registry::RunVerdict,
 };
 
 /// The summary's rr line and JSON object, or `None` for a stream.
@@ -21,7 +21,7 @@ pub(super) fn exchange_summary(
     outcomes: &[Option<SenderOutcome>],
     seconds: f64,
     requests_sent: u64,
-    verdict: Option<&RunVerdict>,
+    verdict: Option<&Verdict>,
     ctx: (Option<u64>, Option<u64>),
 ) -> Option<(String, Value)> {
     let mut rtt: Option<hdrhistogram::Histogram<u64>> = None;
@@ -58,7 +58,7 @@ pub(super) fn exchange_summary(
     // Requests the sink never counted were lost on the way there (its kernel's drops
     // included: they never reached its books); the rest of the timeouts had no answer in time.
     let directions = verdict.map(|v| {
-        let counted = v.totals.packets.saturating_sub(v.totals.late);
+        let counted = v.totals.rx_packets.saturating_sub(v.totals.rx_late);
         let there = requests_sent.saturating_sub(counted).min(c.timeouts);
         (there, c.timeouts - there)
     });

@@ -182,6 +182,7 @@ impl UdpReport {
         }
         let latency = latency.filter(|h| !h.is_empty());
         let senders = s.registry.rows(true);
+        let spread = report::start_spread(&senders);
         // Rates over the time some session received packets: never across idle gaps.
         let active = match s.registry.active_ns() {
             0 => duration,
@@ -192,6 +193,7 @@ impl UdpReport {
             "startup_ms": clock::ms_since_launch(s.ready_ns),
             "first_packet_ms": first.map(clock::ms_since_launch),
             "senders": report::senders_json(&senders),
+            "start_spread": spread.as_ref().map(|(_, json)| json),
             "sizes": report::rx_sizes_json(&s.sizes, &senders),
             "placement": placement});
         let mut summary = report::rx_summary_json(&total, active, extra);
@@ -213,6 +215,9 @@ impl UdpReport {
             say!("{line}");
         }
         for line in report::sender_lines(&senders) {
+            say!("{line}");
+        }
+        if let Some((line, _)) = &spread {
             say!("{line}");
         }
         match worst_wait {

@@ -91,10 +91,11 @@ impl Registry {
                     counters.add(c);
                     active_sessions = epochs.len() as u64;
                 }
+                let span = |e: &u32| books.runs.get(e).and_then(|e| e.own.span);
                 let active_ns = book
                     .epochs
                     .iter()
-                    .filter_map(|e| books.runs.get(e).and_then(|e| e.own.span))
+                    .filter_map(span)
                     .map(|(a, b)| b - a)
                     .fold(book.closed.pruned_active_ns, u64::saturating_add);
                 SenderRow {
@@ -111,6 +112,15 @@ impl Registry {
                     active_ns,
                     announced: book.announced,
                     clock: books.sender_clock(name),
+                    // Its latest run is the one whose first datagram came last; a schedule's
+                    // later steps (a search's later trials) are the same run.
+                    first_rx_ns: book
+                        .epochs
+                        .iter()
+                        .filter(|e| !inner.steps.contains(e))
+                        .filter_map(span)
+                        .map(|(a, _)| a)
+                        .max(),
                 }
             })
             .collect()
