@@ -1039,7 +1039,7 @@ fn latency_over_time(out: &mut String, run: &Run) {
         unknown(
             out,
             "latency over time: unknown; no sink interval in this JSON carries a sender's \
-             latency (a TCP run, a sink without --json, no packet with a usable timestamp, or \
+             latency (a sink without --json, no packet or record with a usable timestamp, or \
              JSON from an older ringblast).",
         );
         return;
@@ -1059,7 +1059,7 @@ fn latency_over_time(out: &mut String, run: &Run) {
     note(
         out,
         "Each sender's latency over time: the p50 (solid) and p99 (dashed) of its packets \
-         within each sink interval, as the upper bounds (≤) of the sink's latency cells \
+         (records over TCP) within each sink interval, as the upper bounds (≤) of the sink's latency cells \
          (1, 2 and 5 per decade); an interval keeps only the cells, so these are bounds, not \
          figures.",
     );

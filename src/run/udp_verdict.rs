@@ -2,7 +2,7 @@
 //! conversions between the control channel's messages and the UDP registry's books (flows'
 //! ends, per-flow counters, latency, jitter and size classes).
 
-use super::verdict::clock_of;
+use super::verdict::{clock_of, latency_of};
 use crate::{
     control::msg::{FlowProgress, FlowVerdict, Verdict, VerdictJitter},
     sink::{
@@ -103,18 +103,7 @@ pub(crate) fn run_verdict(v: &Verdict) -> RunVerdict {
         totals,
         flows: v.flows.iter().map(|(f, c)| (*f, counters_of(c))).collect(),
         complete: !v.incomplete,
-        latency: Latency {
-            p50_ns: v.latency_p50_ns,
-            p99_ns: v.latency_p99_ns,
-            // A sink older than protocol version 5 gives no p99.9 (0): it lies between the
-            // p99 and the max, so the max is the true upper bound it can be given.
-            p999_ns: match v.latency_p999_ns {
-                0 => v.latency_max_ns,
-                p999 => p999,
-            },
-            max_ns: v.latency_max_ns,
-            figures: v.latency_figures.as_deref().copied(),
-        },
+        latency: latency_of(v),
         jitter: jitter_of(v.jitter.as_deref()).with_figures(v.jitter_figures.as_deref().copied()),
         sizes: v
             .sizes

@@ -1,13 +1,14 @@
 //! The vocabulary of a sender's verdict that every protocol shares: how long a goodbye waits,
-//! and how a sender run's latency relates to its clock, at the hello, in the verdict's message
-//! and back. It is the bottom of `run/`: it imports nothing from it, nor from any protocol.
+//! how a sender run's latency relates to its clock, at the hello, in the verdict's message
+//! and back, and its latency (cell bounds) read from the verdict's message. It is the bottom of `run/`: it imports nothing from it, nor from any protocol.
 
 use std::time::Duration;
 
 use crate::{
     clock,
-    control::msg::{Hello, VerdictClock},
+    control::msg::{Hello, Verdict, VerdictClock},
     latency_clock::{ClockKind, LatencyClock, NO_ESTIMATE_YET},
+    stats::Latency,
 };
 
 /// How long a goodbye waits for the sink's verdict.
@@ -66,5 +67,21 @@ pub(crate) fn clock_of(v: Option<&VerdictClock>) -> LatencyClock {
         None => LatencyClock::unknown(
             "the sink's verdict does not say how its latency relates to this sender's clock",
         ),
+    }
+}
+
+/// The latency a verdict carries: its cell bounds (0 without samples) and its figures.
+pub(crate) fn latency_of(v: &Verdict) -> Latency {
+    Latency {
+        p50_ns: v.latency_p50_ns,
+        p99_ns: v.latency_p99_ns,
+        // A sink older than protocol version 5 gives no p99.9 (0): it lies between the p99 and
+        // the max, so the max is the true upper bound it can be given.
+        p999_ns: match v.latency_p999_ns {
+            0 => v.latency_max_ns,
+            p999 => p999,
+        },
+        max_ns: v.latency_max_ns,
+        figures: v.latency_figures.as_deref().copied(),
     }
 }
