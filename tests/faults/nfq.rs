@@ -371,8 +371,8 @@ fn per_sender_latency_figures_agree_with_the_holds_with_the_sink_clock_5_s_behin
 }
 
 /// A TCP sender's records, every segment to the sink held 5 ms at the sender's OUTPUT: the
-/// sink's per-sender intervals add up to every record the sender wrote, each a sample (one
-/// kernel, one clock), and each interval's p50 cell, the sink's per-sender p50 and the
+/// sink's per-sender intervals add up to every record the sender wrote, their samples to those
+/// records but the ones counted without a sample (one kernel, one clock), and each interval's p50 cell, the sink's per-sender p50 and the
 /// verdict's lie in the cell that holds the holds' p50 (5-10 ms: not 2-5 ms, not 10-20 ms). A
 /// record's latency is its segment's hold plus its wait in the sender's socket, which at
 /// 2 k records/s over one connection stays far below the cell's width.
@@ -420,10 +420,14 @@ fn tcp_per_sender_latency_lies_in_the_cell_of_the_holds_the_injector_recorded() 
         u(&sink["senders"][0]["latency"], "p50_ns_at_most")
     );
     assert_eq!(counted, written, "the intervals' parts: {parts:?}");
-    assert_eq!(
-        samples, counted,
-        "one clock: every record a sample: {parts:?}"
+    // One clock; a connection's first records, read before the books gave it its run's clock
+    // at their next tick, count as unknown, not as samples.
+    let unknown = u(
+        &sink["senders"][0]["latency_clock"],
+        "latency_unknown_packets",
     );
+    assert_eq!(samples + unknown, counted, "{parts:?}\n{sink}");
+    assert!(unknown < written / 10, "{sink}");
     for part in parts.iter().filter(|p| u(p, "rx_records") >= 100) {
         assert_eq!(
             u(&part["latency"], "p50_ns_at_most"),
