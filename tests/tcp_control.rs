@@ -212,9 +212,23 @@ fn a_sender_with_the_control_channel_off_has_no_verdict_and_says_why() {
         tx["sink_error"].as_str().unwrap().contains("--control off"),
         "{tx}"
     );
-    let (rx, _) = stop_sink_with_err(sink, 1);
+    let (rx, err) = stop_sink_with_err(sink, 1);
     assert_eq!(u(&rx, "control_conns"), 0, "{rx}");
     assert_eq!(u(&rx, "rx_records"), 500, "{rx}");
+    // Without a hello its clock is unknown: its latency is unknown (null), never 0, and every
+    // record is counted without a sample.
+    let row = &rx["senders"][0];
+    assert!(row["latency"].is_null(), "{rx}");
+    assert_eq!(
+        u(&row["latency_clock"], "latency_unknown_packets"),
+        500,
+        "{rx}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("sender epoch-") && l.contains("; latency unknown (")),
+        "its line says latency unknown: {err}"
+    );
 }
 
 #[test]

@@ -186,6 +186,26 @@ mod tests {
     use crate::stats::{LATENCY_CELLS, latency_cell};
 
     #[test]
+    fn a_tcp_senders_latency_line_says_unknown_without_a_clock_or_a_sample() {
+        let same = LatencyClock::same_clock();
+        assert!(
+            latency_only_text(&Latency::default(), &same)
+                .starts_with("latency unknown (no corrected samples) ")
+        );
+        let unknown = LatencyClock::unknown("no clock estimate: x");
+        let mut cells = [0; LATENCY_CELLS];
+        cells[latency_cell(1_500)] = 3;
+        let l = Latency::from_cells(&cells);
+        assert!(latency_only_text(&l, &unknown).starts_with("latency unknown ("));
+        let text = latency_only_text(&l, &same);
+        assert!(
+            text.starts_with("latency p50 <=2us p99 <=2us p99.9 <=2us max <=2us "),
+            "{text}"
+        );
+        assert!(!text.contains("jitter"), "{text}");
+    }
+
+    #[test]
     fn the_open_top_cell_is_a_lower_bound_never_a_sentinel() {
         let mut cells = [0; LATENCY_CELLS];
         cells[latency_cell(1_500)] = 98;
