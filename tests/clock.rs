@@ -270,4 +270,8 @@ fn a_tcp_sink_5_s_behind_corrects_its_records_latency() {
         u(&sink, "latency_unknown"),
         "{sink}"
     );
+    // The sender's own latency, in the sink's books and in its verdict, corrected alike: the
+    // only sender's cells are the sink's.
+    assert_eq!(u(&row["latency"], "p50_ns_at_most"), p50, "{sink}");
+    assert_eq!(send["verdict"]["latency"], row["latency"], "{send}\n{sink}");
 }

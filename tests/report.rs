@@ -355,6 +355,35 @@ fn a_tcp_pair_in_the_browser_shows_tcps_own_figures() {
     let rows = rows.split("</table>").next().unwrap();
     assert!(rows.contains("<th>records</th>"), "{rows}");
     assert!(!rows.contains("n/a"), "{rows}");
+    // Its latency: the books' cell bounds (one clock, so known).
+    assert!(rows.contains("<th>latency p50</th>"), "{rows}");
+    assert_eq!(
+        rows.matches("<td>≤ ").count(),
+        2,
+        "p50 and p99 bounds: {rows}"
+    );
+    // Latency over time, as a UDP run's: a p50 and a p99 point per sink interval whose sender
+    // part carries a latency.
+    let with_latency = records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
+        .filter(|r| r["senders"][0]["latency"]["p50_ns_at_most"].is_u64())
+        .count();
+    assert!(with_latency >= 5, "{with_latency} intervals with a latency");
+    assert_eq!(
+        points(&dom, "latency-time-1"),
+        with_latency,
+        "p50 over time"
+    );
+    assert_eq!(
+        points(&dom, "latency-time-p99-1"),
+        with_latency,
+        "p99 over time"
+    );
+    assert!(
+        !dom.contains("latency over time: unknown"),
+        "the page contradicts its JSON"
+    );
 }
 
 #[test]

@@ -29,7 +29,23 @@ fn verdict(tx: &Value) -> &Value {
 #[test]
 fn a_tcp_pair_carries_the_sinks_verdict_equal_to_the_sinks_own_summary() {
     let _lock = common::traffic_lock();
-    let (tx, rx, _) = common::pair(&["--proto", "tcp", "--conns", "4", "--duration", "1s"]);
+    let out = common::ringblast(&[
+        "pair",
+        "--proto",
+        "tcp",
+        "--conns",
+        "4",
+        "--duration",
+        "1s",
+        "--interval",
+        "200ms",
+        "--json",
+        "--no-metrics",
+    ]);
+    common::assert_ok(&out);
+    let records = common::schema::records(&String::from_utf8_lossy(&out.stdout));
+    let s = common::summaries(&out);
+    let (tx, rx) = (s.send.unwrap(), s.sink.unwrap());
     let v = verdict(&tx);
     assert!(u(&tx, "tx_records") > 0, "{tx}");
     assert_eq!(u(v, "rx_records"), u(&rx, "rx_records"), "{tx}\n{rx}");
@@ -47,6 +63,42 @@ fn a_tcp_pair_carries_the_sinks_verdict_equal_to_the_sinks_own_summary() {
     assert_eq!(senders[0]["name"], "pair");
     assert_eq!(u(&senders[0], "rx_records"), u(&rx, "rx_records"), "{rx}");
     assert_eq!(u(&senders[0], "conns_closed"), 4, "{rx}");
+    // Latency per sender, on one clock (a connection's first records, before the books gave it
+    // its run's clock at their next tick, are counted without a sample). The verdict carries
+    // the run's cell bounds, the same the sink's books show for its one sender.
+    let latency = &senders[0]["latency"];
+    assert!(latency["p50_ns_at_most"].is_u64(), "{rx}");
+    assert!(
+        u(latency, "p50_ns_at_most") <= u(latency, "p99_ns_at_most"),
+        "{latency}"
+    );
+    assert_eq!(&v["latency"], latency, "{tx}\n{rx}");
+    let unknown = u(&senders[0]["latency_clock"], "latency_unknown_packets");
+    assert!(unknown < u(&rx, "rx_records") / 2, "{rx}");
+    // Over time: the sink's intervals' parts of the sender add up to every record it wrote,
+    // and their samples to those records but the ones without a sample.
+    let parts: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
+        .flat_map(|r| {
+            r["senders"]
+                .as_array()
+                .expect("a sink interval has senders[]")
+        })
+        .collect();
+    assert!(parts.len() >= 3, "{parts:?}");
+    assert!(parts.iter().all(|p| p["name"] == "pair"), "{parts:?}");
+    let counted: u64 = parts.iter().map(|p| u(p, "rx_records")).sum();
+    let samples: u64 = parts.iter().map(|p| u(p, "latency_samples")).sum();
+    assert_eq!(counted, u(&tx, "tx_records"), "{parts:?}\n{tx}");
+    assert_eq!(samples + unknown, counted, "{parts:?}\n{rx}");
+    for part in &parts {
+        let cell = u(&part["latency"], "p50_ns_at_most");
+        assert!(
+            cell <= u(latency, "max_ns_at_most"),
+            "an interval's p50 {cell} above the run's max: {part}"
+        );
+    }
 }
 
 #[test]
@@ -160,9 +212,23 @@ fn a_sender_with_the_control_channel_off_has_no_verdict_and_says_why() {
         tx["sink_error"].as_str().unwrap().contains("--control off"),
         "{tx}"
     );
-    let (rx, _) = stop_sink_with_err(sink, 1);
+    let (rx, err) = stop_sink_with_err(sink, 1);
     assert_eq!(u(&rx, "control_conns"), 0, "{rx}");
     assert_eq!(u(&rx, "rx_records"), 500, "{rx}");
+    // Without a hello its clock is unknown: its latency is unknown (null), never 0, and every
+    // record is counted without a sample.
+    let row = &rx["senders"][0];
+    assert!(row["latency"].is_null(), "{rx}");
+    assert_eq!(
+        u(&row["latency_clock"], "latency_unknown_packets"),
+        500,
+        "{rx}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("sender epoch-") && l.contains("; latency unknown (")),
+        "its line says latency unknown: {err}"
+    );
 }
 
 #[test]

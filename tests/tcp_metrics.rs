@@ -120,6 +120,17 @@ fn scraped_tcp_series_equal_the_summaries() {
             "{name}\n{text}"
         );
     }
+    // Its records' latency, the same histogram as a UDP sender's: one clock, so every record
+    // with a sample is an observation.
+    assert_eq!(
+        series(
+            &text,
+            r#"ringblast_rx_sender_latency_seconds_count{sender="pair"}"#
+        ),
+        u(&rx, "rx_records") - u(&rx, "latency_unknown"),
+        "{text}"
+    );
+    assert!(u(&rx, "rx_records") > u(&rx, "latency_unknown"), "{rx}");
     assert_eq!(
         series(
             &text,

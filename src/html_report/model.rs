@@ -45,7 +45,8 @@ pub(crate) struct SenderLatency {
 
 /// Adds a sink interval's `senders[]` latency objects to `into`.
 fn add_sender_latency(into: &mut Vec<SenderLatency>, record: &Map<String, Value>) {
-    let Some(t) = number(record, "elapsed_s") else {
+    // A UDP interval says its end as `elapsed_s`, a TCP one as `end_s`.
+    let Some(t) = number(record, "elapsed_s").or_else(|| number(record, "end_s")) else {
         return;
     };
     let parts = record.get("senders").and_then(Value::as_array);

@@ -1039,7 +1039,7 @@ fn latency_over_time(out: &mut String, run: &Run) {
         unknown(
             out,
             "latency over time: unknown; no sink interval in this JSON carries a sender's \
-             latency (a TCP run, a sink without --json, no packet with a usable timestamp, or \
+             latency (a sink without --json, no packet or record with a usable timestamp, or \
              JSON from an older ringblast).",
         );
         return;
@@ -1059,9 +1059,9 @@ fn latency_over_time(out: &mut String, run: &Run) {
     note(
         out,
         "Each sender's latency over time: the p50 (solid) and p99 (dashed) of its packets \
-         within each sink interval, as the upper bounds (≤) of the sink's latency cells \
-         (1, 2 and 5 per decade); an interval keeps only the cells, so these are bounds, not \
-         figures.",
+         (records over TCP) within each sink interval, as the upper bounds (≤) of the sink's \
+         latency cells (1, 2 and 5 per decade); an interval keeps only the cells, so these are \
+         bounds, not figures.",
     );
 }
 
@@ -1149,12 +1149,13 @@ fn senders_section(out: &mut String, run: &Run) {
     out.push_str("</section>");
 }
 
-/// A TCP sink's books per sender: records, bytes, invalid events, runs, connections, clock.
+/// A TCP sink's books per sender: records, bytes, invalid events, runs, connections, latency
+/// (cell bounds), clock.
 fn tcp_sender_rows(out: &mut String, rows: &[(String, &Map<String, Value>)]) {
     out.push_str(
         "<div class=\"wide\"><table class=\"senders\"><thead><tr><th>sender</th>\
          <th>records</th><th>bytes</th><th>invalid</th><th>runs</th><th>connections closed</th>\
-         <th>open</th><th>clock</th></tr></thead><tbody>",
+         <th>open</th><th>latency p50</th><th>latency p99</th><th>clock</th></tr></thead><tbody>",
     );
     for (name, s) in rows {
         let clock = s
@@ -1165,7 +1166,7 @@ fn tcp_sender_rows(out: &mut String, rows: &[(String, &Map<String, Value>)]) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(name),
             cell(s, "rx_records", plain),
             cell(s, "rx_bytes", plain),
@@ -1173,6 +1174,8 @@ fn tcp_sender_rows(out: &mut String, rows: &[(String, &Map<String, Value>)]) {
             cell(s, "sessions", plain),
             cell(s, "conns_closed", plain),
             cell(s, "conns_open", plain),
+            latency_cell(s, "p50"),
+            latency_cell(s, "p99"),
             esc(clock),
         );
     }
@@ -1180,8 +1183,9 @@ fn tcp_sender_rows(out: &mut String, rows: &[(String, &Map<String, Value>)]) {
     note(
         out,
         "The TCP sink's books: complete, in-sequence records and their bytes, invalid events on \
-         the sender's connections, its runs (epochs) and its connections. n/a: not in this \
-         run's JSON.",
+         the sender's connections, its runs (epochs), its connections and its records' latency \
+         (≤: a latency cell's upper bound). n/a: not in this run's JSON; unknown: the run \
+         could not measure it.",
     );
 }
 

@@ -4,9 +4,10 @@
 //! Every protocol's senders have the same clock series (the offset and its error bound, NaN
 //! while unknown, never 0) and the same count of samples without a latency; a protocol's
 //! [`SenderSource`] adds its own counters (UDP: packets, loss and the latency and jitter
-//! histograms; TCP: records, bytes, invalid events and open connections, `protocol="tcp"`).
+//! histograms; TCP: records, bytes, invalid events and open connections, `protocol="tcp"`,
+//! and the latency histogram, the same series as a UDP sender's).
 //!
-//! The UDP histograms take each flush's new observations per cell, recorded at their mean
+//! The histograms take each flush's new observations per cell, recorded at their mean
 //! (which lies inside the cell's bucket), so bucket counts are exact and the sums exact up to
 //! float rounding; a sender whose clock is unknown has no samples, so no buckets move (never a
 //! number for an unknown). A UDP run without a hello is labelled by its IP and a keyed digest
@@ -218,6 +219,8 @@ pub(crate) struct TcpHandles {
     bytes: Counter,
     invalid: Counter,
     conns_open: Gauge,
+    /// `ringblast_rx_sender_latency_seconds`, as a UDP sender's (its records' latency).
+    latency: CellHistogram,
 }
 
 impl SenderSource for TcpBooks {
@@ -246,6 +249,10 @@ impl SenderSource for TcpBooks {
             bytes: counter!(TCP_RX_SENDER_BYTES, &l),
             invalid: counter!(TCP_RX_SENDER_INVALID, &l),
             conns_open: gauge!(TCP_RX_SENDER_CONNS_OPEN, &l),
+            latency: CellHistogram::new(histogram!(
+                RX_SENDER_LATENCY,
+                &[("sender", label.to_string())]
+            )),
         }
     }
 
@@ -254,5 +261,7 @@ impl SenderSource for TcpBooks {
         h.bytes.absolute(row.tally.bytes);
         h.invalid.absolute(row.tally.invalid);
         h.conns_open.set(row.conns_open as f64);
+        h.latency
+            .update(&row.tally.latency_cells, &row.tally.latency_sum_ns);
     }
 }

@@ -52,7 +52,7 @@ pub(super) fn latency_json(l: &Latency) -> Value {
 }
 
 /// A sender's latency: `null` when its clock is unknown or it gave no samples.
-pub(super) fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
+pub(crate) fn sender_latency_json(l: &Latency, clock: &LatencyClock) -> Value {
     if clock.kind == ClockKind::Unknown {
         Value::Null
     } else {
@@ -111,16 +111,7 @@ pub(super) fn latency_text(l: &Latency, j: &Jitter, clock: &LatencyClock) -> Str
     if clock.kind == ClockKind::Unknown {
         return format!("latency unknown {}", clock.text());
     }
-    let latency = match l.figures {
-        Some(f) => figures_text(&f),
-        None => format!(
-            "p50 {} p99 {} p99.9 {} max {}",
-            bound_text(l.p50_ns),
-            bound_text(l.p99_ns),
-            bound_text(l.p999_ns),
-            bound_text(l.max_ns),
-        ),
-    };
+    let latency = quantiles_text(l);
     let jitter = if j.samples == 0 {
         "-".to_string()
     } else if let Some(f) = j.bounds.figures {
@@ -136,6 +127,33 @@ pub(super) fn latency_text(l: &Latency, j: &Jitter, clock: &LatencyClock) -> Str
         )
     };
     format!("latency {latency}, jitter {jitter} {}", clock.text())
+}
+
+/// A TCP sender's latency (a record stream has no jitter): `latency p50 <=50us p99 <=100us
+/// p99.9 <=200us max <=1ms (clock ...)`, the figures where known, or `latency unknown (...)`
+/// when its clock is unknown or it gave no sample.
+pub(crate) fn latency_only_text(l: &Latency, clock: &LatencyClock) -> String {
+    if clock.kind == ClockKind::Unknown {
+        format!("latency unknown {}", clock.text())
+    } else if l.max_ns == 0 {
+        format!("latency unknown (no corrected samples) {}", clock.text())
+    } else {
+        format!("latency {} {}", quantiles_text(l), clock.text())
+    }
+}
+
+/// The quantiles as their figures where known, else as cell bounds.
+fn quantiles_text(l: &Latency) -> String {
+    match l.figures {
+        Some(f) => figures_text(&f),
+        None => format!(
+            "p50 {} p99 {} p99.9 {} max {}",
+            bound_text(l.p50_ns),
+            bound_text(l.p99_ns),
+            bound_text(l.p999_ns),
+            bound_text(l.max_ns),
+        ),
+    }
 }
 
 /// `min 4.99ms mean 5.07ms p50 5.06ms p90 5.21ms p99 5.35ms p99.9 5.90ms max 6.12ms`.
@@ -166,6 +184,26 @@ fn ns_text(ns: u64) -> String {
 mod tests {
     use super::*;
     use crate::stats::{LATENCY_CELLS, latency_cell};
+
+    #[test]
+    fn a_tcp_senders_latency_line_says_unknown_without_a_clock_or_a_sample() {
+        let same = LatencyClock::same_clock();
+        assert!(
+            latency_only_text(&Latency::default(), &same)
+                .starts_with("latency unknown (no corrected samples) ")
+        );
+        let unknown = LatencyClock::unknown("no clock estimate: x");
+        let mut cells = [0; LATENCY_CELLS];
+        cells[latency_cell(1_500)] = 3;
+        let l = Latency::from_cells(&cells);
+        assert!(latency_only_text(&l, &unknown).starts_with("latency unknown ("));
+        let text = latency_only_text(&l, &same);
+        assert!(
+            text.starts_with("latency p50 <=2us p99 <=2us p99.9 <=2us max <=2us "),
+            "{text}"
+        );
+        assert!(!text.contains("jitter"), "{text}");
+    }
 
     #[test]
     fn the_open_top_cell_is_a_lower_bound_never_a_sentinel() {

@@ -3,7 +3,8 @@
 //! from the sink's per-sender TCP books. A TCP sender (and the sender of `pair --proto tcp`)
 //! talks to it as a UDP sender does ([`connect`]): Hello, Progress and Heartbeats while it runs,
 //! and at the end a Goodbye (per queue: records written, failed writes) answered by the sink's
-//! verdict on this sender run, which its summary carries ([`attach_verdict`]). Nothing here
+//! verdict on this sender run (its records, bytes, invalid events and latency as cell bounds),
+//! which its summary carries ([`attach_verdict`]). Nothing here
 //! runs on a worker thread.
 
 use std::{net::SocketAddr, sync::Arc};
@@ -25,18 +26,19 @@ use crate::{
         client::{ClientConfig, ControlClient},
         msg::{
             ClockEstimate, DataProto, FlowProgress, FlowStart, FlowVerdict, Goodbye, Hello,
-            Verdict, VerdictClock,
+            Verdict, VerdictCells, VerdictClock,
         },
         server::{ControlServer, HelloFrom, RunningServer, ServerConfig},
     },
     latency_clock::LatencyClock,
-    report::latency_clock_json,
+    report::{latency_clock_json, latency_only_text, sender_latency_json},
     say,
     sender::tcp::TcpSendShared,
     sink::tcp::{
         books::{TcpBooks, TcpSenderRow},
         peers::ControlHandoff,
     },
+    stats::Latency,
 };
 
 /// Control connections that may wait at once between the sink's workers and its server.
@@ -92,10 +94,21 @@ impl SinkLedger for TcpLedger {
             ..FlowVerdict::default()
         };
         let clock = VerdictClock::of(&v.clock, v.tally.latency_unknown, v.tally.latency_clamped);
+        // Cell bounds of the run's corrected samples, 0 without any (as the wire defines).
+        let latency = Latency::from_cells(&v.tally.latency_cells);
         Verdict {
             totals,
+            latency_p50_ns: latency.p50_ns,
+            latency_p99_ns: latency.p99_ns,
+            latency_p999_ns: latency.p999_ns,
+            latency_max_ns: latency.max_ns,
             clock: Some(clock),
             incomplete: !v.complete,
+            // Version 10: the cells, so a sender adds runs up from them.
+            cells: Some(Box::new(VerdictCells {
+                latency: v.tally.latency_cells,
+                ..VerdictCells::default()
+            })),
             ..Verdict::default()
         }
     }
@@ -192,6 +205,7 @@ pub(crate) fn attach_verdict(
             let v = &verdict.totals;
             let told = verdict.clock.as_ref();
             let clock = verdict.latency_clock();
+            let latency = verdict.latency();
             let (unknown, clamped) = told.map_or((0, 0), |c| {
                 (c.latency_unknown_packets, c.latency_clamped_packets)
             });
@@ -203,6 +217,7 @@ pub(crate) fn attach_verdict(
                     "rx_bytes": v.rx_bytes,
                     "rx_invalid": v.rx_invalid,
                     "tx_failed": v.tx_failed,
+                    "latency": sender_latency_json(&latency, &clock),
                     "latency_clock": latency_clock_json(&clock, unknown, clamped),
                     "complete": !verdict.incomplete,
                 }),
@@ -221,12 +236,12 @@ pub(crate) fn attach_verdict(
                 )
             };
             format!(
-                "send verdict from sink {session}: {} records, {} bytes counted, invalid {}, failed writes {}; {counted}; latency clock {}",
+                "send verdict from sink {session}: {} records, {} bytes counted, invalid {}, failed writes {}; {counted}; {}",
                 v.rx_packets,
                 v.rx_bytes,
                 v.rx_invalid,
                 v.tx_failed,
-                clock.text()
+                latency_only_text(&latency, &clock)
             )
         }
         Err(why) => {
@@ -250,6 +265,7 @@ pub(crate) fn senders_json(rows: &[TcpSenderRow]) -> Value {
                     "sessions": r.sessions,
                     "conns_open": r.conns_open,
                     "conns_closed": r.conns_closed,
+                    "latency": sender_latency_json(&r.latency(), &r.clock),
                     "latency_clock": latency_clock_json(
                         &r.clock,
                         r.tally.latency_unknown,

@@ -1,5 +1,6 @@
 //! TCP's side of a run's reporting session: pktgen-style live lines (Gbit/s, records/s,
-//! connections up, reconnects), `--json` interval lines, the TCP_INFO of the senders'
+//! connections up, reconnects), `--json` interval lines (the sink's with each sender's
+//! records and latency within the interval, `senders`), the TCP_INFO of the senders'
 //! connections, the sink's books of closed connections, and one summary line per role with
 //! `"protocol":"tcp"`.
 //!
@@ -52,7 +53,8 @@ pub(crate) struct TcpReport {
 }
 
 /// What the TCP report keeps between ticks: the run's start, the context switches since, the
-/// sink's active span and the last TCP_INFO sample's time; at the end, the sink's verdict.
+/// sink's active span, the last TCP_INFO sample's time and each sender's books at the last
+/// interval; at the end, the sink's verdict.
 #[derive(Default)]
 struct TcpState {
     start: u64,
@@ -71,6 +73,8 @@ struct TcpState {
     /// When every worker had ended, and the verdict then asked for.
     end: u64,
     verdict: Option<super::link_ends::SinkVerdict>,
+    /// Each sender's books at the last interval (for its part of the next, with `--json`).
+    sender_intervals: report::SenderIntervals,
 }
 
 /// How often the reporter samples TCP_INFO of the senders' connections.
@@ -376,7 +380,14 @@ impl TcpReport {
                 );
             }
             if self.json {
-                let line = now.rx.json();
+                let mut line = now.rx.json();
+                if let Some(books) = &self.books {
+                    let rows = books.rows();
+                    line.insert(
+                        "senders".into(),
+                        self.state.sender_intervals.tcp_json(&rows),
+                    );
+                }
                 let bytes = now.rx.rx_bytes - before.rx.rx_bytes;
                 interval_json(line, "sink", (start_s, end_s), rate(bytes * 8, seconds));
             }

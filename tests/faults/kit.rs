@@ -321,7 +321,13 @@ impl Rig {
         }
         args.extend_from_slice(extra);
         let mut sink = Rb::start_with_env(&self.lab.rx, bin(), &args, env);
-        sink.wait_line("control: listening", Duration::from_secs(5));
+        // A TCP sink serves its control channel on the data port.
+        let ready = if extra.contains(&"tcp") {
+            "control: served on the data port"
+        } else {
+            "control: listening"
+        };
+        sink.wait_line(ready, Duration::from_secs(5));
         self.sink = Some(sink);
     }
 

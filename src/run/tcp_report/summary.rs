@@ -196,7 +196,7 @@ impl TcpReport {
         );
         for r in &rows {
             say!(
-                "  sender {}: {} records, {} bytes, invalid {}, sessions {}, connections {} open and {} closed; latency clock {}",
+                "  sender {}: {} records, {} bytes, invalid {}, sessions {}, connections {} open and {} closed; {}",
                 r.name,
                 r.tally.records,
                 r.tally.bytes,
@@ -204,7 +204,7 @@ impl TcpReport {
                 r.sessions,
                 r.conns_open,
                 r.conns_closed,
-                r.clock.text()
+                report::latency_only_text(&r.latency(), &r.clock)
             );
         }
     }

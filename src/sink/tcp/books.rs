@@ -2,7 +2,8 @@
 //! reporter books the final tallies of the connections the workers closed (see
 //! [`peers::SlotBooks`]), and a sender's Hello and Goodbye on the control channel name its run
 //! (epoch) and ask for its verdict. A connection is attributed by the epoch in its records'
-//! headers, so the books are exact however many senders share the sink. A sender run that
+//! headers, so the books are exact however many senders share the sink, latency cells
+//! included (each sums its connections', saturating). A sender run that
 //! never said Hello is booked as `epoch-XXXXXXXX`; invalid events on connections that never
 //! carried a record (garbage peers) belong to no sender and are kept apart. Each run's clock
 //! (the same as the sink's, an estimated offset, or unknown) is kept here too and written into
@@ -20,12 +21,13 @@ use crate::{
     clock,
     latency_clock::LatencyClock,
     sink::senders::{self, SenderBooks, Tally},
+    stats::Latency,
 };
 
 /// What the sink counted for one sender run, at its Goodbye.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TcpVerdict {
-    /// Records, bytes and invalid events of all its connections.
+    /// Records, bytes, invalid events and latency cells of all its connections.
     pub(crate) tally: ConnTally,
     /// Its connections that ended.
     pub(crate) conns: u64,
@@ -40,7 +42,7 @@ pub(crate) struct TcpVerdict {
 pub(crate) struct TcpSenderRow {
     /// Name from its Hello, `other`, or `epoch-XXXXXXXX`.
     pub(crate) name: String,
-    /// Its records, bytes and invalid events, over all its runs.
+    /// Its records, bytes, invalid events and latency cells, over all its runs.
     pub(crate) tally: ConnTally,
     /// Runs (epochs) seen.
     pub(crate) sessions: u64,
@@ -50,6 +52,13 @@ pub(crate) struct TcpSenderRow {
     pub(crate) conns_closed: u64,
     /// How its latency relates to its clock (its latest run's).
     pub(crate) clock: LatencyClock,
+}
+
+impl TcpSenderRow {
+    /// Its latency as cell bounds (0 without a corrected sample).
+    pub(crate) fn latency(&self) -> Latency {
+        Latency::from_cells(&self.tally.latency_cells)
+    }
 }
 
 /// The tally of some connections: what they counted, and how many they were. A sender's
@@ -232,13 +241,18 @@ impl TcpBooks {
 mod tests {
     use super::*;
 
+    /// `records`, each a latency sample in cell 3 (2 us) but one without a sample.
     fn tally(epoch: u32, records: u64) -> ConnTally {
-        ConnTally {
+        let mut t = ConnTally {
             epoch,
             records,
             bytes: records * 100,
+            latency_unknown: 1,
             ..ConnTally::default()
-        }
+        };
+        t.latency_cells[3] = records - 1;
+        t.latency_sum_ns[3] = (records - 1) * 1_500;
+        t
     }
 
     #[test]
@@ -259,9 +273,16 @@ mod tests {
         let v = books.goodbye(1, Duration::from_secs(1));
         assert!(v.complete);
         assert_eq!((v.tally.records, v.tally.bytes, v.conns), (10, 1000, 2));
+        // The run's latency cells: each connection's once, closed or live.
+        assert_eq!(v.tally.latency_cells[3], 8);
+        assert_eq!(v.tally.latency_sum_ns[3], 8 * 1_500);
+        assert_eq!(v.tally.latency_unknown, 2);
         let rows = books.rows();
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].name.as_str(), rows[0].tally.records), ("a", 10));
+        assert_eq!(rows[0].tally.latency_cells[3], 8, "not counted twice");
+        assert_eq!(rows[0].latency().p50_ns, crate::stats::LATENCY_BOUNDS_NS[3]);
+        assert_eq!(rows[1].tally.latency_cells[3], 6, "b's live connection");
         assert_eq!((rows[1].name.as_str(), rows[1].tally.records), ("b", 7));
         assert_eq!(rows[1].conns_open, 1);
         assert!(q.slots[0].is_free() && q.slots[2].is_free() && !q.slots[1].is_free());

@@ -20,8 +20,9 @@
 //! the connection goes to the control server (see `peers`), so the control channel shares the
 //! data port. With a secret (`--secret-file`), a connection counts only from a first record
 //! that proves its sender run (its token, `proto::record::FLAG_PROOF`) and only records of that
-//! run; one that does not is closed uncounted, as invalid `auth`. Each connection's tally (its sender run, records, bytes, invalid events) is
-//! published to its slot for the per-sender books (see `books`). The loop never allocates,
+//! run; one that does not is closed uncounted, as invalid `auth`. Each connection's tally (its
+//! sender run, records, bytes, invalid events, latency cells and their sums, records without a
+//! sample) is published to its slot for the per-sender books (see `books`). The loop never allocates,
 //! locks, logs or formats.
 
 pub(crate) mod books;
@@ -300,7 +301,11 @@ impl TcpSinkWorker {
                                 - i128::from(r.header.timestamp_ns)
                                 - i128::from(correction);
                             let ns = transit.clamp(0, i128::from(u64::MAX)) as u64;
-                            counters.latency_cells[latency_cell(ns)] += 1;
+                            let cell = latency_cell(ns);
+                            counters.latency_cells[cell] += 1;
+                            tally.latency_cells[cell] += 1;
+                            tally.latency_sum_ns[cell] =
+                                tally.latency_sum_ns[cell].saturating_add(ns);
                             if transit < 0 {
                                 counters.latency_clamped += 1;
                                 tally.latency_clamped += 1;

@@ -1,8 +1,9 @@
 //! What a TCP sink worker shares about its connections beyond the queue counters.
 //!
 //! [`SlotBooks`]: per connection slot, the tally of the sender run (epoch) on that connection,
-//! so the sink's per-sender books, kept beside the workers, attribute records, bytes and
-//! invalid events exactly. A slot moves `FREE → LIVE` (the worker accepted a connection into
+//! so the sink's per-sender books, kept beside the workers, attribute records, bytes, invalid
+//! events and latency samples (per cell of `stats::LATENCY_BOUNDS_NS`, with their sums)
+//! exactly. A slot moves `FREE → LIVE` (the worker accepted a connection into
 //! it), `LIVE → CLOSED` (the worker stored the final tally and will not touch the slot again)
 //! and `CLOSED → FREE` (the books took the final tally). The worker reuses a slot only once it
 //! is `FREE` again, so no tally is ever overwritten before it was booked, and a live tally is
@@ -24,6 +25,7 @@ use std::{
 use crossbeam_queue::ArrayQueue;
 
 use super::TCP_BUFFER_BYTES;
+use crate::stats::LATENCY_CELLS;
 
 const FREE: u32 = 0;
 const LIVE: u32 = 1;
@@ -44,6 +46,11 @@ pub(crate) struct ConnTally {
     pub(crate) latency_unknown: u64,
     /// Latency samples whose negative corrected transit was taken as 0.
     pub(crate) latency_clamped: u64,
+    /// Latency samples per cell of `stats::LATENCY_BOUNDS_NS` (corrected by the sender run's
+    /// clock offset).
+    pub(crate) latency_cells: [u64; LATENCY_CELLS],
+    /// The samples' sum (ns) per cell, for the per-sender histograms' sums.
+    pub(crate) latency_sum_ns: [u64; LATENCY_CELLS],
 }
 
 impl ConnTally {
@@ -54,6 +61,12 @@ impl ConnTally {
         self.invalid = self.invalid.saturating_add(other.invalid);
         self.latency_unknown = self.latency_unknown.saturating_add(other.latency_unknown);
         self.latency_clamped = self.latency_clamped.saturating_add(other.latency_clamped);
+        for (a, b) in self.latency_cells.iter_mut().zip(&other.latency_cells) {
+            *a = a.saturating_add(*b);
+        }
+        for (a, b) in self.latency_sum_ns.iter_mut().zip(&other.latency_sum_ns) {
+            *a = a.saturating_add(*b);
+        }
     }
 }
 
@@ -67,6 +80,8 @@ pub(crate) struct SlotBooks {
     invalid: AtomicU64,
     latency_unknown: AtomicU64,
     latency_clamped: AtomicU64,
+    latency_cells: [AtomicU64; LATENCY_CELLS],
+    latency_sum_ns: [AtomicU64; LATENCY_CELLS],
     /// The epoch whose correction `clock_correction` holds (0: none).
     clock_epoch: AtomicU32,
     clock_correction: AtomicI64,
@@ -93,6 +108,12 @@ impl SlotBooks {
             .store(t.latency_unknown, Ordering::Relaxed);
         self.latency_clamped
             .store(t.latency_clamped, Ordering::Relaxed);
+        for (a, v) in self.latency_cells.iter().zip(t.latency_cells) {
+            a.store(v, Ordering::Relaxed);
+        }
+        for (a, v) in self.latency_sum_ns.iter().zip(t.latency_sum_ns) {
+            a.store(v, Ordering::Relaxed);
+        }
     }
 
     fn load(&self) -> ConnTally {
@@ -103,6 +124,8 @@ impl SlotBooks {
             invalid: self.invalid.load(Ordering::Relaxed),
             latency_unknown: self.latency_unknown.load(Ordering::Relaxed),
             latency_clamped: self.latency_clamped.load(Ordering::Relaxed),
+            latency_cells: std::array::from_fn(|i| self.latency_cells[i].load(Ordering::Relaxed)),
+            latency_sum_ns: std::array::from_fn(|i| self.latency_sum_ns[i].load(Ordering::Relaxed)),
         }
     }
 
@@ -233,6 +256,8 @@ mod tests {
             invalid: 1,
             latency_unknown: 2,
             latency_clamped: 0,
+            latency_cells: std::array::from_fn(|i| i as u64),
+            latency_sum_ns: std::array::from_fn(|i| i as u64 * 1_000),
         };
         s.publish(&t);
         assert_eq!(s.read(), SlotRead::Live(t));
@@ -255,6 +280,22 @@ mod tests {
             None,
             "a new connection starts without a correction"
         );
+    }
+
+    #[test]
+    fn tallies_add_their_latency_cells_saturating() {
+        let mut a = ConnTally {
+            records: 2,
+            ..ConnTally::default()
+        };
+        a.latency_cells[4] = 2;
+        a.latency_sum_ns[4] = u64::MAX - 1;
+        let mut b = a;
+        b.latency_cells[0] = 1;
+        a.add(&b);
+        assert_eq!(a.records, 4);
+        assert_eq!((a.latency_cells[0], a.latency_cells[4]), (1, 4));
+        assert_eq!(a.latency_sum_ns[4], u64::MAX, "saturates");
     }
 
     #[test]
