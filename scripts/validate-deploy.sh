@@ -292,15 +292,18 @@ def k8s(rendered, core_out, crd_dir):
     ns = [d for d in docs if d["kind"] == "Namespace"]
     if not ns or ns[0]["metadata"]["labels"].get("pod-security.kubernetes.io/enforce") != "privileged":
         fail("namespace must enforce the privileged pod security level")
-    workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
+    workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Deployment", "Job")]
     control(docs, workloads)
+    for j in (d for d in docs if d["kind"] == "Job"):
+        indexed_job(docs, j)
     sink_labels = [w["spec"]["template"]["metadata"]["labels"] for w in workloads
                    if w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "sink"]
     if not sink_labels: fail("no sink workload")
     for w in workloads:
         name, spec = w["metadata"]["name"], w["spec"]["template"]["spec"]
         labels = w["spec"]["template"]["metadata"]["labels"]
-        if not spec.get("hostNetwork"): fail(f"{name}: hostNetwork is not set")
+        # A Job's senders are on the pod network (several per node, no host ports).
+        if not spec.get("hostNetwork") and w["kind"] != "Job": fail(f"{name}: hostNetwork is not set")
         sp = spec.get("securityContext", {}).get("seccompProfile", {})
         if sp != {"type": "Localhost", "localhostProfile": "profiles/ringblast-io_uring.json"}:
             fail(f"{name}: seccompProfile must be Localhost profiles/ringblast-io_uring.json")
@@ -320,7 +323,7 @@ def k8s(rendered, core_out, crd_dir):
             for m in monitors:
                 for ep in m["spec"]["podMetricsEndpoints"]:
                     if ep.get("port") not in ports: fail(f"{name}/{c['name']}: no port named {ep.get('port')}")
-        if w["kind"] == "Deployment":
+        if w["kind"] in ("Deployment", "Job"):
             terms = spec.get("affinity", {}).get("podAntiAffinity", {}).get(
                 "requiredDuringSchedulingIgnoredDuringExecution", [])
             if not any(selects(t["labelSelector"], s) for t in terms for s in sink_labels):
@@ -349,12 +352,20 @@ def control(docs, workloads):
                         secret_args[0].startswith(m["mountPath"].rstrip("/") + "/"):
                     mounted = True
             if not mounted: fail(f"{where}: --secret-file must point into a mounted control Secret")
-            if role == "send" and "--duration=0" not in args:
+            if role == "send" and w["kind"] != "Job" and "--duration=0" not in args:
                 fail(f"{where}: a sender stops after 10 s unless --duration=0 says to run until stopped")
+            if role == "send" and w["kind"] == "Job" and (
+                    "--duration=0" in args or not any(a.startswith(("--duration=", "--count=")) for a in args)):
+                fail(f"{where}: a Job's sender must stop by itself (a --duration or --count, not --duration=0)")
             if role == "send":
                 arg = [a for a in args if a.startswith("--name=")]
                 if not arg: fail(f"{where}: no --name"); continue
                 value = arg[0].split("=", 1)[1]
+                if w["kind"] == "Job":
+                    # <label>-$(JOB_COMPLETION_INDEX): one name per index, the same for a retry.
+                    if not value.endswith("-$(JOB_COMPLETION_INDEX)"):
+                        fail(f"{where}: a Job's --name must end in -$(JOB_COMPLETION_INDEX)"); continue
+                    value = value[:-len("-$(JOB_COMPLETION_INDEX)")]
                 ref = re.fullmatch(r"\$\((\w+)\)", value)
                 if ref:
                     env = {e["name"]: e for e in c.get("env", [])}.get(ref.group(1), {})
@@ -375,6 +386,26 @@ def control(docs, workloads):
     for s in services:
         protos = {p.get("protocol", "TCP") for p in s["spec"]["ports"] if p["port"] == DATA_PORT}
         if protos != {"UDP", "TCP"}: fail(f"Service ringblast-sink: port {DATA_PORT} must be open for UDP and TCP")
+
+def indexed_job(docs, job):
+    """A fleet as an Indexed Job: every pod at once, never restarted in place, and one absolute
+    start time (RINGBLAST_START_AT from a ConfigMap: a relative `+30s` is read per pod)."""
+    name, spec = job["metadata"]["name"], job["spec"]
+    if spec.get("completionMode") != "Indexed": fail(f"{name}: completionMode must be Indexed")
+    if spec.get("parallelism") != spec.get("completions"):
+        fail(f"{name}: parallelism must equal completions (every sender up before the start time)")
+    if "backoffLimit" not in spec: fail(f"{name}: no backoffLimit")
+    pod = spec["template"]["spec"]
+    if pod.get("restartPolicy") != "Never": fail(f"{name}: restartPolicy must be Never")
+    maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    for c in pod["containers"]:
+        env = {e["name"]: e for e in c.get("env", [])}
+        ref = env.get("RINGBLAST_START_AT", {}).get("valueFrom", {}).get("configMapKeyRef")
+        if not ref or ref["key"] not in maps.get(ref["name"], {}):
+            fail(f"{name}/{c['name']}: RINGBLAST_START_AT must come from a ConfigMap key"); continue
+        value = maps[ref["name"]][ref["key"]]
+        if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", value):
+            fail(f"{name}/{c['name']}: RINGBLAST_START_AT {value!r} must be an absolute UTC time (RFC 3339, Z)")
 
 def selects(selector, labels):
     ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
@@ -597,6 +628,8 @@ main() {
   check "kubernetes base (kubernetes-validate --strict, PodMonitor schema, policy, control secret, names)" \
     check_kustomize deploy/kubernetes/base
   check "kubernetes overlays/fleet (same)" check_kustomize deploy/kubernetes/overlays/fleet
+  check "kubernetes overlays/indexed-job (same; Indexed Job, one absolute start time)" \
+    check_kustomize deploy/kubernetes/overlays/indexed-job
 
   if ((${#failed[@]})); then
     printf '\n%d check(s) failed:\n' "${#failed[@]}"
