@@ -470,10 +470,6 @@ fn bad_search_options_exit_2() {
         (vec!["--drain", "1s"], "--drain applies to --proto tcp only"),
         (vec!["--conns", "2"], "--conns applies to --proto tcp only"),
         (
-            vec!["--proto", "tcp", "--max-latency-p99", "1ms"],
-            "--max-latency-p99 does not apply to --proto tcp",
-        ),
-        (
             vec!["--proto", "tcp", "--metrics", "127.0.0.1:9"],
             "--metrics does not apply to --proto tcp",
         ),
@@ -821,4 +817,60 @@ fn a_search_that_cannot_offer_its_rates_passes_none_of_them_and_exits_6() {
             && stderr.contains("waited for its CPU"),
         "{stderr}"
     );
+}
+
+/// `--max-latency-p99` over TCP: the sink's verdict carries each trial's latency (the upper
+/// bound of the cell holding its p99), so a bound below any record's latency on loopback fails
+/// every trial on latency alone, none of them lossy, and no rate passes.
+#[test]
+fn a_tcp_search_bounded_below_any_records_latency_passes_no_rate() {
+    let _guard = traffic_lock();
+    let port = free_port();
+    let to = format!("127.0.0.1:{port}");
+    let sink = common::proc::Proc::ringblast(
+        None,
+        &["sink", "--proto", "tcp", "--listen", &to, "--interval", "0"],
+    );
+    wait_listening(None, port);
+    let out = ringblast(&[
+        "search",
+        "--proto",
+        "tcp",
+        "--to",
+        &to,
+        "--json",
+        "--size",
+        "1000",
+        "--min-rate",
+        "1000pps",
+        "--max-rate",
+        "4000pps",
+        "--trial",
+        "200ms",
+        "--final-trial",
+        "300ms",
+        "--max-time",
+        "15s",
+        "--max-latency-p99",
+        "1us",
+    ]);
+    sink.interrupt();
+    let _ = sink.finish();
+    assert_ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = stdout.lines().map(common::schema::record).collect();
+    let trials: Vec<&Value> = lines.iter().filter(|v| v["type"] == "trial").collect();
+    assert!(!trials.is_empty(), "{stdout}");
+    for t in &trials {
+        assert_eq!(
+            (&t["over_latency"], u(t, "lost")),
+            (&Value::Bool(true), 0),
+            "{t}"
+        );
+        assert!(u(t, "latency_p99_ns") > 1_000, "{t}");
+    }
+    let summary = lines.last().unwrap();
+    for r in summary["results"].as_array().unwrap() {
+        assert_eq!(u(r, "lower_pps"), 0, "{summary}");
+    }
 }

@@ -716,7 +716,8 @@ pub(crate) struct SearchArgs {
     #[arg(help_heading = heading::SEARCH, long, default_value_t = crate::pacing::OFFERED_TOLERANCE, value_parser = parse_tolerance)]
     pub(crate) offered_tolerance: f64,
     /// Fail any trial whose 99th percentile one-way latency (the sink's) exceeds this, as
-    /// TRex's latency-bounded NDR does (e.g. `500us`, `2ms`).
+    /// TRex's latency-bounded NDR does (e.g. `500us`, `2ms`). Over TCP it is the records'
+    /// latency, judged by the upper bound of the sink's latency cell (1-2-5 steps).
     #[arg(help_heading = heading::SEARCH, long, value_parser = parse_duration)]
     pub(crate) max_latency_p99: Option<Duration>,
     /// TCP connections per queue (default 1).

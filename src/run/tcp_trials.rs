@@ -166,8 +166,13 @@ impl TcpTrialSender {
                 "a trial at {rate_arg} never ended cleanly: a sender worker stopped"
             )));
         }
-        let counted = match verdict {
-            Ok((_, v)) if !v.incomplete => v.totals.rx_packets,
+        // A TCP sink's latency is its cells' bounds: the p99's is a true upper bound, so a
+        // trial judged by it (`--max-latency-p99`) never passes above the bound.
+        let (counted, latency_p99_ns) = match verdict {
+            Ok((_, v)) if v.complete() => (
+                v.totals.rx_packets,
+                (v.latency_p99_ns > 0).then_some(v.latency_p99_ns),
+            ),
             Ok(_) => {
                 return Err(Error::Unsupported(format!(
                     "a trial at {rate_arg} got no complete verdict from the sink (its connections were still open after the goodbye's wait); the search needs every record counted"
@@ -204,7 +209,7 @@ impl TcpTrialSender {
             due,
             held_share,
             // The TCP sink's verdict carries no latency figures (refused at resolve).
-            latency_p99_ns: None,
+            latency_p99_ns,
             limited: false,
             over_latency: false,
         })

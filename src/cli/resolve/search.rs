@@ -15,10 +15,6 @@ use crate::{
 /// `search`'s flags that do nothing over TCP, and why.
 const NOT_OVER_TCP: &[(&str, &str)] = &[
     (
-        "--max-latency-p99",
-        "a TCP sink's verdict carries no latency figures yet; search over UDP for a latency-bounded NDR",
-    ),
-    (
         "--metrics",
         "a TCP search serves no metrics yet (each trial is a sender run of its own); watch the sink's --metrics instead",
     ),
@@ -43,11 +39,7 @@ fn check_protocol(args: &SearchArgs) -> Result<(), Error> {
         }
         return Ok(());
     }
-    let given = [
-        args.max_latency_p99.is_some(),
-        args.metrics.is_some(),
-        args.auth_data,
-    ];
+    let given = [args.metrics.is_some(), args.auth_data];
     match NOT_OVER_TCP.iter().zip(given).find(|(_, g)| *g) {
         Some(((flag, why), _)) => Err(Error::Usage(format!(
             "{flag} does not apply to --proto tcp: {why}"
