@@ -115,12 +115,16 @@ pub fn launch_ns() -> u64 {
 }
 
 /// Milliseconds from launch to monotonic instant `ns`, rounded to µs.
-/// A time on the monotonic clock as RFC 3339 wall-clock time, to the microsecond (read
-/// against the wall clock now).
-pub(crate) fn wall_text(monotonic: u64) -> String {
-    let ago = monotonic_ns().saturating_sub(monotonic);
-    let wall = std::time::SystemTime::now() - std::time::Duration::from_nanos(ago);
-    humantime::format_rfc3339_micros(wall).to_string()
+/// A time on the monotonic clock as ns since the Unix epoch on the wall clock (read against
+/// it now).
+pub(crate) fn unix_of_monotonic(monotonic: u64) -> u64 {
+    realtime_ns().saturating_sub(monotonic_ns().saturating_sub(monotonic))
+}
+
+/// Ns since the Unix epoch as RFC 3339 in UTC, to the microsecond.
+pub(crate) fn rfc3339_micros(unix_ns: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(unix_ns);
+    humantime::format_rfc3339_micros(at).to_string()
 }
 
 pub(crate) fn ms_since_launch(ns: u64) -> f64 {

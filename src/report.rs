@@ -548,7 +548,10 @@ pub(crate) fn senders_json(rows: &[SenderRow]) -> Value {
                     r.counters.latency_unknown,
                     r.counters.latency_clamped,
                 );
-                v["first_packet_at"] = json!(r.first_rx_ns.map(crate::clock::wall_text));
+                v["first_packet_at"] = json!(
+                    r.first_rx_ns
+                        .map(|t| crate::clock::rfc3339_micros(crate::clock::unix_of_monotonic(t)))
+                );
                 v
             })
             .collect(),
@@ -556,23 +559,20 @@ pub(crate) fn senders_json(rows: &[SenderRow]) -> Value {
 }
 
 /// How far apart the senders' latest runs started at this sink (a fleet given one
-/// `--start-at`): the spread of their first datagrams' arrivals, and who came first and last;
-/// `None` with fewer than two senders.
-pub(crate) fn start_spread(rows: &[SenderRow]) -> Option<(String, Value)> {
-    let firsts: Vec<(u64, &str)> = rows
-        .iter()
-        .filter_map(|r| r.first_rx_ns.map(|t| (t, r.name.as_str())))
-        .collect();
+/// `--start-at`): the spread of their first datagrams' (records') arrivals, each given as ns
+/// since the Unix epoch with its sender's name, and who came first and last; `None` with fewer
+/// than two senders.
+pub(crate) fn start_spread(firsts: &[(u64, &str)], what: &str) -> Option<(String, Value)> {
     let (first, last) = (firsts.iter().min()?, firsts.iter().max()?);
     if firsts.len() < 2 {
         return None;
     }
     let spread_ms = (last.0 - first.0) as f64 / 1e6;
     let line = format!(
-        "sink: the first datagrams of {} senders arrived within {spread_ms:.3} ms (first {} at {}, last {})",
+        "sink: the first {what} of {} senders arrived within {spread_ms:.3} ms (first {} at {}, last {})",
         firsts.len(),
         first.1,
-        crate::clock::wall_text(first.0),
+        crate::clock::rfc3339_micros(first.0),
         last.1
     );
     let json = json!({"senders": firsts.len(), "spread_ms": (spread_ms * 1000.0).round() / 1000.0,

@@ -4,7 +4,9 @@
 //! other and 0–20 ms after the agreed time. A ringblast sink says when each sender's first
 //! datagram came and how far apart they came: three senders, two given one time and the third
 //! 300 ms later, are each reported 0–20 ms after their own time, and the spread 300 ms give or
-//! take 20. A time in the past, or more than a day ahead, is refused with one line and exit 2.
+//! take 20; a TCP sink says the same of its senders' first records. A search's first trial
+//! starts on its time. A time in the past, or more than a day ahead, is refused with one line
+//! and exit 2.
 
 mod common;
 
@@ -99,25 +101,50 @@ fn two_senders_launched_apart_start_together_at_the_agreed_time() {
     }
 }
 
-#[test]
-fn the_sink_says_when_each_senders_first_datagram_came_and_how_far_apart() {
+/// Three senders into one sink of `proto`: two given one time and launched 1 s apart, the third
+/// given a time 300 ms later. The sink says each one's first datagram (record) came 0-20 ms
+/// after its own time, and their spread is 300 ms give or take 20.
+fn the_sink_says_how_far_apart_its_senders_started(proto: &str) {
     let _lock = common::traffic_lock();
+    let (count_key, first_key, what) = match proto {
+        "tcp" => ("rx_records", "first_record_at", "records"),
+        _ => ("rx_packets", "first_packet_at", "datagrams"),
+    };
     let port = common::free_port();
     let to = format!("127.0.0.1:{port}");
     let mut sink = Proc::ringblast(
         None,
-        &["sink", "--listen", &to, "--json", "--interval", "0"],
+        &[
+            "sink",
+            "--proto",
+            proto,
+            "--listen",
+            &to,
+            "--json",
+            "--interval",
+            "0",
+        ],
     );
-    common::wait_bound(None, port);
+    match proto {
+        "tcp" => common::wait_listening(None, port),
+        _ => common::wait_bound(None, port),
+    }
     let at = |ms: u64| {
         let t = SystemTime::now() + Duration::from_millis(ms);
         humantime::format_rfc3339_millis(t).to_string()
     };
     let (together, later) = (at(3000), at(3300));
-    let a = send_named(&to, &together, &["--name", "tx-a"]);
+    let sender = |name, when| {
+        send_named(
+            &to,
+            when,
+            &["--proto", proto, "--size", "1000", "--name", name],
+        )
+    };
+    let a = sender("tx-a", &together);
     std::thread::sleep(Duration::from_millis(1000));
-    let b = send_named(&to, &together, &["--name", "tx-b"]);
-    let c = send_named(&to, &later, &["--name", "tx-c"]);
+    let b = sender("tx-b", &together);
+    let c = sender("tx-c", &later);
     for sender in [a, b, c] {
         let (status, _, err) = sender.finish();
         assert!(status.success(), "a sender failed: {status}\n{err}");
@@ -134,8 +161,8 @@ fn the_sink_says_when_each_senders_first_datagram_came_and_how_far_apart() {
             .iter()
             .find(|r| r["name"] == name)
             .unwrap_or_else(|| panic!("no row for {name}: {summary}"));
-        assert_eq!(row["rx_packets"], 100, "{row}");
-        let came = humantime::parse_rfc3339(row["first_packet_at"].as_str().unwrap()).unwrap();
+        assert_eq!(row[count_key], 100, "{row}");
+        let came = humantime::parse_rfc3339(row[first_key].as_str().unwrap()).unwrap();
         let after = came
             .duration_since(humantime::parse_rfc3339(agreed).unwrap())
             .unwrap_or_else(|e| panic!("{name} came {:?} before {agreed}", e.duration()));
@@ -156,10 +183,18 @@ fn the_sink_says_when_each_senders_first_datagram_came_and_how_far_apart() {
     );
     let ms = spread["spread_ms"].as_f64().unwrap();
     assert!((280.0..=320.0).contains(&ms), "{spread}");
-    assert!(
-        err.contains("the first datagrams of 3 senders arrived within"),
-        "{err}"
-    );
+    let line = format!("the first {what} of 3 senders arrived within");
+    assert!(err.contains(&line), "{err}");
+}
+
+#[test]
+fn a_udp_sink_says_when_each_senders_first_datagram_came_and_how_far_apart() {
+    the_sink_says_how_far_apart_its_senders_started("udp");
+}
+
+#[test]
+fn a_tcp_sink_says_when_each_senders_first_record_came_and_how_far_apart() {
+    the_sink_says_how_far_apart_its_senders_started("tcp");
 }
 
 #[test]

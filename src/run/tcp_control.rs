@@ -266,6 +266,7 @@ pub(crate) fn senders_json(rows: &[TcpSenderRow]) -> Value {
                     "conns_open": r.conns_open,
                     "conns_closed": r.conns_closed,
                     "latency": sender_latency_json(&r.latency(), &r.clock),
+                    "first_record_at": r.first_ns.map(crate::clock::rfc3339_micros),
                     "latency_clock": latency_clock_json(
                         &r.clock,
                         r.tally.latency_unknown,

@@ -168,8 +168,17 @@ impl TcpReport {
             line.insert("placement".into(), placement.clone());
         }
         let rows = self.books.as_ref().map(|b| b.rows()).unwrap_or_default();
+        let firsts: Vec<(u64, &str)> = rows
+            .iter()
+            .filter_map(|r| Some((r.first_ns?, r.name.as_str())))
+            .collect();
+        let spread = report::start_spread(&firsts, "records");
         if let Some(b) = &self.books {
             line.insert("senders".into(), tcp_control::senders_json(&rows));
+            line.insert(
+                "start_spread".into(),
+                json!(spread.as_ref().map(|(_, json)| json)),
+            );
             line.insert(
                 "unattributed_invalid".into(),
                 json!(b.unattributed_invalid()),
@@ -206,6 +215,9 @@ impl TcpReport {
                 r.conns_closed,
                 report::latency_only_text(&r.latency(), &r.clock)
             );
+        }
+        if let Some((line, _)) = &spread {
+            say!("{line}");
         }
     }
 }

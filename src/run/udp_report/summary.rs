@@ -182,7 +182,14 @@ impl UdpReport {
         }
         let latency = latency.filter(|h| !h.is_empty());
         let senders = s.registry.rows(true);
-        let spread = report::start_spread(&senders);
+        let firsts: Vec<(u64, &str)> = senders
+            .iter()
+            .filter_map(|r| {
+                let t = r.first_rx_ns.map(clock::unix_of_monotonic)?;
+                Some((t, r.name.as_str()))
+            })
+            .collect();
+        let spread = report::start_spread(&firsts, "datagrams");
         // Rates over the time some session received packets: never across idle gaps.
         let active = match s.registry.active_ns() {
             0 => duration,

@@ -52,6 +52,9 @@ pub(crate) struct TcpSenderRow {
     pub(crate) conns_closed: u64,
     /// How its latency relates to its clock (its latest run's).
     pub(crate) clock: LatencyClock,
+    /// When its latest run's first record was read, on the sink's wall clock in ns since the
+    /// Unix epoch (`None`: no record yet).
+    pub(crate) first_ns: Option<u64>,
 }
 
 impl TcpSenderRow {
@@ -226,6 +229,18 @@ impl TcpBooks {
                     row.tally.add(&b.tally);
                     row.conns_open += b.conns;
                 }
+                // Its latest run is the one whose first record came last.
+                row.first_ns = book
+                    .epochs
+                    .iter()
+                    .filter_map(|e| {
+                        let mut run = books.runs.get(e).map(|r| r.own.tally).unwrap_or_default();
+                        if let Some(b) = live.get(e) {
+                            run.add(&b.tally);
+                        }
+                        (run.first_ns > 0).then_some(run.first_ns)
+                    })
+                    .max();
                 row
             })
             .collect()

@@ -291,6 +291,9 @@ impl TcpSinkWorker {
                 }
                 tally.epoch = r.header.epoch;
                 if r.in_sequence {
+                    if tally.first_ns == 0 {
+                        tally.first_ns = now_real;
+                    }
                     counters.rx_records += 1;
                     counters.rx_bytes += u64::from(r.header.len);
                     tally.records += 1;

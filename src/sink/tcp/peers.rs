@@ -51,6 +51,9 @@ pub(crate) struct ConnTally {
     pub(crate) latency_cells: [u64; LATENCY_CELLS],
     /// The samples' sum (ns) per cell, for the per-sender histograms' sums.
     pub(crate) latency_sum_ns: [u64; LATENCY_CELLS],
+    /// When its first in-sequence record was read, on the sink's wall clock in ns since the
+    /// Unix epoch (0: none yet).
+    pub(crate) first_ns: u64,
 }
 
 impl ConnTally {
@@ -67,6 +70,12 @@ impl ConnTally {
         for (a, b) in self.latency_sum_ns.iter_mut().zip(&other.latency_sum_ns) {
             *a = a.saturating_add(*b);
         }
+        // The earlier first record of the two (0 is none).
+        self.first_ns = match (self.first_ns, other.first_ns) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
     }
 }
 
@@ -82,6 +91,7 @@ pub(crate) struct SlotBooks {
     latency_clamped: AtomicU64,
     latency_cells: [AtomicU64; LATENCY_CELLS],
     latency_sum_ns: [AtomicU64; LATENCY_CELLS],
+    first_ns: AtomicU64,
     /// The epoch whose correction `clock_correction` holds (0: none).
     clock_epoch: AtomicU32,
     clock_correction: AtomicI64,
@@ -114,6 +124,7 @@ impl SlotBooks {
         for (a, v) in self.latency_sum_ns.iter().zip(t.latency_sum_ns) {
             a.store(v, Ordering::Relaxed);
         }
+        self.first_ns.store(t.first_ns, Ordering::Relaxed);
     }
 
     fn load(&self) -> ConnTally {
@@ -126,6 +137,7 @@ impl SlotBooks {
             latency_clamped: self.latency_clamped.load(Ordering::Relaxed),
             latency_cells: std::array::from_fn(|i| self.latency_cells[i].load(Ordering::Relaxed)),
             latency_sum_ns: std::array::from_fn(|i| self.latency_sum_ns[i].load(Ordering::Relaxed)),
+            first_ns: self.first_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -258,6 +270,7 @@ mod tests {
             latency_clamped: 0,
             latency_cells: std::array::from_fn(|i| i as u64),
             latency_sum_ns: std::array::from_fn(|i| i as u64 * 1_000),
+            first_ns: 1_700_000_000_000_000_000,
         };
         s.publish(&t);
         assert_eq!(s.read(), SlotRead::Live(t));
@@ -296,6 +309,22 @@ mod tests {
         assert_eq!(a.records, 4);
         assert_eq!((a.latency_cells[0], a.latency_cells[4]), (1, 4));
         assert_eq!(a.latency_sum_ns[4], u64::MAX, "saturates");
+        // The earlier first record of the two, where either has one.
+        let (mut early, late) = (
+            ConnTally {
+                first_ns: 5,
+                ..ConnTally::default()
+            },
+            ConnTally {
+                first_ns: 9,
+                ..ConnTally::default()
+            },
+        );
+        early.add(&late);
+        assert_eq!(early.first_ns, 5);
+        let mut none = ConnTally::default();
+        none.add(&late);
+        assert_eq!(none.first_ns, 9, "0 is none, not the earliest");
     }
 
     #[test]
