@@ -258,26 +258,7 @@ fn a_pair_run_in_the_browser_has_one_point_per_interval_line() {
     );
     // Latency over time: a point per sink interval whose sender part carries a latency, for its
     // p50 and its p99.
-    let with_latency = records
-        .iter()
-        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
-        .filter(|r| r["senders"][0]["latency"]["p50_ns_at_most"].is_u64())
-        .count();
-    assert!(with_latency >= 5, "{with_latency} intervals with a latency");
-    assert_eq!(
-        points(&dom, "latency-time-1"),
-        with_latency,
-        "p50 over time"
-    );
-    assert_eq!(
-        points(&dom, "latency-time-p99-1"),
-        with_latency,
-        "p99 over time"
-    );
-    assert!(
-        !dom.contains("latency over time: unknown"),
-        "the page contradicts its JSON"
-    );
+    assert_latency_over_time(&records, &dom);
 }
 
 #[test]
@@ -364,26 +345,7 @@ fn a_tcp_pair_in_the_browser_shows_tcps_own_figures() {
     );
     // Latency over time, as a UDP run's: a p50 and a p99 point per sink interval whose sender
     // part carries a latency.
-    let with_latency = records
-        .iter()
-        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
-        .filter(|r| r["senders"][0]["latency"]["p50_ns_at_most"].is_u64())
-        .count();
-    assert!(with_latency >= 5, "{with_latency} intervals with a latency");
-    assert_eq!(
-        points(&dom, "latency-time-1"),
-        with_latency,
-        "p50 over time"
-    );
-    assert_eq!(
-        points(&dom, "latency-time-p99-1"),
-        with_latency,
-        "p99 over time"
-    );
-    assert!(
-        !dom.contains("latency over time: unknown"),
-        "the page contradicts its JSON"
-    );
+    assert_latency_over_time(&records, &dom);
 }
 
 #[test]
@@ -594,4 +556,25 @@ fn report_reads_standard_input_and_help_shows_it() {
     assert!(help.contains("--output") && help.contains("ringblast report run.jsonl -o run.html"));
     let top = String::from_utf8(ringblast(&["--help"]).stdout).unwrap();
     assert!(top.contains("report"), "{top}");
+}
+
+/// A p50 and a p99 point per sink interval whose sender part carries a latency, and no word of
+/// unknown latency over time on the page.
+fn assert_latency_over_time(records: &[Value], dom: &str) {
+    let with_latency = records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
+        .filter(|r| r["senders"][0]["latency"]["p50_ns_at_most"].is_u64())
+        .count();
+    assert!(with_latency >= 5, "{with_latency} intervals with a latency");
+    assert_eq!(points(dom, "latency-time-1"), with_latency, "p50 over time");
+    assert_eq!(
+        points(dom, "latency-time-p99-1"),
+        with_latency,
+        "p99 over time"
+    );
+    assert!(
+        !dom.contains("latency over time: unknown"),
+        "the page contradicts its JSON"
+    );
 }

@@ -11,7 +11,7 @@
 mod common;
 
 use common::{
-    snmp,
+    sink_interval_parts, snmp,
     tcp::{
         assert_payload, count_streams, no_tail_loss_probes, send_status, start_sink_with,
         stop_sink_with_err, streams,
@@ -77,15 +77,7 @@ fn a_tcp_pair_carries_the_sinks_verdict_equal_to_the_sinks_own_summary() {
     assert!(unknown < u(&rx, "rx_records") / 2, "{rx}");
     // Over time: the sink's intervals' parts of the sender add up to every record it wrote,
     // and their samples to those records but the ones without a sample.
-    let parts: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
-        .flat_map(|r| {
-            r["senders"]
-                .as_array()
-                .expect("a sink interval has senders[]")
-        })
-        .collect();
+    let parts = sink_interval_parts(&records);
     assert!(parts.len() >= 3, "{parts:?}");
     assert!(parts.iter().all(|p| p["name"] == "pair"), "{parts:?}");
     let counted: u64 = parts.iter().map(|p| u(p, "rx_records")).sum();

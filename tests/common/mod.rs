@@ -123,6 +123,20 @@ pub fn assert_accounted(send: &Value, sink: &Value) {
     assert_eq!(u(sink, "rx_invalid"), 0, "{sink}");
 }
 
+/// Every sink interval's part of each sender (`senders[]` of the `"type":"interval"` records
+/// of the sink), in order.
+pub fn sink_interval_parts(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
+        .flat_map(|r| {
+            r["senders"]
+                .as_array()
+                .expect("a sink interval has senders[]")
+        })
+        .collect()
+}
+
 /// The last `"type":"summary"` line of `role` in JSON Lines output.
 pub fn last_summary(stdout: &str, role: &str) -> Value {
     stdout

@@ -252,15 +252,7 @@ fn latency_against_the_holds(tag: &str, net: u8, host: SinkHost) {
     // latency cell, and the intervals add up to every datagram the injector held. The cells are
     // 1-2-5 per decade, so the p50's cell bound lies at or above the holds' p50 and less than
     // 2.5 times above it.
-    let parts: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
-        .flat_map(|r| {
-            r["senders"]
-                .as_array()
-                .expect("a sink interval has senders[]")
-        })
-        .collect();
+    let parts = sink_interval_parts(&records);
     let packets: u64 = parts.iter().map(|p| u(p, "rx_packets")).sum();
     assert_eq!(
         packets,
@@ -404,15 +396,7 @@ fn tcp_per_sender_latency_lies_in_the_cell_of_the_holds_the_injector_recorded() 
             .find(|b| *b >= ns)
     };
     let want = cell_of(hold_p50).unwrap();
-    let parts: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["type"] == "interval" && r["role"] == "sink")
-        .flat_map(|r| {
-            r["senders"]
-                .as_array()
-                .expect("a sink interval has senders[]")
-        })
-        .collect();
+    let parts = sink_interval_parts(&records);
     let counted: u64 = parts.iter().map(|p| u(p, "rx_records")).sum();
     let samples: u64 = parts.iter().map(|p| u(p, "latency_samples")).sum();
     eprintln!(
