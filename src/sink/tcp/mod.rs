@@ -22,8 +22,8 @@
 //! that proves its sender run (its token, `proto::record::FLAG_PROOF`) and only records of that
 //! run; one that does not is closed uncounted, as invalid `auth`. Each connection's tally (its
 //! sender run, records, bytes, invalid events, latency cells and their sums, records without a
-//! sample) is published to its slot for the per-sender books (see `books`). The loop never allocates,
-//! locks, logs or formats.
+//! sample, when its first record came) is published to its slot for the per-sender books (see
+//! `books`). The loop never allocates, locks, logs or formats.
 
 pub(crate) mod books;
 mod config;
