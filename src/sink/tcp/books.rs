@@ -168,6 +168,7 @@ impl TcpBooks {
     pub(crate) fn hello(&self, name: &str, epoch: u32, clock: LatencyClock) -> u64 {
         let mut inner = self.lock();
         inner.books.announce(name, epoch, clock, ConnBook::default);
+        self.publish_clock(&inner, epoch);
         self.collect(&mut inner);
         clock::monotonic_ns().saturating_sub(self.started_ns)
     }
@@ -180,7 +181,18 @@ impl TcpBooks {
             .books
             .estimate(epoch, offset_ns, error_bound_ns, rtt_ns)
         {
+            self.publish_clock(&inner, epoch);
             self.collect(&mut inner);
+        }
+    }
+
+    /// Gives every queue run `epoch`'s correction, once known, for its connections whose slots
+    /// have none yet.
+    fn publish_clock(&self, inner: &Inner, epoch: u32) {
+        if let Some(c) = inner.books.correction(epoch) {
+            for q in &self.queues {
+                q.clocks.publish(epoch, c);
+            }
         }
     }
 

@@ -84,6 +84,8 @@ pub(crate) struct TcpSinkShared {
     pub(crate) counters: TcpRxShared,
     /// Per connection slot, the tally of the sender run on it (see [`peers`]).
     pub(crate) slots: Box<[peers::SlotBooks]>,
+    /// The known sender runs' clock corrections, for connections whose slot has none yet.
+    pub(crate) clocks: peers::RunClocks,
 }
 
 impl TcpSinkShared {

@@ -263,6 +263,7 @@ impl TcpSinkWorker {
             let conn = &mut self.conns[i];
             let counters = &mut self.counters;
             let slot = &self.shared.slots[i];
+            let clocks = &self.shared.clocks;
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
             let (tally, proven) = (&mut conn.tally, &mut conn.proven);
             let key = self.data_key.as_deref();
@@ -298,7 +299,8 @@ impl TcpSinkWorker {
                     counters.rx_bytes += u64::from(r.header.len);
                     tally.records += 1;
                     tally.bytes += u64::from(r.header.len);
-                    match slot.correction(r.header.epoch) {
+                    let epoch = r.header.epoch;
+                    match slot.correction(epoch).or_else(|| clocks.correction(epoch)) {
                         Some(correction) => {
                             let transit = i128::from(now_real)
                                 - i128::from(r.header.timestamp_ns)

@@ -19,7 +19,7 @@
 use std::{
     net::TcpStream,
     os::fd::OwnedFd,
-    sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering},
+    sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
 };
 
 use crossbeam_queue::ArrayQueue;
@@ -191,6 +191,74 @@ impl SlotBooks {
     }
 }
 
+/// Sender runs whose clock corrections [`RunClocks`] holds at once; a run beyond them waits for
+/// the books' next tick, as before.
+const RUN_CLOCKS: usize = 64;
+
+/// The clock corrections of the sender runs the books know, for a connection whose slot the
+/// books have not yet given one (a connection opened since their last tick): the books publish
+/// a run's correction here as soon as they know it (at its hello, at its estimate), and a worker
+/// reads it without a lock, so a new connection's first records give latency samples too. One
+/// writer (the books, under their lock); each entry is a seqlock on its epoch (0 while it
+/// changes), so a reader never takes one run's correction for another's.
+#[derive(Debug)]
+pub(crate) struct RunClocks {
+    entries: [RunClock; RUN_CLOCKS],
+    /// The entry a new run takes next (the oldest).
+    next: AtomicUsize,
+}
+
+impl Default for RunClocks {
+    fn default() -> Self {
+        RunClocks {
+            entries: std::array::from_fn(|_| RunClock::default()),
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct RunClock {
+    epoch: AtomicU32,
+    correction: AtomicI64,
+}
+
+impl RunClocks {
+    /// Books: the records of sender run `epoch` correct their latency by `correction` ns. A run
+    /// in the table is updated in place; a new one takes the oldest entry.
+    pub(crate) fn publish(&self, epoch: u32, correction: i64) {
+        if epoch == 0 {
+            return;
+        }
+        let at = self
+            .entries
+            .iter()
+            .position(|e| e.epoch.load(Ordering::Relaxed) == epoch)
+            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % RUN_CLOCKS);
+        let e = &self.entries[at];
+        e.epoch.store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+        e.correction.store(correction, Ordering::Relaxed);
+        e.epoch.store(epoch, Ordering::Release);
+    }
+
+    /// Worker: run `epoch`'s correction, if the books published one.
+    pub(super) fn correction(&self, epoch: u32) -> Option<i64> {
+        if epoch == 0 {
+            return None;
+        }
+        self.entries.iter().find_map(|e| {
+            if e.epoch.load(Ordering::Acquire) != epoch {
+                return None;
+            }
+            let correction = e.correction.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            // Unchanged while it was read: the correction is this run's.
+            (e.epoch.load(Ordering::Relaxed) == epoch).then_some(correction)
+        })
+    }
+}
+
 /// A connection handed to the control server, with the bytes the worker read from it.
 #[derive(Debug)]
 struct Handed {
@@ -325,6 +393,26 @@ mod tests {
         let mut none = ConnTally::default();
         none.add(&late);
         assert_eq!(none.first_ns, 9, "0 is none, not the earliest");
+    }
+
+    #[test]
+    fn run_clocks_give_each_run_its_own_correction_and_reuse_the_oldest_entry() {
+        let clocks = RunClocks::default();
+        assert_eq!(clocks.correction(7), None);
+        clocks.publish(7, -5_000);
+        clocks.publish(8, 40);
+        assert_eq!(
+            (clocks.correction(7), clocks.correction(8)),
+            (Some(-5_000), Some(40))
+        );
+        clocks.publish(7, -4_000);
+        assert_eq!(clocks.correction(7), Some(-4_000), "updated in place");
+        assert_eq!(clocks.correction(0), None, "no run has epoch 0");
+        for epoch in 100..100 + RUN_CLOCKS as u32 {
+            clocks.publish(epoch, 1);
+        }
+        assert_eq!(clocks.correction(7), None, "the oldest runs made room");
+        assert_eq!(clocks.correction(100 + RUN_CLOCKS as u32 - 1), Some(1));
     }
 
     #[test]
