@@ -264,6 +264,9 @@ impl TcpSinkWorker {
             let counters = &mut self.counters;
             let slot = &self.shared.slots[i];
             let clocks = &self.shared.clocks;
+            // The table is read at most once per run per completion, not per record: a run
+            // whose clock stays unknown (no control channel) costs one scan per read.
+            let mut from_table: Option<(u32, Option<i64>)> = None;
             let (parser, owed, counted) = (&mut conn.parser, &mut conn.owed, &mut conn.counted);
             let (tally, proven) = (&mut conn.tally, &mut conn.proven);
             let key = self.data_key.as_deref();
@@ -300,7 +303,15 @@ impl TcpSinkWorker {
                     tally.records += 1;
                     tally.bytes += u64::from(r.header.len);
                     let epoch = r.header.epoch;
-                    match slot.correction(epoch).or_else(|| clocks.correction(epoch)) {
+                    let correction = slot.correction(epoch).or_else(|| match from_table {
+                        Some((e, c)) if e == epoch => c,
+                        _ => {
+                            let c = clocks.correction(epoch);
+                            from_table = Some((epoch, c));
+                            c
+                        }
+                    });
+                    match correction {
                         Some(correction) => {
                             let transit = i128::from(now_real)
                                 - i128::from(r.header.timestamp_ns)
