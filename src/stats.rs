@@ -266,14 +266,15 @@ pub(crate) fn count_jitter(counters: &mut SessionCounters, previous: i64, transi
 /// The upper bound (ns) of the latency cell that holds quantile `q` of `cells`: the cells'
 /// resolution, `u64::MAX` for the open top cell, 0 when nothing was observed.
 pub(crate) fn latency_quantile_bound(cells: &[u64; LATENCY_CELLS], q: f64) -> u64 {
-    let total: u64 = cells.iter().sum();
+    // Saturating: a verdict's cells come from the network (protocol version 10).
+    let total = saturating_sum(cells);
     if total == 0 {
         return 0;
     }
     let want = ((total as f64 * q).ceil() as u64).clamp(1, total);
-    let mut seen = 0;
+    let mut seen: u64 = 0;
     for (i, n) in cells.iter().enumerate() {
-        seen += n;
+        seen = seen.saturating_add(*n);
         if seen >= want {
             return LATENCY_BOUNDS_NS.get(i).copied().unwrap_or(u64::MAX);
         }
@@ -343,13 +344,14 @@ impl Jitter {
     /// Adds another part's jitter (a stepped run's steps): the counts add, the mean is weighted
     /// by them, and each quantile bound is the larger of the two (still a true upper bound).
     pub(crate) fn merge(&mut self, other: &Jitter) {
-        let samples = self.samples + other.samples;
-        if samples > 0 {
-            self.mean_ns = ((u128::from(self.mean_ns) * u128::from(self.samples)
-                + u128::from(other.mean_ns) * u128::from(other.samples))
-                / u128::from(samples)) as u64;
+        // In u128, saturating: a verdict's counts come from the network.
+        let samples = u128::from(self.samples) + u128::from(other.samples);
+        let weighted = (u128::from(self.mean_ns) * u128::from(self.samples))
+            .saturating_add(u128::from(other.mean_ns) * u128::from(other.samples));
+        if let Some(mean) = weighted.checked_div(samples) {
+            self.mean_ns = mean as u64;
         }
-        self.samples = samples;
+        self.samples = self.samples.saturating_add(other.samples);
         self.bounds = self.bounds.max(&other.bounds);
     }
 

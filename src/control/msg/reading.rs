@@ -95,26 +95,6 @@ impl VerdictClock {
             reason: (!known).then(|| clock.reason.clone()),
         }
     }
-
-    /// The clock a verdict carries (an older sink says nothing of it).
-    pub(crate) fn latency_clock(v: Option<&VerdictClock>) -> LatencyClock {
-        match v {
-            Some(c) if c.kind != ClockKind::Unknown => LatencyClock {
-                kind: c.kind,
-                offset_ns: c.offset_ns.unwrap_or(0),
-                error_bound_ns: c.error_bound_ns.unwrap_or(0),
-                control_rtt_ns: c.control_rtt_ns,
-                reason: String::new(),
-            },
-            Some(c) => LatencyClock {
-                control_rtt_ns: c.control_rtt_ns,
-                ..LatencyClock::unknown(c.reason.clone().unwrap_or_default())
-            },
-            None => LatencyClock::unknown(
-                "the sink's verdict does not say how its latency relates to this sender's clock",
-            ),
-        }
-    }
 }
 
 impl Verdict {
@@ -173,9 +153,24 @@ impl Verdict {
             .with_figures(self.jitter_figures.as_deref().copied())
     }
 
-    /// How its latency relates to the sender's clock.
+    /// How its latency relates to the sender's clock (an older sink says nothing of it).
     pub(crate) fn latency_clock(&self) -> LatencyClock {
-        VerdictClock::latency_clock(self.clock.as_ref())
+        match &self.clock {
+            Some(c) if c.kind != ClockKind::Unknown => LatencyClock {
+                kind: c.kind,
+                offset_ns: c.offset_ns.unwrap_or(0),
+                error_bound_ns: c.error_bound_ns.unwrap_or(0),
+                control_rtt_ns: c.control_rtt_ns,
+                reason: String::new(),
+            },
+            Some(c) => LatencyClock {
+                control_rtt_ns: c.control_rtt_ns,
+                ..LatencyClock::unknown(c.reason.clone().unwrap_or_default())
+            },
+            None => LatencyClock::unknown(
+                "the sink's verdict does not say how its latency relates to this sender's clock",
+            ),
+        }
     }
 
     /// Sets its latency and jitter from `latency` and `jitter`.
@@ -362,5 +357,33 @@ mod tests {
         let empty = Verdict::default();
         let run = Verdict::sum_of_parts(&[&a, &empty]);
         assert_eq!(run.latency().p50_ns, 5_000);
+    }
+
+    #[test]
+    fn forged_cells_and_counts_saturate_instead_of_wrapping() {
+        let forged = Verdict {
+            totals: FlowVerdict {
+                rx_packets: u64::MAX,
+                ..FlowVerdict::default()
+            },
+            jitter: Some(Box::new(VerdictJitter {
+                samples: u64::MAX,
+                mean_ns: u64::MAX,
+                ..VerdictJitter::default()
+            })),
+            cells: Some(Box::new(VerdictCells {
+                latency: [u64::MAX; crate::stats::LATENCY_CELLS],
+                jitter: [u64::MAX; crate::stats::LATENCY_CELLS],
+                jitter_sum_ns: [u64::MAX; crate::stats::LATENCY_CELLS],
+            })),
+            ..Verdict::default()
+        };
+        let run = Verdict::sum_of_parts(&[&forged, &forged]);
+        assert_eq!(run.totals.rx_packets, u64::MAX);
+        assert_eq!(run.cells.as_ref().map(|c| c.latency[0]), Some(u64::MAX));
+        assert_eq!(run.jitter().samples, u64::MAX);
+        // Every bound is a cell's, however large the counts.
+        let p50 = run.latency().p50_ns;
+        assert!(crate::stats::LATENCY_BOUNDS_NS.contains(&p50), "{p50}");
     }
 }

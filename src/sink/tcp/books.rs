@@ -246,11 +246,14 @@ impl TcpBooks {
                     .epochs
                     .iter()
                     .filter_map(|e| {
-                        let mut run = books.runs.get(e).map(|r| r.own.tally).unwrap_or_default();
-                        if let Some(b) = live.get(e) {
-                            run.add(&b.tally);
-                        }
-                        (run.first_ns > 0).then_some(run.first_ns)
+                        // The run's first record: its closed or its live connections' earliest.
+                        let closed = books.runs.get(e).map(|r| r.own.tally.first_ns);
+                        let live = live.get(e).map(|b| b.tally.first_ns);
+                        [closed, live]
+                            .into_iter()
+                            .flatten()
+                            .filter(|&t| t > 0)
+                            .min()
                     })
                     .max();
                 row
